@@ -1,1 +1,41 @@
-pub fn hello() {}
+//! Read and write Linux `perf.data`: the file header, event attrs, typed
+//! records (text pokes, ksymbols, AUX trace and the rest), and the feature
+//! sections, in the layouts that Linux perf writes and reads.
+//!
+//! Reading is zero-copy over a memory map: records borrow their strings,
+//! code bytes and trace payloads from the file. Every length is checked
+//! against what is left before anything is sliced, and every error names the
+//! file offset. Writing produces files that `perf report` and `perf script`
+//! read, including perf.data directories with a `kcore_dir/`.
+//!
+//! ```no_run
+//! let file = perfdata::PerfFile::open("perf.data")?;
+//! for record in file.records() {
+//!     if let perfdata::RecordBody::TextPoke(poke) = record?.body {
+//!         println!("{:#x}: {:02x?} -> {:02x?}", poke.addr, poke.old, poke.new);
+//!     }
+//! }
+//! # Ok::<(), perfdata::Error>(())
+//! ```
+
+pub mod abi;
+mod attr;
+pub mod auxtrace;
+mod cursor;
+mod error;
+mod features;
+mod file;
+pub mod kcore;
+mod records;
+mod sample;
+mod sorted;
+mod write;
+
+pub use attr::{AttrWithIds, EventAttr, ATTR_SIZE_KNOWN, ATTR_SIZE_VER0, ATTR_SIZE_VER7};
+pub use error::{Error, Result};
+pub use features::{feature_name, AuxtraceIndexEntry, BuildIdEntry, EventDesc, FeatureSection, Features, NrCpus};
+pub use file::{FileHeader, PerfFile, Records, FILE_HEADER_SIZE, MAGIC, PIPE_HEADER_SIZE};
+pub use records::*;
+pub use sample::{Sample, SampleId};
+pub use sorted::SortedRecords;
+pub use write::{FeatureData, Writer};

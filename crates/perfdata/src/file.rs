@@ -1,0 +1,537 @@
+//! Opening perf.data (file, directory or pipe-mode capture) and walking its records.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::abi::{record_type as rt, sample_type as st};
+use crate::attr::{AttrWithIds, EventAttr, ATTR_SIZE_VER0};
+use crate::cursor::{Cursor, Origin};
+use crate::error::{Error, Result};
+use crate::features::{slice_at, Features};
+use crate::records::{parse_body, Auxtrace, Record, RecordBody};
+use crate::sample::SampleId;
+
+/// The magic of a little-endian perf.data file.
+pub const MAGIC: &[u8; 8] = b"PERFILE2";
+/// The magic as a big-endian host writes it.
+const MAGIC_BIG_ENDIAN: &[u8; 8] = b"2ELIFREP";
+/// Size of the file header in file mode.
+pub const FILE_HEADER_SIZE: u64 = 104;
+/// Size of the header in pipe mode.
+pub const PIPE_HEADER_SIZE: u64 = 16;
+/// Decompressed bytes allowed per COMPRESSED record (perf uses 64 KiB chunks).
+const MAX_DECOMPRESSED: u64 = 256 << 20;
+
+/// The 104-byte header of a perf.data file (file mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileHeader {
+    pub attr_size: u64,
+    pub attrs_offset: u64,
+    pub attrs_size: u64,
+    pub data_offset: u64,
+    pub data_size: u64,
+    pub event_types_offset: u64,
+    pub event_types_size: u64,
+    /// 256 feature bits; see [`crate::abi::feature`].
+    pub features: [u8; 32],
+}
+
+enum Bytes {
+    Map(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// An open perf.data. Records borrow from it; the data file is memory-mapped.
+pub struct PerfFile {
+    data_path: PathBuf,
+    dir: Option<PathBuf>,
+    bytes: Bytes,
+    /// None in pipe mode.
+    header: Option<FileHeader>,
+    attrs: Vec<AttrWithIds>,
+    features: Features,
+    /// Decompressed COMPRESSED payloads, by record offset; filled as records are read.
+    decompressed: elsa::sync::FrozenMap<u64, Box<[u8]>>,
+}
+
+impl PerfFile {
+    /// Opens a perf.data file, or a perf.data directory (`DIR/data`, with `kcore_dir/` beside it).
+    pub fn open(path: impl AsRef<Path>) -> Result<PerfFile> {
+        let path = path.as_ref();
+        let (data_path, dir) =
+            if path.is_dir() { (path.join("data"), Some(path.to_path_buf())) } else { (path.to_path_buf(), None) };
+        let io_err = |source| Error::Io { path: data_path.clone(), source };
+        let file = std::fs::File::open(&data_path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        let bytes = if len == 0 {
+            Bytes::Owned(Vec::new())
+        } else {
+            // SAFETY: the map is read-only; perf.data files are not modified while read.
+            Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?)
+        };
+        Self::from_bytes(bytes, data_path, dir)
+    }
+
+    /// Parses perf.data held in memory.
+    pub fn from_vec(data: Vec<u8>) -> Result<PerfFile> {
+        Self::from_bytes(Bytes::Owned(data), PathBuf::from("<memory>"), None)
+    }
+
+    fn from_bytes(bytes: Bytes, data_path: PathBuf, dir: Option<PathBuf>) -> Result<PerfFile> {
+        let mut c = Cursor::new(&bytes, Origin::file(0), "perf.data header");
+        let magic: [u8; 8] = c.array()?;
+        if &magic == MAGIC_BIG_ENDIAN {
+            return Err(Error::BigEndian);
+        }
+        if &magic != MAGIC {
+            return Err(Error::BadMagic { magic });
+        }
+        let size = c.u64()?;
+        let mut f = PerfFile {
+            data_path,
+            dir,
+            header: None,
+            attrs: Vec::new(),
+            features: Features::default(),
+            decompressed: elsa::sync::FrozenMap::new(),
+            bytes: Bytes::Owned(Vec::new()),
+        };
+        match size {
+            PIPE_HEADER_SIZE => {}
+            FILE_HEADER_SIZE => {
+                let h = FileHeader {
+                    attr_size: c.u64()?,
+                    attrs_offset: c.u64()?,
+                    attrs_size: c.u64()?,
+                    data_offset: c.u64()?,
+                    data_size: c.u64()?,
+                    event_types_offset: c.u64()?,
+                    event_types_size: c.u64()?,
+                    features: c.array()?,
+                };
+                f.attrs = parse_attrs(&bytes, &h)?;
+                let table = h.data_offset.saturating_add(h.data_size);
+                f.features = match Features::parse(&bytes, table, &h.features) {
+                    Ok(feat) => feat,
+                    Err(e) => Features { errors: vec![e.to_string()], ..Features::default() },
+                };
+                f.header = Some(h);
+            }
+            other => {
+                return Err(Error::invalid(
+                    "perf.data header",
+                    8,
+                    format!("header size {other} is neither {FILE_HEADER_SIZE} (file) nor {PIPE_HEADER_SIZE} (pipe)"),
+                ))
+            }
+        }
+        f.bytes = bytes;
+        Ok(f)
+    }
+
+    /// The data file's path (`DIR/data` for a directory).
+    pub fn data_path(&self) -> &Path {
+        &self.data_path
+    }
+
+    /// `DIR/kcore_dir` when opened as a directory that has one.
+    pub fn kcore_dir(&self) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join("kcore_dir")).filter(|k| k.is_dir())
+    }
+
+    /// The whole data file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The file header; `None` for pipe-mode data.
+    pub fn header(&self) -> Option<&FileHeader> {
+        self.header.as_ref()
+    }
+
+    pub fn is_pipe(&self) -> bool {
+        self.header.is_none()
+    }
+
+    /// Event descriptions from the attrs section (pipe mode: none; they come as
+    /// HEADER_ATTR records, which [`Records`] applies as it meets them).
+    pub fn attrs(&self) -> &[AttrWithIds] {
+        &self.attrs
+    }
+
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
+    /// Records in file order, COMPRESSED ones followed by what they hold.
+    pub fn records(&self) -> Records<'_> {
+        let (start, end) = match &self.header {
+            Some(h) => {
+                let len = self.bytes.len() as u64;
+                (h.data_offset.min(len), h.data_offset.saturating_add(h.data_size).min(len))
+            }
+            None => (PIPE_HEADER_SIZE, self.bytes.len() as u64),
+        };
+        let declared_end = self.header.map(|h| h.data_offset.saturating_add(h.data_size));
+        Records {
+            file: self,
+            layout: Layout::new(self.attrs.clone()),
+            outer: Frame { data: &self.bytes, pos: start as usize, end: end as usize, origin: Origin::file(0) },
+            declared_end,
+            inner: None,
+            carry: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Records in timestamp order, as perf delivers them (see [`crate::SortedRecords`]).
+    pub fn sorted_records(&self) -> crate::sorted::SortedRecords<'_> {
+        crate::sorted::SortedRecords::new(self.records())
+    }
+
+    fn decompress(&self, offset: u64, carry: &[u8], data: &[u8]) -> Result<&[u8]> {
+        if let Some(d) = self.decompressed.get(&offset) {
+            return Ok(d);
+        }
+        let mut out = carry.to_vec();
+        let mut input = data;
+        while !input.is_empty() {
+            let mut dec = ruzstd::decoding::StreamingDecoder::new(&mut input)
+                .map_err(|e| Error::Decompress { offset, reason: e.to_string() })?;
+            let limit = MAX_DECOMPRESSED.saturating_sub(out.len() as u64);
+            (&mut dec).take(limit + 1).read_to_end(&mut out).map_err(|e| Error::Decompress { offset, reason: e.to_string() })?;
+            if out.len() as u64 > MAX_DECOMPRESSED {
+                return Err(Error::Decompress { offset, reason: format!("more than {MAX_DECOMPRESSED} bytes") });
+            }
+        }
+        Ok(self.decompressed.insert(offset, out.into_boxed_slice()))
+    }
+}
+
+fn parse_attrs(file: &[u8], h: &FileHeader) -> Result<Vec<AttrWithIds>> {
+    if h.attrs_size == 0 {
+        return Ok(Vec::new());
+    }
+    if h.attr_size < ATTR_SIZE_VER0 as u64 + 16 || h.attrs_size % h.attr_size != 0 {
+        return Err(Error::invalid(
+            "attrs section",
+            h.attrs_offset,
+            format!("attr_size {} does not divide attrs size {} or is too small", h.attr_size, h.attrs_size),
+        ));
+    }
+    let section = slice_at(file, h.attrs_offset, h.attrs_size, "attrs section")?;
+    let mut attrs = Vec::new();
+    for (i, entry) in section.chunks_exact(h.attr_size as usize).enumerate() {
+        let at = h.attrs_offset + i as u64 * h.attr_size;
+        let attr_bytes = &entry[..entry.len() - 16];
+        let attr = EventAttr::parse(attr_bytes);
+        let ids_off = crate::cursor::le_u64(entry, entry.len() - 16);
+        let ids_size = crate::cursor::le_u64(entry, entry.len() - 8);
+        if ids_size % 8 != 0 {
+            return Err(Error::invalid("attr id array", at, format!("size {ids_size} is not a multiple of 8")));
+        }
+        let ids = slice_at(file, ids_off, ids_size, "attr id array")?
+            .chunks_exact(8)
+            .map(crate::cursor::u64_from_chunk)
+            .collect();
+        attrs.push(AttrWithIds { attr, ids });
+    }
+    Ok(attrs)
+}
+
+/// How to find the sample_id trailer and the attr of each record.
+#[derive(Clone, Debug, Default)]
+struct Layout {
+    attrs: Vec<AttrWithIds>,
+    by_id: HashMap<u64, usize>,
+    /// Every attr has PERF_SAMPLE_IDENTIFIER: the id is the last word of a trailer.
+    all_identifier: bool,
+}
+
+impl Layout {
+    fn new(attrs: Vec<AttrWithIds>) -> Layout {
+        let mut l = Layout { attrs: Vec::new(), ..Layout::default() };
+        for a in attrs {
+            l.add(a);
+        }
+        l
+    }
+
+    fn add(&mut self, a: AttrWithIds) {
+        let index = self.attrs.len();
+        for &id in &a.ids {
+            self.by_id.insert(id, index);
+        }
+        self.attrs.push(a);
+        self.all_identifier = self.attrs.iter().all(|a| a.attr.sample_type & st::IDENTIFIER != 0);
+    }
+
+    /// The attr of a non-sample record whose trailer ends `record`.
+    fn attr_for_trailer(&self, record: &[u8]) -> Option<&EventAttr> {
+        let first = &self.attrs.first()?.attr;
+        if self.all_identifier && self.attrs.len() > 1 && record.len() >= 16 {
+            let id = crate::cursor::le_u64(record, record.len() - 8);
+            if let Some(&i) = self.by_id.get(&id) {
+                return Some(&self.attrs[i].attr);
+            }
+        }
+        Some(first)
+    }
+
+    /// The attr of a SAMPLE record whose body (after the header) is `body`.
+    fn attr_for_sample(&self, body: &[u8]) -> Option<&EventAttr> {
+        let first = &self.attrs.first()?.attr;
+        if self.attrs.len() == 1 {
+            return Some(first);
+        }
+        let pos = if self.all_identifier {
+            Some(0)
+        } else {
+            id_position(first.sample_type)
+        };
+        pos.and_then(|p| body.get(p..p + 8))
+            .and_then(|b| self.by_id.get(&crate::cursor::u64_from_chunk(b)))
+            .map(|&i| &self.attrs[i].attr)
+            .or(Some(first))
+    }
+}
+
+/// Byte offset of the ID field in a sample laid out by `sample_type`.
+fn id_position(sample_type: u64) -> Option<usize> {
+    if sample_type & st::IDENTIFIER != 0 {
+        return Some(0);
+    }
+    if sample_type & st::ID == 0 {
+        return None;
+    }
+    Some([st::IP, st::TID, st::TIME, st::ADDR].iter().filter(|&&b| sample_type & b != 0).count() * 8)
+}
+
+/// A byte range being walked: the file's data section or a decompressed buffer.
+#[derive(Clone, Copy)]
+struct Frame<'a> {
+    data: &'a [u8],
+    pos: usize,
+    end: usize,
+    origin: Origin,
+}
+
+/// What went wrong with one record: either it can be skipped (its size is sound) or not.
+enum Failure {
+    Skip(Error, usize),
+    Stop(Error),
+}
+
+/// Iterator over records in file order. After an error in one record whose
+/// framing is sound, it goes on with the next; after a framing error, it stops.
+pub struct Records<'a> {
+    file: &'a PerfFile,
+    layout: Layout,
+    outer: Frame<'a>,
+    declared_end: Option<u64>,
+    inner: Option<(u64, Frame<'a>)>,
+    /// Bytes of a record cut at the end of one COMPRESSED record, continued in the next.
+    carry: Vec<u8>,
+    done: bool,
+}
+
+impl<'a> Records<'a> {
+    /// The attrs known so far (pipe mode adds them as HEADER_ATTR records pass).
+    pub fn attrs(&self) -> &[AttrWithIds] {
+        &self.layout.attrs
+    }
+
+    fn read_one(&mut self, frame: Frame<'a>) -> std::result::Result<(Record<'a>, usize), Failure> {
+        let Frame { data, pos, end, origin } = frame;
+        let at = origin.advanced(pos as u64);
+        let mut c = Cursor::new(&data[pos..end], at, "record header");
+        let hdr = (|| Ok::<_, Error>((c.u32()?, c.u16()?, c.u16()?)))();
+        let (ty, misc, size) = hdr.map_err(Failure::Stop)?;
+        let what = crate::abi::record_type_name(ty).unwrap_or("record");
+        if (size as usize) < 8 {
+            return Err(Failure::Stop(c.invalid(format!("{what} record (type {ty}) has size {size}, below its 8-byte header"))));
+        }
+        let mut c = Cursor::new(&data[pos..end], at, what);
+        let whole = c.bytes(size as usize).map_err(Failure::Stop)?;
+        let mut next = pos + size as usize;
+        // Payloads that follow the record without being counted in its size.
+        let mut payload: &[u8] = &[];
+        if ty == rt::AUXTRACE || ty == rt::HEADER_TRACING_DATA {
+            let trailing = if ty == rt::AUXTRACE {
+                whole.get(8..16).map(crate::cursor::u64_from_chunk)
+            } else {
+                whole.get(8..12).map(|b| (u32::from_le_bytes(b.try_into().unwrap()) as u64 + 7) & !7)
+            };
+            let trailing = trailing.ok_or_else(|| Failure::Stop(c.truncated(16)))?;
+            payload = c.items(trailing, 1).map_err(|_| {
+                Failure::Stop(Error::Truncated {
+                    what,
+                    offset: at.offset,
+                    inner: at.inner,
+                    needed: trailing,
+                    available: (end - pos - size as usize) as u64,
+                })
+            })?;
+            next += payload.len();
+        }
+        let body = &whole[8..];
+        let skip = |e| Failure::Skip(e, next);
+        let body_origin = at.advanced(8);
+        let record = if ty == rt::SAMPLE {
+            let attr = self.layout.attr_for_sample(body);
+            let parsed = parse_body(ty, body, body_origin, misc, attr, what).map_err(skip)?;
+            let sample_id = match &parsed {
+                RecordBody::Sample(s) => s.sample_id(),
+                _ => SampleId::default(),
+            };
+            Record { offset: at.offset, inner_offset: at.inner, misc, size, body: parsed, sample_id }
+        } else if ty < rt::USER_TYPE_START {
+            let (trailer_len, sample_type) = match self.layout.attr_for_trailer(whole) {
+                Some(a) => (a.sample_id_size(), a.sample_type),
+                None => (0, 0),
+            };
+            if trailer_len > body.len() {
+                return Err(skip(Error::Invalid {
+                    what,
+                    offset: at.offset,
+                    inner: at.inner,
+                    reason: format!("record of {size} bytes cannot hold its {trailer_len}-byte sample_id"),
+                }));
+            }
+            let (fields, trailer) = body.split_at(body.len() - trailer_len);
+            let trailer_origin = body_origin.advanced(fields.len() as u64);
+            let sample_id = SampleId::parse(&mut Cursor::new(trailer, trailer_origin, what), sample_type).map_err(skip)?;
+            let parsed = parse_body(ty, fields, body_origin, misc, None, what).map_err(skip)?;
+            Record { offset: at.offset, inner_offset: at.inner, misc, size, body: parsed, sample_id }
+        } else if ty == rt::AUXTRACE {
+            let mut b = Cursor::new(body, body_origin, what);
+            let r = (|| {
+                let _size = b.u64()?;
+                Ok::<_, Error>(Auxtrace {
+                    offset: b.u64()?,
+                    reference: b.u64()?,
+                    idx: b.u32()?,
+                    tid: b.u32()?,
+                    cpu: b.u32()?,
+                    data: payload,
+                })
+            })()
+            .map_err(skip)?;
+            Record { offset: at.offset, inner_offset: at.inner, misc, size, body: RecordBody::Auxtrace(r), sample_id: SampleId::default() }
+        } else {
+            let parsed = parse_body(ty, body, body_origin, misc, None, what).map_err(skip)?;
+            if let RecordBody::HeaderAttr(h) = &parsed {
+                self.layout.add(h.to_attr_with_ids());
+            }
+            Record { offset: at.offset, inner_offset: at.inner, misc, size, body: parsed, sample_id: SampleId::default() }
+        };
+        Ok((record, next))
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<Record<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((comp_offset, frame)) = self.inner {
+                let left = frame.end - frame.pos;
+                let need = (left >= 8).then(|| u16::from_le_bytes([frame.data[frame.pos + 6], frame.data[frame.pos + 7]]) as usize);
+                match need {
+                    Some(n) if n <= left && n >= 8 => {
+                        return Some(match self.read_one(frame) {
+                            Ok((r, next)) => {
+                                self.inner = Some((comp_offset, Frame { pos: next, ..frame }));
+                                Ok(r)
+                            }
+                            Err(Failure::Skip(e, next)) => {
+                                self.inner = Some((comp_offset, Frame { pos: next, ..frame }));
+                                Err(e)
+                            }
+                            Err(Failure::Stop(e)) => {
+                                self.inner = None;
+                                Err(e)
+                            }
+                        });
+                    }
+                    Some(n) if n < 8 => {
+                        self.inner = None;
+                        let at = frame.origin.advanced(frame.pos as u64);
+                        return Some(Err(Error::Invalid {
+                            what: "record header",
+                            offset: at.offset,
+                            inner: at.inner,
+                            reason: format!("size {n} is below the 8-byte header"),
+                        }));
+                    }
+                    _ => {
+                        self.carry = frame.data[frame.pos..frame.end].to_vec();
+                        self.inner = None;
+                    }
+                }
+            }
+            if self.done {
+                return None;
+            }
+            if self.outer.pos >= self.outer.end {
+                self.done = true;
+                if let Some(declared) = self.declared_end {
+                    if declared > self.outer.end as u64 {
+                        return Some(Err(Error::Truncated {
+                            what: "data section",
+                            offset: self.outer.end as u64,
+                            inner: None,
+                            needed: declared - self.outer.end as u64,
+                            available: 0,
+                        }));
+                    }
+                }
+                if !self.carry.is_empty() {
+                    return Some(Err(Error::Truncated {
+                        what: "record in COMPRESSED data",
+                        offset: self.outer.end as u64,
+                        inner: None,
+                        needed: 8,
+                        available: self.carry.len() as u64,
+                    }));
+                }
+                return None;
+            }
+            return Some(match self.read_one(self.outer) {
+                Ok((r, next)) => {
+                    self.outer.pos = next;
+                    if let RecordBody::Compressed(comp) = r.body {
+                        let carry = std::mem::take(&mut self.carry);
+                        match self.file.decompress(r.offset, &carry, comp.data) {
+                            Ok(buf) => {
+                                let frame = Frame { data: buf, pos: 0, end: buf.len(), origin: Origin { offset: r.offset, inner: Some(0) } };
+                                self.inner = Some((r.offset, frame));
+                            }
+                            Err(e) => return Some(Err(e)),
+                        }
+                    }
+                    Ok(r)
+                }
+                Err(Failure::Skip(e, next)) => {
+                    self.outer.pos = next;
+                    Err(e)
+                }
+                Err(Failure::Stop(e)) => {
+                    self.done = true;
+                    Err(e)
+                }
+            });
+        }
+    }
+}

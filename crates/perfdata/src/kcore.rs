@@ -1,0 +1,1 @@
+//! kcore_dir

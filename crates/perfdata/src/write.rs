@@ -1,0 +1,566 @@
+//! Writing perf.data files that Linux perf reads.
+//!
+//! Layout written: header (104 bytes), attr id arrays, attrs, data section,
+//! feature section table, feature payloads. The header is rewritten by
+//! [`Writer::finish`] once the sizes are known.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use crate::abi::{feature, misc, record_type as rt, sample_type as st, BRANCH_SAMPLE_HW_INDEX};
+use crate::attr::{AttrWithIds, EventAttr};
+use crate::error::{Error, Result};
+use crate::features::{BuildIdEntry, NrCpus};
+use crate::file::{FILE_HEADER_SIZE, MAGIC};
+use crate::records::{Mmap2FileId, RecordBody};
+use crate::sample::{Sample, SampleId};
+
+/// Feature sections to write. HEADER_AUXTRACE is added by the writer itself
+/// when AUXTRACE records were written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeatureData {
+    pub hostname: Option<String>,
+    pub osrelease: Option<String>,
+    pub version: Option<String>,
+    pub arch: Option<String>,
+    pub nrcpus: Option<NrCpus>,
+    pub cpudesc: Option<String>,
+    pub cpuid: Option<String>,
+    pub cmdline: Option<Vec<String>>,
+    pub build_ids: Vec<BuildIdEntry>,
+    /// Event names for HEADER_EVENT_DESC, one per attr, in attr order.
+    pub event_names: Option<Vec<String>>,
+}
+
+/// Streams records into a perf.data file.
+pub struct Writer<W: Write + Seek> {
+    out: W,
+    attrs: Vec<AttrWithIds>,
+    by_id: HashMap<u64, usize>,
+    data_offset: u64,
+    pos: u64,
+    auxtrace_index: Vec<(u64, u64)>,
+    scratch: Vec<u8>,
+    /// Features written by [`Writer::finish`].
+    pub features: FeatureData,
+}
+
+impl Writer<BufWriter<File>> {
+    /// Creates `path` (a plain perf.data file).
+    pub fn create(path: impl AsRef<Path>, attrs: Vec<AttrWithIds>) -> Result<Self> {
+        let path = path.as_ref();
+        let f = File::create(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        Writer::new(BufWriter::with_capacity(1 << 20, f), attrs)
+    }
+}
+
+impl<W: Write + Seek> Writer<W> {
+    /// Starts a file with these event descriptions (at least one).
+    pub fn new(mut out: W, attrs: Vec<AttrWithIds>) -> Result<Self> {
+        if attrs.is_empty() {
+            return Err(Error::Unwritable { what: "perf.data", reason: "no attrs: perf needs at least one event".into() });
+        }
+        let attr_size = attrs[0].attr.size;
+        if attrs.iter().any(|a| a.attr.size != attr_size) {
+            return Err(Error::Unwritable { what: "attrs", reason: "all attrs must have the same size".into() });
+        }
+        out.write_all(&[0u8; FILE_HEADER_SIZE as usize])?;
+        let mut pos = FILE_HEADER_SIZE;
+        let mut by_id = HashMap::new();
+        for (i, a) in attrs.iter().enumerate() {
+            for id in &a.ids {
+                out.write_all(&id.to_le_bytes())?;
+                by_id.insert(*id, i);
+            }
+            pos += 8 * a.ids.len() as u64;
+        }
+        let mut ids_off = FILE_HEADER_SIZE;
+        for a in &attrs {
+            out.write_all(&a.attr.to_bytes())?;
+            out.write_all(&ids_off.to_le_bytes())?;
+            out.write_all(&(8 * a.ids.len() as u64).to_le_bytes())?;
+            ids_off += 8 * a.ids.len() as u64;
+            pos += a.attr.to_bytes().len() as u64 + 16;
+        }
+        Ok(Writer {
+            out,
+            attrs,
+            by_id,
+            data_offset: pos,
+            pos,
+            auxtrace_index: Vec::new(),
+            scratch: Vec::new(),
+            features: FeatureData::default(),
+        })
+    }
+
+    /// Where the next record goes.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    fn attr_for(&self, id: Option<u64>) -> &EventAttr {
+        let i = id.and_then(|id| self.by_id.get(&id)).copied().unwrap_or(0);
+        &self.attrs[i].attr
+    }
+
+    /// Appends one record; returns its file offset. Non-sample kernel records
+    /// get the sample_id trailer of the attr named by `sample_id`'s id (or the
+    /// first attr). For SAMPLE the fields come from the body, laid out by the
+    /// attr its id names.
+    pub fn write(&mut self, misc_bits: u16, body: &RecordBody<'_>, sample_id: &SampleId) -> Result<u64> {
+        let ty = body.record_type();
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend_from_slice(&[0u8; 8]);
+        let mut misc_bits = misc_bits;
+        let mut payload: &[u8] = &[];
+        match body {
+            RecordBody::Sample(s) => {
+                let attr = self.attr_for(s.identifier.or(s.id)).clone();
+                encode_sample(&mut buf, s, &attr);
+            }
+            RecordBody::Auxtrace(a) => {
+                payload = a.data;
+                put64(&mut buf, pad8(a.data.len()) as u64);
+                put64(&mut buf, a.offset);
+                put64(&mut buf, a.reference);
+                put32(&mut buf, a.idx);
+                put32(&mut buf, a.tid);
+                put32(&mut buf, a.cpu);
+                put32(&mut buf, 0);
+            }
+            _ => {
+                encode_body(&mut buf, body, &mut misc_bits);
+                if ty < rt::USER_TYPE_START {
+                    let attr = self.attr_for(sample_id.attr_id()).clone();
+                    encode_sample_id(&mut buf, sample_id, &attr);
+                }
+            }
+        }
+        let size = buf.len();
+        if size > u16::MAX as usize {
+            let what = crate::abi::record_type_name(ty).unwrap_or("record");
+            return Err(Error::Unwritable { what, reason: format!("{size} bytes exceed the 65535 a record can hold") });
+        }
+        buf[0..4].copy_from_slice(&ty.to_le_bytes());
+        buf[4..6].copy_from_slice(&misc_bits.to_le_bytes());
+        buf[6..8].copy_from_slice(&(size as u16).to_le_bytes());
+        let offset = self.pos;
+        self.out.write_all(&buf)?;
+        self.pos += size as u64;
+        if ty == rt::AUXTRACE {
+            self.out.write_all(payload)?;
+            let pad = pad8(payload.len()) - payload.len();
+            self.out.write_all(&[0u8; 8][..pad])?;
+            self.pos += pad8(payload.len()) as u64;
+            self.auxtrace_index.push((offset, size as u64));
+        }
+        self.scratch = buf;
+        Ok(offset)
+    }
+
+    /// Writes the feature sections and the final header; returns the output.
+    pub fn finish(mut self) -> Result<W> {
+        let data_size = self.pos - self.data_offset;
+        let mut sections: Vec<(u32, Vec<u8>)> = Vec::new();
+        let f = &self.features;
+        let mut string = |bit, s: &Option<String>| {
+            if let Some(s) = s {
+                let mut b = Vec::new();
+                put_perf_string(&mut b, s);
+                sections.push((bit, b));
+            }
+        };
+        string(feature::HOSTNAME, &f.hostname);
+        string(feature::OSRELEASE, &f.osrelease);
+        string(feature::VERSION, &f.version);
+        string(feature::ARCH, &f.arch);
+        string(feature::CPUDESC, &f.cpudesc);
+        string(feature::CPUID, &f.cpuid);
+        if !f.build_ids.is_empty() {
+            let mut b = Vec::new();
+            for e in &f.build_ids {
+                let name_len = pad8(e.filename.len() + 1);
+                put32(&mut b, rt::HEADER_BUILD_ID);
+                put16(&mut b, e.misc | misc::BUILD_ID_SIZE);
+                put16(&mut b, (8 + 4 + 24 + name_len) as u16);
+                put32(&mut b, e.pid as u32);
+                let mut id = [0u8; 24];
+                let n = e.build_id.len().min(20);
+                id[..n].copy_from_slice(&e.build_id[..n]);
+                id[20] = n as u8;
+                b.extend_from_slice(&id);
+                put_padded(&mut b, e.filename.as_bytes(), name_len);
+            }
+            sections.push((feature::BUILD_ID, b));
+        }
+        if let Some(n) = f.nrcpus {
+            let mut b = Vec::new();
+            put32(&mut b, n.available);
+            put32(&mut b, n.online);
+            sections.push((feature::NRCPUS, b));
+        }
+        if let Some(args) = &f.cmdline {
+            let mut b = Vec::new();
+            put32(&mut b, args.len() as u32);
+            for a in args {
+                put_perf_string(&mut b, a);
+            }
+            sections.push((feature::CMDLINE, b));
+        }
+        if let Some(names) = &f.event_names {
+            let mut b = Vec::new();
+            put32(&mut b, self.attrs.len() as u32);
+            put32(&mut b, self.attrs[0].attr.to_bytes().len() as u32);
+            for (a, name) in self.attrs.iter().zip(names.iter().chain(std::iter::repeat(&String::new()))) {
+                b.extend_from_slice(&a.attr.to_bytes());
+                put32(&mut b, a.ids.len() as u32);
+                put_perf_string(&mut b, name);
+                for id in &a.ids {
+                    put64(&mut b, *id);
+                }
+            }
+            sections.push((feature::EVENT_DESC, b));
+        }
+        if !self.auxtrace_index.is_empty() {
+            let mut b = Vec::new();
+            put64(&mut b, self.auxtrace_index.len() as u64);
+            for &(off, sz) in &self.auxtrace_index {
+                put64(&mut b, off);
+                put64(&mut b, sz);
+            }
+            sections.push((feature::AUXTRACE, b));
+        }
+        sections.sort_by_key(|s| s.0);
+        let mut bitmap = [0u8; 32];
+        let mut payload_off = self.pos + 16 * sections.len() as u64;
+        for (bit, data) in &sections {
+            bitmap[(*bit / 8) as usize] |= 1 << (bit % 8);
+            self.out.write_all(&payload_off.to_le_bytes())?;
+            self.out.write_all(&(data.len() as u64).to_le_bytes())?;
+            payload_off += data.len() as u64;
+        }
+        for (_, data) in &sections {
+            self.out.write_all(data)?;
+        }
+        let attr_entry = self.attrs[0].attr.to_bytes().len() as u64 + 16;
+        let ids_total: u64 = self.attrs.iter().map(|a| 8 * a.ids.len() as u64).sum();
+        let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
+        h.extend_from_slice(MAGIC);
+        for v in [
+            FILE_HEADER_SIZE,
+            attr_entry,
+            FILE_HEADER_SIZE + ids_total,
+            attr_entry * self.attrs.len() as u64,
+            self.data_offset,
+            data_size,
+            0,
+            0,
+        ] {
+            put64(&mut h, v);
+        }
+        h.extend_from_slice(&bitmap);
+        self.out.seek(SeekFrom::Start(0))?;
+        self.out.write_all(&h)?;
+        self.out.seek(SeekFrom::End(0))?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+fn pad8(n: usize) -> usize {
+    (n + 7) & !7
+}
+fn put16(b: &mut Vec<u8>, v: u16) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_padded(b: &mut Vec<u8>, s: &[u8], len: usize) {
+    b.extend_from_slice(s);
+    b.resize(b.len() + len - s.len(), 0);
+}
+/// A NUL-terminated string padded so the record stays 8-byte aligned.
+fn put_c_string(b: &mut Vec<u8>, s: &[u8]) {
+    let end = pad8(b.len() + s.len() + 1);
+    b.extend_from_slice(s);
+    b.resize(end, 0);
+}
+/// perf's header string: u32 length (NUL included, padded to 64 bytes as perf does) then bytes.
+fn put_perf_string(b: &mut Vec<u8>, s: &str) {
+    let len = (s.len() + 1).div_ceil(64) * 64;
+    put32(b, len as u32);
+    put_padded(b, s.as_bytes(), len);
+}
+
+fn encode_body(b: &mut Vec<u8>, body: &RecordBody<'_>, misc_bits: &mut u16) {
+    match body {
+        RecordBody::Mmap(m) => {
+            put32(b, m.pid);
+            put32(b, m.tid);
+            put64(b, m.addr);
+            put64(b, m.len);
+            put64(b, m.pgoff);
+            put_c_string(b, m.filename);
+        }
+        RecordBody::Mmap2(m) => {
+            put32(b, m.pid);
+            put32(b, m.tid);
+            put64(b, m.addr);
+            put64(b, m.len);
+            put64(b, m.pgoff);
+            match m.file_id {
+                Mmap2FileId::Inode { maj, min, ino, ino_generation } => {
+                    *misc_bits &= !misc::MMAP_BUILD_ID;
+                    put32(b, maj);
+                    put32(b, min);
+                    put64(b, ino);
+                    put64(b, ino_generation);
+                }
+                Mmap2FileId::BuildId(id) => {
+                    *misc_bits |= misc::MMAP_BUILD_ID;
+                    let n = id.len().min(20);
+                    b.push(n as u8);
+                    b.extend_from_slice(&[0; 3]);
+                    put_padded(b, &id[..n], 20);
+                }
+            }
+            put32(b, m.prot);
+            put32(b, m.flags);
+            put_c_string(b, m.filename);
+        }
+        RecordBody::Comm(c) => {
+            put32(b, c.pid);
+            put32(b, c.tid);
+            put_c_string(b, c.comm);
+        }
+        RecordBody::Fork(f) | RecordBody::Exit(f) => {
+            for v in [f.pid, f.ppid, f.tid, f.ptid] {
+                put32(b, v);
+            }
+            put64(b, f.time);
+        }
+        RecordBody::Lost(l) => {
+            put64(b, l.id);
+            put64(b, l.lost);
+        }
+        RecordBody::LostSamples(l) => put64(b, l.lost),
+        RecordBody::Throttle(t) | RecordBody::Unthrottle(t) => {
+            put64(b, t.time);
+            put64(b, t.id);
+            put64(b, t.stream_id);
+        }
+        RecordBody::Aux(a) => {
+            put64(b, a.aux_offset);
+            put64(b, a.aux_size);
+            put64(b, a.flags);
+        }
+        RecordBody::ItraceStart(i) => {
+            put32(b, i.pid);
+            put32(b, i.tid);
+        }
+        RecordBody::Switch | RecordBody::FinishedRound | RecordBody::FinishedInit => {}
+        RecordBody::SwitchCpuWide(s) => {
+            put32(b, s.next_prev_pid);
+            put32(b, s.next_prev_tid);
+        }
+        RecordBody::Ksymbol(k) => {
+            put64(b, k.addr);
+            put32(b, k.len);
+            put16(b, k.ksym_type);
+            put16(b, k.flags);
+            put_c_string(b, k.name);
+        }
+        RecordBody::BpfEvent(e) => {
+            put16(b, e.event_type);
+            put16(b, e.flags);
+            put32(b, e.id);
+            b.extend_from_slice(&e.tag);
+        }
+        RecordBody::TextPoke(p) => {
+            put64(b, p.addr);
+            put16(b, p.old.len() as u16);
+            put16(b, p.new.len() as u16);
+            b.extend_from_slice(p.old);
+            b.extend_from_slice(p.new);
+            b.resize(pad8(b.len()), 0);
+        }
+        RecordBody::HeaderAttr(h) => {
+            b.extend_from_slice(&h.attr.to_bytes());
+            b.extend_from_slice(h.ids);
+        }
+        RecordBody::IdIndex(ix) => {
+            put64(b, ix.entries.len() as u64);
+            for e in &ix.entries {
+                for v in [e.id, e.idx, e.cpu, e.tid] {
+                    put64(b, v);
+                }
+            }
+        }
+        RecordBody::AuxtraceInfo(i) => {
+            put32(b, i.auxtrace_type);
+            put32(b, 0);
+            b.extend_from_slice(i.priv_data);
+        }
+        RecordBody::TimeConv(t) => {
+            put64(b, t.time_shift);
+            put64(b, t.time_mult);
+            put64(b, t.time_zero);
+            if let Some(x) = t.extended {
+                put64(b, x.time_cycles);
+                put64(b, x.time_mask);
+                b.push(x.cap_user_time_zero as u8);
+                b.push(x.cap_user_time_short as u8);
+                b.extend_from_slice(&[0; 6]);
+            }
+        }
+        RecordBody::Compressed(c) => b.extend_from_slice(c.data),
+        RecordBody::Other { data, .. } => b.extend_from_slice(data),
+        RecordBody::Sample(_) | RecordBody::Auxtrace(_) => unreachable!("written by Writer::write"),
+    }
+}
+
+fn encode_sample_id(b: &mut Vec<u8>, s: &SampleId, attr: &EventAttr) {
+    if !attr.sample_id_all() {
+        return;
+    }
+    let t = attr.sample_type;
+    if t & st::TID != 0 {
+        put32(b, s.pid.unwrap_or(0));
+        put32(b, s.tid.unwrap_or(0));
+    }
+    if t & st::TIME != 0 {
+        put64(b, s.time.unwrap_or(0));
+    }
+    if t & st::ID != 0 {
+        put64(b, s.id.or(s.identifier).unwrap_or(0));
+    }
+    if t & st::STREAM_ID != 0 {
+        put64(b, s.stream_id.unwrap_or(0));
+    }
+    if t & st::CPU != 0 {
+        put32(b, s.cpu.unwrap_or(0));
+        put32(b, 0);
+    }
+    if t & st::IDENTIFIER != 0 {
+        put64(b, s.identifier.or(s.id).unwrap_or(0));
+    }
+}
+
+/// Lays out a sample by `attr.sample_type`; absent fields are written as zero
+/// (variable-size ones as empty).
+fn encode_sample(b: &mut Vec<u8>, s: &Sample<'_>, attr: &EventAttr) {
+    let t = attr.sample_type;
+    let has = |bit| t & bit != 0;
+    let z = |v: Option<u64>| v.unwrap_or(0);
+    if has(st::IDENTIFIER) {
+        put64(b, s.identifier.or(s.id).unwrap_or(0));
+    }
+    if has(st::IP) {
+        put64(b, z(s.ip));
+    }
+    if has(st::TID) {
+        put32(b, s.pid.unwrap_or(0));
+        put32(b, s.tid.unwrap_or(0));
+    }
+    if has(st::TIME) {
+        put64(b, z(s.time));
+    }
+    if has(st::ADDR) {
+        put64(b, z(s.addr));
+    }
+    if has(st::ID) {
+        put64(b, s.id.or(s.identifier).unwrap_or(0));
+    }
+    if has(st::STREAM_ID) {
+        put64(b, z(s.stream_id));
+    }
+    if has(st::CPU) {
+        put32(b, s.cpu.unwrap_or(0));
+        put32(b, 0);
+    }
+    if has(st::PERIOD) {
+        put64(b, z(s.period));
+    }
+    if has(st::READ) {
+        match s.read {
+            Some(r) => b.extend_from_slice(r),
+            None => {
+                let rf = attr.read_format;
+                let n = if rf & crate::abi::read_format::GROUP != 0 {
+                    8 + 8 * ((rf & 3).count_ones() as usize)
+                } else {
+                    8 * ((rf & 3).count_ones() as usize) + attr.read_value_size()
+                };
+                b.resize(b.len() + n, 0);
+            }
+        }
+    }
+    if has(st::CALLCHAIN) {
+        let cc = s.callchain.unwrap_or_default();
+        put64(b, (cc.len() / 8) as u64);
+        b.extend_from_slice(&cc[..cc.len() / 8 * 8]);
+    }
+    if has(st::RAW) {
+        let raw = s.raw.unwrap_or_default();
+        put32(b, raw.len() as u32);
+        b.extend_from_slice(raw);
+    }
+    if has(st::BRANCH_STACK) {
+        match s.branch_stack {
+            Some(r) => b.extend_from_slice(r),
+            None => {
+                put64(b, 0);
+                if attr.branch_sample_type & BRANCH_SAMPLE_HW_INDEX != 0 {
+                    put64(b, 0);
+                }
+            }
+        }
+    }
+    let raw_or_zero = |b: &mut Vec<u8>, v: Option<&[u8]>| match v {
+        Some(r) => b.extend_from_slice(r),
+        None => put64(b, 0),
+    };
+    if has(st::REGS_USER) {
+        raw_or_zero(b, s.regs_user);
+    }
+    if has(st::STACK_USER) {
+        raw_or_zero(b, s.stack_user);
+    }
+    if has(st::WEIGHT) || has(st::WEIGHT_STRUCT) {
+        put64(b, z(s.weight));
+    }
+    if has(st::DATA_SRC) {
+        put64(b, z(s.data_src));
+    }
+    if has(st::TRANSACTION) {
+        put64(b, z(s.transaction));
+    }
+    if has(st::REGS_INTR) {
+        raw_or_zero(b, s.regs_intr);
+    }
+    if has(st::PHYS_ADDR) {
+        put64(b, z(s.phys_addr));
+    }
+    if has(st::CGROUP) {
+        put64(b, z(s.cgroup));
+    }
+    if has(st::DATA_PAGE_SIZE) {
+        put64(b, z(s.data_page_size));
+    }
+    if has(st::CODE_PAGE_SIZE) {
+        put64(b, z(s.code_page_size));
+    }
+    if has(st::AUX) {
+        let aux = s.aux.unwrap_or_default();
+        put64(b, aux.len() as u64);
+        b.extend_from_slice(aux);
+    }
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The project's test command (README.md names this script). When CI is set,
+# tests that need a working Linux perf must fail instead of skipping.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ -n "${CI:-}" ]]; then
+	export POKETRACE_REQUIRE_PERF=1
+fi
+exec cargo test --workspace --locked "$@"
