@@ -1,1 +1,79 @@
-fn main() {}
+//! `poketrace`: the command line. Parses flags, wires the crates together, prints.
+
+mod dump;
+mod hex;
+mod pokes;
+mod symbols;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "poketrace", version, about = "See kernel code as it was when it executed: perf.data, text pokes, trace decode")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print every record of a perf.data file or directory, one line each (like `perf report -D`).
+    Dump {
+        /// perf.data file, or perf.data directory (DIR/data).
+        input: PathBuf,
+        /// JSON Lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The history of TEXT_POKE and KSYMBOL records: bytes, instructions, kind of change.
+    Pokes {
+        /// perf.data file, or perf.data directory (DIR/data, DIR/kcore_dir/kallsyms).
+        input: PathBuf,
+        /// Symbols, when the input has no kcore_dir/kallsyms.
+        #[arg(long)]
+        kallsyms: Option<PathBuf>,
+        /// JSON Lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the main job on built-in data.
+    Demo,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = match cli.command {
+        Command::Dump { input, json } => dump::run(&input, json, &mut out),
+        Command::Pokes { input, kallsyms, json } => pokes::run(&input, kallsyms.as_deref(), json, &mut out),
+        Command::Demo => demo(&mut out),
+    };
+    let result = result.and_then(|code| {
+        out.flush()?;
+        Ok(code)
+    });
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+                std::process::exit(0);
+            }
+            eprintln!("poketrace: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn demo(out: &mut impl Write) -> Result<i32> {
+    writeln!(
+        out,
+        "poketrace demo: not yet. The demo runs the simulator (CPUs executing kernel code while it is\n\
+         text-poked) and decodes its trace; it lands with the simulator (issue 6). Today: `poketrace dump`\n\
+         and `poketrace pokes` on a perf.data file or directory."
+    )?;
+    Ok(0)
+}

@@ -1,7 +1,7 @@
 //! Opening perf.data (file, directory or pipe-mode capture) and walking its records.
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::sync::OnceLock;
 use std::path::{Path, PathBuf};
 
 use crate::abi::{record_type as rt, sample_type as st};
@@ -61,8 +61,8 @@ pub struct PerfFile {
     header: Option<FileHeader>,
     attrs: Vec<AttrWithIds>,
     features: Features,
-    /// Decompressed COMPRESSED payloads, by record offset; filled as records are read.
-    decompressed: elsa::sync::FrozenMap<u64, Box<[u8]>>,
+    /// What the COMPRESSED records hold, made on first need.
+    decompressed: OnceLock<Decompressed>,
 }
 
 impl PerfFile {
@@ -104,7 +104,7 @@ impl PerfFile {
             header: None,
             attrs: Vec::new(),
             features: Features::default(),
-            decompressed: elsa::sync::FrozenMap::new(),
+            decompressed: OnceLock::new(),
             bytes: Bytes::Owned(Vec::new()),
         };
         match size {
@@ -176,13 +176,7 @@ impl PerfFile {
 
     /// Records in file order, COMPRESSED ones followed by what they hold.
     pub fn records(&self) -> Records<'_> {
-        let (start, end) = match &self.header {
-            Some(h) => {
-                let len = self.bytes.len() as u64;
-                (h.data_offset.min(len), h.data_offset.saturating_add(h.data_size).min(len))
-            }
-            None => (PIPE_HEADER_SIZE, self.bytes.len() as u64),
-        };
+        let (start, end) = self.data_range();
         let declared_end = self.header.map(|h| h.data_offset.saturating_add(h.data_size));
         Records {
             file: self,
@@ -190,7 +184,6 @@ impl PerfFile {
             outer: Frame { data: &self.bytes, pos: start as usize, end: end as usize, origin: Origin::file(0) },
             declared_end,
             inner: None,
-            carry: Vec::new(),
             done: false,
         }
     }
@@ -200,23 +193,127 @@ impl PerfFile {
         crate::sorted::SortedRecords::new(self.records())
     }
 
-    fn decompress(&self, offset: u64, carry: &[u8], data: &[u8]) -> Result<&[u8]> {
-        if let Some(d) = self.decompressed.get(&offset) {
-            return Ok(d);
-        }
-        let mut out = carry.to_vec();
-        let mut input = data;
-        while !input.is_empty() {
-            let mut dec = ruzstd::decoding::StreamingDecoder::new(&mut input)
-                .map_err(|e| Error::Decompress { offset, reason: e.to_string() })?;
-            let limit = MAX_DECOMPRESSED.saturating_sub(out.len() as u64);
-            (&mut dec).take(limit + 1).read_to_end(&mut out).map_err(|e| Error::Decompress { offset, reason: e.to_string() })?;
-            if out.len() as u64 > MAX_DECOMPRESSED {
-                return Err(Error::Decompress { offset, reason: format!("more than {MAX_DECOMPRESSED} bytes") });
-            }
-        }
-        Ok(self.decompressed.insert(offset, out.into_boxed_slice()))
+    fn decompressed(&self) -> &Decompressed {
+        self.decompressed.get_or_init(|| {
+            let (start, end) = self.data_range();
+            Decompressed::build(&self.bytes[..end as usize], start as usize)
+        })
     }
+
+    /// The data section's bytes, clamped to the file.
+    fn data_range(&self) -> (u64, u64) {
+        match &self.header {
+            Some(h) => {
+                let len = self.bytes.len() as u64;
+                (h.data_offset.min(len), h.data_offset.saturating_add(h.data_size).min(len))
+            }
+            None => (PIPE_HEADER_SIZE, self.bytes.len() as u64),
+        }
+    }
+}
+
+/// The records inside COMPRESSED records, by the offset of each COMPRESSED record.
+///
+/// perf compresses with one zstd stream: a frame may continue from one
+/// COMPRESSED record into the next, and a record may be split between the
+/// output of two. So all of them are decompressed in file order, once, and
+/// each record's output holds whole records only (a cut tail moves to the next).
+#[derive(Default)]
+struct Decompressed {
+    by_offset: HashMap<u64, std::result::Result<Box<[u8]>, String>>,
+    /// Bytes of a record cut at the end of the last COMPRESSED record.
+    leftover: usize,
+}
+
+impl Decompressed {
+    fn build(data: &[u8], start: usize) -> Decompressed {
+        let mut d = Decompressed::default();
+        let mut decoder = match zstd::stream::raw::Decoder::new() {
+            Ok(dec) => dec,
+            Err(_) => return d,
+        };
+        let mut carry: Vec<u8> = Vec::new();
+        let mut failed: Option<String> = None;
+        let mut pos = start;
+        while let Some(len) = framed_len(&data[pos..]) {
+            let ty = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap());
+            if ty == rt::COMPRESSED {
+                let payload = &data[pos + 8..pos + len];
+                let result = match &failed {
+                    Some(why) => Err(format!("an earlier COMPRESSED record failed ({why})")),
+                    None => inflate(&mut decoder, carry, payload),
+                };
+                carry = Vec::new();
+                let entry = result.map(|mut out| {
+                    let whole = whole_records_len(&out);
+                    carry = out.split_off(whole);
+                    out.into_boxed_slice()
+                });
+                if let Err(e) = &entry {
+                    failed.get_or_insert_with(|| e.clone());
+                }
+                d.by_offset.insert(pos as u64, entry);
+            }
+            pos += len;
+        }
+        d.leftover = carry.len();
+        d
+    }
+}
+
+/// Runs `payload` through the stream decoder, after `carry`.
+fn inflate(decoder: &mut zstd::stream::raw::Decoder<'static>, carry: Vec<u8>, payload: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+    let mut out = carry;
+    let mut input = InBuffer::around(payload);
+    let mut chunk = vec![0u8; 128 << 10];
+    loop {
+        let mut output = OutBuffer::around(&mut chunk[..]);
+        decoder.run(&mut input, &mut output).map_err(|e| e.to_string())?;
+        let produced = output.pos();
+        out.extend_from_slice(&chunk[..produced]);
+        if out.len() as u64 > MAX_DECOMPRESSED {
+            return Err(format!("more than {MAX_DECOMPRESSED} bytes"));
+        }
+        if input.pos() == payload.len() && produced < chunk.len() {
+            return Ok(out);
+        }
+    }
+}
+
+/// Length of the framed record at the start of `data` (header.size plus an
+/// AUXTRACE or TRACING_DATA payload), if it is sound and fits.
+fn framed_len(data: &[u8]) -> Option<usize> {
+    let header = data.get(..8)?;
+    let ty = u32::from_le_bytes(header[..4].try_into().unwrap());
+    let size = u16::from_le_bytes(header[6..8].try_into().unwrap()) as usize;
+    if size < 8 {
+        return None;
+    }
+    let trailing = match ty {
+        rt::AUXTRACE => data.get(8..16).map(crate::cursor::u64_from_chunk)?,
+        rt::HEADER_TRACING_DATA => (u32::from_le_bytes(data.get(8..12)?.try_into().unwrap()) as u64 + 7) & !7,
+        _ => 0,
+    };
+    let len = (size as u64).checked_add(trailing)?;
+    (len <= data.len() as u64).then_some(len as usize)
+}
+
+/// How many leading bytes of `data` are whole records. A record whose header
+/// is not sound counts as whole, so that the reader reports it.
+fn whole_records_len(data: &[u8]) -> usize {
+    let mut pos = 0;
+    while data.len() - pos >= 8 {
+        let size = u16::from_le_bytes([data[pos + 6], data[pos + 7]]) as usize;
+        if size < 8 {
+            return data.len();
+        }
+        match framed_len(&data[pos..]) {
+            Some(len) => pos += len,
+            None => break,
+        }
+    }
+    pos
 }
 
 fn parse_attrs(file: &[u8], h: &FileHeader) -> Result<Vec<AttrWithIds>> {
@@ -341,8 +438,6 @@ pub struct Records<'a> {
     outer: Frame<'a>,
     declared_end: Option<u64>,
     inner: Option<(u64, Frame<'a>)>,
-    /// Bytes of a record cut at the end of one COMPRESSED record, continued in the next.
-    carry: Vec<u8>,
     done: bool,
 }
 
@@ -475,10 +570,7 @@ impl<'a> Iterator for Records<'a> {
                             reason: format!("size {n} is below the 8-byte header"),
                         }));
                     }
-                    _ => {
-                        self.carry = frame.data[frame.pos..frame.end].to_vec();
-                        self.inner = None;
-                    }
+                    _ => self.inner = None,
                 }
             }
             if self.done {
@@ -497,13 +589,14 @@ impl<'a> Iterator for Records<'a> {
                         }));
                     }
                 }
-                if !self.carry.is_empty() {
+                let leftover = self.file.decompressed.get().map_or(0, |d| d.leftover);
+                if leftover > 0 {
                     return Some(Err(Error::Truncated {
                         what: "record in COMPRESSED data",
                         offset: self.outer.end as u64,
                         inner: None,
                         needed: 8,
-                        available: self.carry.len() as u64,
+                        available: leftover as u64,
                     }));
                 }
                 return None;
@@ -511,14 +604,16 @@ impl<'a> Iterator for Records<'a> {
             return Some(match self.read_one(self.outer) {
                 Ok((r, next)) => {
                     self.outer.pos = next;
-                    if let RecordBody::Compressed(comp) = r.body {
-                        let carry = std::mem::take(&mut self.carry);
-                        match self.file.decompress(r.offset, &carry, comp.data) {
-                            Ok(buf) => {
+                    if let RecordBody::Compressed(_) = r.body {
+                        match self.file.decompressed().by_offset.get(&r.offset) {
+                            Some(Ok(buf)) => {
                                 let frame = Frame { data: buf, pos: 0, end: buf.len(), origin: Origin { offset: r.offset, inner: Some(0) } };
                                 self.inner = Some((r.offset, frame));
                             }
-                            Err(e) => return Some(Err(e)),
+                            Some(Err(reason)) => {
+                                return Some(Err(Error::Decompress { offset: r.offset, reason: reason.clone() }))
+                            }
+                            None => {}
                         }
                     }
                     Ok(r)

@@ -142,6 +142,12 @@ impl Kallsyms {
         Ok(Kallsyms::parse(&text))
     }
 
+    /// From symbols in any order.
+    pub fn from_symbols(mut symbols: Vec<Symbol>) -> Kallsyms {
+        symbols.sort_by_key(|s| s.addr);
+        Kallsyms { symbols }
+    }
+
     pub fn symbols(&self) -> &[Symbol] {
         &self.symbols
     }
