@@ -63,7 +63,7 @@ fn touch(r: &Record<'_>) -> u64 {
     }
 }
 
-fn counted(bencher: Bencher) -> Bencher {
+fn counted<'a, 'b>(bencher: Bencher<'a, 'b>) -> Bencher<'a, 'b> {
     let input = input();
     bencher.counter(BytesCount::new(input.bytes)).counter(ItemsCount::new(input.records))
 }

@@ -1,0 +1,344 @@
+//! Linux perf as the oracle: files our writer makes, and files real `perf
+//! record` makes, printed by perf and by poketrace, must agree field for field.
+//!
+//! Needs `perf` (Debian linux-perf). Without it these tests skip, unless
+//! POKETRACE_REQUIRE_PERF is set (CI sets it), then they fail.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
+use perfdata::kcore::{write_kcore_dir, Machine, Segment};
+use perfdata::*;
+
+const TEXT: u64 = 0xffff_ffff_8100_0000;
+const OOL: u64 = 0xffff_ffff_a000_1000;
+const BPF: u64 = 0xffff_ffff_c000_2000;
+
+fn perf_available() -> bool {
+    let ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok && std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() {
+        panic!("perf is required (POKETRACE_REQUIRE_PERF is set) but `perf --version` failed");
+    }
+    if !ok {
+        eprintln!("skipping: perf not installed");
+    }
+    ok
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perf-oracle").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// perf with a private HOME (no build-id cache) and no user config.
+fn perf(home: &Path, args: &[&str]) -> String {
+    let out = Command::new("perf").args(args).env("HOME", home).env("PERF_CONFIG", "/dev/null").output().unwrap();
+    assert!(out.status.success(), "perf {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn poketrace(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(args).output().unwrap();
+    assert!(out.status.success(), "poketrace {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn norm(line: &str) -> String {
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A deterministic xorshift, so the varied files are the same every run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Kernel functions in the made-up image: (name, offset from _text).
+const FUNCS: &[(&str, u64)] = &[
+    ("_text", 0),
+    ("start_kernel", 0x100),
+    ("schedule", 0x1000),
+    ("do_sys_open", 0x1400),
+    ("__SCT__might_resched", 0x1800),
+    ("kfree", 0x2000),
+    ("tcp_sendmsg", 0x2800),
+    ("_etext", 0x4000),
+];
+
+struct Varied {
+    dir: PathBuf,
+    pokes: usize,
+}
+
+/// A perf.data directory with kcore_dir, two attrs, four CPUs, many pokes of
+/// every kind, trampoline creation and removal, KSYMBOL OOL and BPF, BPF_EVENT.
+fn write_varied(dir: &Path, seed: u64, n_pokes: usize) -> Varied {
+    let mut rng = Rng(seed | 1);
+    let side = st::TID | st::TIME | st::CPU | st::IDENTIFIER;
+    let attr = |text_poke: bool| EventAttr {
+        type_: 1,
+        size: ATTR_SIZE_VER7,
+        config: 9,
+        sample_type: side,
+        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::KSYMBOL | attr_flag::BPF_EVENT | if text_poke { attr_flag::TEXT_POKE } else { 0 },
+        ..EventAttr::default()
+    };
+    let attrs = vec![
+        AttrWithIds { attr: attr(true), ids: vec![100, 101, 102, 103] },
+        AttrWithIds { attr: attr(false), ids: vec![200, 201, 202, 203] },
+    ];
+    // Code: NOP5 at every 0x40 of the image, so pokes have something to replace.
+    let mut code = vec![0xccu8; 0x4000];
+    for chunk in code.chunks_mut(0x40) {
+        chunk[..5].copy_from_slice(&[0x0f, 0x1f, 0x44, 0x00, 0x00]);
+    }
+    let kallsyms: String = FUNCS.iter().map(|(n, off)| format!("{:016x} T {n}\n", TEXT + off)).collect();
+    write_kcore_dir(&dir.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: TEXT, bytes: code }], &kallsyms, "").unwrap();
+
+    let mut w = Writer::create(dir.join("data"), attrs).unwrap();
+    w.features.hostname = Some("oracle".into());
+    w.features.osrelease = Some("6.1.0-test".into());
+    w.features.arch = Some("x86_64".into());
+    w.features.nrcpus = Some(NrCpus { available: 4, online: 4 });
+    w.features.cmdline = Some(vec!["poketrace-test".into(), "--seed".into(), seed.to_string()]);
+    let mut time = 1_000_000_000u64;
+    let sid = |time: u64, cpu: u32, tid: u32, id: u64| SampleId {
+        pid: Some(if tid == 0 { 0 } else { 42 }),
+        tid: Some(tid),
+        time: Some(time),
+        cpu: Some(cpu),
+        identifier: Some(id),
+        ..SampleId::default()
+    };
+    w.write(
+        misc::KERNEL,
+        &RecordBody::Mmap(Mmap { pid: u32::MAX, tid: 0, addr: TEXT, len: 0x4000, pgoff: TEXT, filename: b"[kernel.kallsyms]_text" }),
+        &sid(0, 0, 0, 100),
+    )
+    .unwrap();
+    w.write(misc::USER, &RecordBody::Comm(Comm { pid: 42, tid: 42, comm: b"poker" }), &sid(time, 0, 42, 200)).unwrap();
+    w.write(misc::USER, &RecordBody::Fork(ForkExit { pid: 42, ppid: 42, tid: 43, ptid: 42, time }), &sid(time, 0, 43, 200)).unwrap();
+    w.write(misc::USER | misc::COMM_EXEC, &RecordBody::Comm(Comm { pid: 42, tid: 43, comm: b"poke-worker" }), &sid(time + 1, 1, 43, 201)).unwrap();
+
+    let mut pokes = 0;
+    let mut state: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let sites: Vec<u64> = (1..0x100).map(|i| TEXT + 0x40 * i).filter(|a| *a < TEXT + 0x4000).collect();
+    let poke = |w: &mut Writer<_>, time: &mut u64, rng: &mut Rng, addr: u64, new: Vec<u8>, state: &mut BTreeMap<u64, Vec<u8>>| {
+        let old = state.get(&addr).cloned().unwrap_or(vec![0x0f, 0x1f, 0x44, 0x00, 0x00]);
+        let old = old[..new.len().min(old.len())].to_vec();
+        let cpu = rng.below(4) as u32;
+        let tid = [0, 43, 77][rng.below(3) as usize];
+        *time += 1 + rng.below(5000);
+        w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr, old: &old, new: &new }), &sid(*time, cpu, tid, 100 + cpu as u64))
+            .unwrap();
+        state.insert(addr, new);
+    };
+    // The first kernel-text poke comes before any OOL KSYMBOL: perf drops OOL
+    // maps registered before it loads kcore (see scripts/PERF-FORMATS.md).
+    poke(&mut w, &mut time, &mut rng, sites[0], vec![0xe9, 0x10, 0x00, 0x00, 0x00], &mut state);
+    pokes += 1;
+    for i in 0..n_pokes {
+        let addr = sites[rng.below(sites.len() as u64) as usize];
+        let rel = (rng.below(0x1000) as u32).to_le_bytes();
+        let new = match rng.below(7) {
+            0 => vec![0x0f, 0x1f, 0x44, 0x00, 0x00],
+            1 => vec![0xe9, rel[0], rel[1], 0, 0],
+            2 => vec![0xe8, rel[0], rel[1], 0, 0],
+            3 => vec![0xcc],
+            4 => vec![0x66, 0x90],
+            5 => vec![0xeb, rel[0] & 0x7f],
+            _ => vec![0xc3, 0xcc, 0xcc, 0xcc, 0xcc],
+        };
+        poke(&mut w, &mut time, &mut rng, addr, new, &mut state);
+        pokes += 1;
+        if i % 7 == 6 {
+            w.write(0, &RecordBody::FinishedRound, &SampleId::default()).unwrap();
+        }
+    }
+    // A trampoline: KSYMBOL OOL, created by a poke with old_len 0, patched, removed, unregistered.
+    time += 100;
+    let tramp: Vec<u8> = (0..19).map(|i| 0x90 + i as u8).collect();
+    w.write(
+        misc::KERNEL,
+        &RecordBody::Ksymbol(Ksymbol { addr: OOL, len: 0x1000, ksym_type: ksymbol_type::OOL, flags: 0, name: b"ftrace_trampoline" }),
+        &sid(time, 2, 43, 102),
+    )
+    .unwrap();
+    time += 10;
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: OOL, old: &[], new: &tramp }), &sid(time, 2, 43, 102)).unwrap();
+    time += 10;
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: OOL + 8, old: &tramp[8..13], new: &[0xe8, 1, 2, 3, 4] }), &sid(time, 3, 0, 103))
+        .unwrap();
+    time += 10;
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: OOL, old: &tramp, new: &[] }), &sid(time, 2, 43, 102)).unwrap();
+    time += 10;
+    w.write(
+        misc::KERNEL,
+        &RecordBody::Ksymbol(Ksymbol { addr: OOL, len: 0x1000, ksym_type: ksymbol_type::OOL, flags: KSYMBOL_FLAG_UNREGISTER, name: b"ftrace_trampoline" }),
+        &sid(time, 2, 43, 102),
+    )
+    .unwrap();
+    pokes += 3;
+    // A BPF program comes and goes.
+    time += 10;
+    w.write(
+        misc::KERNEL,
+        &RecordBody::Ksymbol(Ksymbol { addr: BPF, len: 0x40, ksym_type: ksymbol_type::BPF, flags: 0, name: b"bpf_prog_0123456789abcdef_test" }),
+        &sid(time, 1, 43, 201),
+    )
+    .unwrap();
+    w.write(misc::KERNEL, &RecordBody::BpfEvent(BpfEvent { event_type: 1, flags: 0, id: 7, tag: *b"\x01\x23\x45\x67\x89\xab\xcd\xef" }), &sid(time + 1, 1, 43, 201))
+        .unwrap();
+    w.write(misc::KERNEL, &RecordBody::BpfEvent(BpfEvent { event_type: 2, flags: 0, id: 7, tag: *b"\x01\x23\x45\x67\x89\xab\xcd\xef" }), &sid(time + 2, 1, 43, 201))
+        .unwrap();
+    w.write(misc::USER, &RecordBody::Exit(ForkExit { pid: 42, ppid: 42, tid: 43, ptid: 42, time: time + 3 }), &sid(time + 3, 1, 43, 201)).unwrap();
+    w.write(0, &RecordBody::FinishedRound, &SampleId::default()).unwrap();
+    w.finish().unwrap();
+    Varied { dir: dir.to_path_buf(), pokes }
+}
+
+/// perf's TEXT_POKE/KSYMBOL lines and byte lines, normalised.
+fn perf_script_pokes(home: &Path, dir: &Path) -> Vec<String> {
+    let text = perf(home, &["script", "-i", dir.to_str().unwrap(), "--show-text-poke-events", "--ns"]);
+    text.lines().filter(|l| !l.trim().is_empty()).map(norm).collect()
+}
+
+/// Our `pokes` output without the lines perf does not print.
+fn our_pokes(dir: &Path) -> Vec<String> {
+    poketrace(&["pokes", dir.to_str().unwrap()])
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(norm)
+        .filter(|l| !l.starts_with("Old insn:") && !l.starts_with("New insn:") && !l.starts_with("Kind:"))
+        .collect()
+}
+
+/// Record lines `[cpu] [time] 0xOFF [0xSIZE]: PERF_RECORD_...` keyed by offset,
+/// for the types both print in full.
+fn record_lines(text: &str) -> BTreeMap<String, Vec<String>> {
+    let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in text.lines() {
+        let n = norm(l);
+        let Some(at) = n.find(" [0x").or_else(|| n.starts_with("0x").then_some(0)) else { continue };
+        if !n.contains("]: PERF_RECORD_") || n.contains("unhandled") || n.contains("PERF_RECORD_COMPRESSED") {
+            continue;
+        }
+        let off = n[..at].rsplit(' ').next().unwrap_or("").to_string();
+        m.entry(off).or_default().push(n);
+    }
+    m
+}
+
+fn stats(text: &str) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    let Some(start) = text.find("Aggregated stats:") else { return m };
+    for l in text[start..].lines().skip(1) {
+        let parts: Vec<&str> = l.split_whitespace().collect();
+        if parts.len() < 3 || parts[1] != "events:" {
+            break;
+        }
+        m.insert(parts[0].to_string(), parts[2].parse().unwrap());
+    }
+    m
+}
+
+/// Record types perf prints in detail but poketrace keeps raw (not in its typed set).
+const UNTYPED: &[&str] = &["PERF_RECORD_THREAD_MAP", "PERF_RECORD_CPU_MAP", "PERF_RECORD_EVENT_UPDATE", "PERF_RECORD_STAT"];
+
+fn assert_dump_agrees(home: &Path, input: &Path) {
+    let perf_d = perf(home, &["report", "-D", "-i", input.to_str().unwrap()]);
+    let ours = poketrace(&["dump", input.to_str().unwrap()]);
+    assert_eq!(stats(&ours), stats(&perf_d), "record counts per type differ for {}", input.display());
+    let (theirs, mine) = (record_lines(&perf_d), record_lines(&ours));
+    assert!(!theirs.is_empty());
+    let mut compared = 0;
+    for (off, lines) in &theirs {
+        let ours = mine.get(off).unwrap_or_else(|| panic!("{}: perf prints a record at {off}, we do not: {lines:?}", input.display()));
+        for l in lines.iter().filter(|l| !UNTYPED.iter().any(|u| l.contains(u))) {
+            assert!(ours.contains(l), "{}: record at {off}:\n perf: {l}\n ours: {ours:?}", input.display());
+            compared += 1;
+        }
+    }
+    assert!(compared > 0);
+}
+
+#[test]
+fn varied_written_files_agree_with_perf() {
+    if !perf_available() {
+        return;
+    }
+    for (seed, n) in [(1u64, 5usize), (7, 60), (1234, 400)] {
+        let dir = scratch(&format!("varied-{seed}"));
+        let v = write_varied(&dir, seed, n);
+        let home = scratch(&format!("home-{seed}"));
+        let theirs = perf_script_pokes(&home, &v.dir);
+        let ours = our_pokes(&v.dir);
+        let poke_lines = theirs.iter().filter(|l| l.contains("PERF_RECORD_TEXT_POKE")).count();
+        assert_eq!(poke_lines, v.pokes, "perf shows every poke");
+        assert!(theirs.iter().any(|l| l.contains("ftrace_trampoline+0x8")), "perf resolved the OOL trampoline");
+        assert!(theirs.iter().any(|l| l.contains("poke-worker")), "perf named the thread from COMM");
+        for (i, (t, o)) in theirs.iter().zip(&ours).enumerate() {
+            assert_eq!(t, o, "line {i} of pokes differs (seed {seed})");
+        }
+        assert_eq!(theirs.len(), ours.len(), "number of lines (seed {seed})");
+        assert_dump_agrees(&home, &v.dir);
+    }
+}
+
+#[test]
+fn pokes_json_and_kinds() {
+    if !perf_available() {
+        return;
+    }
+    let dir = scratch("json");
+    let v = write_varied(&dir, 99, 50);
+    let out = poketrace(&["pokes", v.dir.to_str().unwrap(), "--json"]);
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let pokes: Vec<&serde_json::Value> = rows.iter().filter(|r| r["record"] == "TEXT_POKE").collect();
+    assert_eq!(pokes.len(), v.pokes);
+    for p in &pokes {
+        for k in ["time", "cpu", "pid", "tid", "addr", "sym", "old_len", "new_len", "old", "new", "old_insn", "new_insn", "kind"] {
+            assert!(p.get(k).is_some(), "missing {k} in {p}");
+        }
+        assert_eq!(p["old"].as_str().unwrap().len(), 2 * p["old_len"].as_u64().unwrap() as usize);
+    }
+    let kinds: std::collections::BTreeSet<&str> = pokes.iter().map(|p| p["kind"].as_str().unwrap()).collect();
+    for k in ["jump-label", "ftrace", "kprobe", "trampoline-created", "trampoline-removed"] {
+        assert!(kinds.contains(k), "kind {k} not seen in {kinds:?}");
+    }
+}
+
+#[test]
+fn real_perf_record_files_agree_with_perf() {
+    if !perf_available() {
+        return;
+    }
+    let out = scratch("real");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/record-real.sh");
+    let status = Command::new("bash").arg(&script).arg(&out).status().unwrap();
+    if !status.success() {
+        if std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() {
+            panic!("scripts/record-real.sh failed");
+        }
+        eprintln!("skipping: cannot record here (needs root and perf_event_open)");
+        return;
+    }
+    let home = scratch("real-home");
+    for f in ["dummy.data", "task-clock.data", "compressed.data", "bpf.data", "switch.data", "switch-task.data"] {
+        assert_dump_agrees(&home, &out.join(f));
+    }
+    let pokes = poketrace(&["pokes", out.join("bpf.data").to_str().unwrap()]);
+    assert_eq!(pokes.lines().filter(|l| l.contains("PERF_RECORD_KSYMBOL")).count(), 2, "{pokes}");
+}
