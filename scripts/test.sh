@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The project's test command (README.md names this script). When CI is set,
+# The project's test command (README.md names this script): set-up, then every test. When CI is set,
 # tests that need a working Linux perf must fail instead of skipping.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+./scripts/setup.sh
 if [[ -n "${CI:-}" ]]; then
 	export POKETRACE_REQUIRE_PERF=1
 fi

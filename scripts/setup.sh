@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what poketrace's tests and scripts need on a fresh Debian 12 machine
+# of the project's kind (Rust toolchain and gcc preinstalled; root or sudo).
+# Idempotent: does nothing when everything is there.
+set -euo pipefail
+
+# linux-perf: the oracle (perf record/script/report); zstd: perf -z files;
+# libopencsd-bin: trc_pkt_lister, the CoreSight oracle; gcc, libc6-dev and
+# linux-libc-dev (<linux/bpf.h>): scripts/bpf-load.c for scripts/record-real.sh;
+# python3: scripts/mkperf.py.
+packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3)
+
+missing=()
+for p in "${packages[@]}"; do
+	if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+		missing+=("$p")
+	fi
+done
+if ((${#missing[@]})); then
+	sudo=()
+	if [[ "$(id -u)" != 0 ]]; then sudo=(sudo); fi
+	echo ".ci/run: installing ${missing[*]}" >&2
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq update
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -y \
+		-o Dpkg::Use-Pty=0 --no-install-recommends install "${missing[@]}" >/dev/null
+fi
+
