@@ -342,3 +342,137 @@ fn real_perf_record_files_agree_with_perf() {
     let pokes = poketrace(&["pokes", out.join("bpf.data").to_str().unwrap()]);
     assert_eq!(pokes.lines().filter(|l| l.contains("PERF_RECORD_KSYMBOL")).count(), 2, "{pokes}");
 }
+
+/// Every other typed record perf prints: AUX trace records with a real Intel PT
+/// payload, switches, losses, MMAP2 both ways, ID_INDEX, TIME_CONV.
+#[test]
+fn aux_and_sideband_records_agree_with_perf() {
+    if !perf_available() {
+        return;
+    }
+    use perfdata::auxtrace::IntelPtInfo;
+    let dir = scratch("aux");
+    let side = st::TID | st::TIME | st::CPU | st::IDENTIFIER;
+    let pt = EventAttr {
+        type_: 8,
+        size: ATTR_SIZE_VER7,
+        config: 0x400,
+        sample_type: side | st::IP,
+        flags: attr_flag::SAMPLE_ID_ALL,
+        ..EventAttr::default()
+    };
+    let dummy = EventAttr {
+        type_: 1,
+        size: ATTR_SIZE_VER7,
+        config: 9,
+        sample_type: side | st::IP,
+        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::CONTEXT_SWITCH | attr_flag::MMAP2,
+        ..EventAttr::default()
+    };
+    let attrs = vec![AttrWithIds { attr: pt, ids: vec![10, 11] }, AttrWithIds { attr: dummy, ids: vec![20, 21] }];
+    let mut w = Writer::create(dir.join("data"), attrs).unwrap();
+    let sid = |time: u64, cpu: u32, id: u64| SampleId {
+        pid: Some(42),
+        tid: Some(43),
+        time: Some(time),
+        cpu: Some(cpu),
+        identifier: Some(id),
+        ..SampleId::default()
+    };
+    let info = IntelPtInfo {
+        pmu_type: 8,
+        time_shift: 10,
+        time_mult: 1024,
+        time_zero: 5,
+        cap_user_time_zero: 1,
+        tsc_bit: 0x400,
+        noretcomp_bit: 0x800,
+        per_cpu_mmaps: 1,
+        ..IntelPtInfo::default()
+    }
+    .to_priv_bytes();
+    w.write(0, &RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: 1, priv_data: &info }), &SampleId::default()).unwrap();
+    w.write(
+        0,
+        &RecordBody::IdIndex(IdIndex {
+            entries: vec![
+                IdIndexEntry { id: 10, idx: 0, cpu: 0, tid: u64::MAX },
+                IdIndexEntry { id: 11, idx: 1, cpu: 1, tid: u64::MAX },
+                IdIndexEntry { id: 20, idx: 0, cpu: 0, tid: u64::MAX },
+                IdIndexEntry { id: 21, idx: 1, cpu: 1, tid: u64::MAX },
+            ],
+        }),
+        &SampleId::default(),
+    )
+    .unwrap();
+    w.write(
+        0,
+        &RecordBody::TimeConv(TimeConv {
+            time_shift: 10,
+            time_mult: 1024,
+            time_zero: 5,
+            extended: Some(TimeConvExt { time_cycles: 0, time_mask: u64::MAX, cap_user_time_zero: true, cap_user_time_short: false }),
+        }),
+        &SampleId::default(),
+    )
+    .unwrap();
+    let build_id: Vec<u8> = (0..20).collect();
+    w.write(
+        misc::USER,
+        &RecordBody::Mmap2(Mmap2 {
+            pid: 42,
+            tid: 43,
+            addr: 0x400000,
+            len: 0x1000,
+            pgoff: 0,
+            file_id: Mmap2FileId::Inode { maj: 0xfe, min: 1, ino: 1234, ino_generation: 5 },
+            prot: 5,
+            flags: 2,
+            filename: b"/usr/bin/true",
+        }),
+        &sid(100, 0, 20),
+    )
+    .unwrap();
+    w.write(
+        misc::USER,
+        &RecordBody::Mmap2(Mmap2 {
+            pid: 42,
+            tid: 43,
+            addr: 0x7f0000000000,
+            len: 0x2000,
+            pgoff: 0x1000,
+            file_id: Mmap2FileId::BuildId(&build_id),
+            prot: 7,
+            flags: 1,
+            filename: b"/lib/x.so",
+        }),
+        &sid(101, 1, 21),
+    )
+    .unwrap();
+    w.write(misc::USER, &RecordBody::ItraceStart(ItraceStart { pid: 42, tid: 43 }), &sid(102, 0, 10)).unwrap();
+    w.write(misc::USER, &RecordBody::Switch, &sid(103, 0, 20)).unwrap();
+    w.write(misc::USER | misc::SWITCH_OUT | misc::SWITCH_OUT_PREEMPT, &RecordBody::Switch, &sid(104, 0, 20)).unwrap();
+    w.write(misc::KERNEL | misc::SWITCH_OUT, &RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: 7, next_prev_tid: 8 }), &sid(105, 1, 21))
+        .unwrap();
+    w.write(misc::KERNEL, &RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: 9, next_prev_tid: 10 }), &sid(106, 1, 21)).unwrap();
+    w.write(0, &RecordBody::Lost(Lost { id: 20, lost: 5 }), &sid(107, 0, 20)).unwrap();
+    w.write(0, &RecordBody::LostSamples(LostSamples { lost: 6 }), &sid(108, 0, 20)).unwrap();
+    w.write(0, &RecordBody::Aux(Aux { aux_offset: 0, aux_size: 0x20, flags: 0 }), &sid(109, 0, 10)).unwrap();
+    w.write(0, &RecordBody::Aux(Aux { aux_offset: 0x20, aux_size: 0x20, flags: 0x7 }), &sid(110, 1, 11)).unwrap();
+    // PSB, PSBEND: the smallest valid Intel PT.
+    let mut trace: Vec<u8> = [0x02, 0x82].repeat(8);
+    trace.extend_from_slice(&[0x02, 0x23]);
+    w.write(0, &RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 0x1234, idx: 0, tid: 43, cpu: 0, data: &trace }), &SampleId::default())
+        .unwrap();
+    w.write(0, &RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 0x5678, idx: 1, tid: 43, cpu: 1, data: &trace }), &SampleId::default())
+        .unwrap();
+    w.write(0, &RecordBody::FinishedRound, &SampleId::default()).unwrap();
+    w.finish().unwrap();
+
+    let file = PerfFile::open(&dir).unwrap();
+    assert_eq!(file.features().auxtrace_index.len(), 2, "HEADER_AUXTRACE written");
+    let home = scratch("aux-home");
+    assert_dump_agrees(&home, &dir);
+    let perf_d = perf(&home, &["report", "-D", "-i", dir.to_str().unwrap()]);
+    assert!(perf_d.contains("PSBEND"), "perf decoded our AUXTRACE payload as Intel PT:\n{perf_d}");
+}
