@@ -119,7 +119,7 @@ time_all() {
 		name="${entry%%|*}"
 		cmd="${entry#*|}"
 		runs=$RUNS
-		[[ "$name" == perf* ]] && runs=$PERF_RUNS
+		[[ "$name" == "perf report -D" ]] && runs=$PERF_RUNS
 		if command -v hyperfine >/dev/null; then
 			hyperfine --style basic --warmup 0 --runs "$runs" --export-json "$work/h.json" -n "$name" "$cmd" >&2
 			python3 - "$work/h.json" "$name" <<-'EOF'

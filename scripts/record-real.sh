@@ -13,6 +13,7 @@
 #                     program (KSYMBOL type 1 + BPF_EVENT, register and unregister)
 #   switch.data       -e dummy --switch-events -a    (SWITCH_CPU_WIDE)
 #   switch-task.data  -e dummy --switch-events       (SWITCH)
+#   pipe.data         -e dummy -o - (pipe mode)       (HEADER_ATTR, FEATURE records)
 #   bpf-load          the helper, compiled from scripts/bpf-load.c
 #
 # --no-bpf-event is given wherever BPF events are not wanted: without it perf
@@ -61,6 +62,8 @@ rec compressed.data --no-bpf-event -z -e task-clock -a -- sleep 0.2
 rec bpf.data -e dummy -a -- sh -c "'$out/bpf-load' 20 && sleep 0.05"
 rec switch.data --no-bpf-event -e dummy --switch-events -a -- sleep 0.05
 rec switch-task.data --no-bpf-event -e dummy --switch-events -- sleep 0.05
+# Pipe mode (16-byte header, attrs as HEADER_ATTR records); perf reads it from stdin.
+perf record -q --no-bpf-event -e dummy -o - -- sleep 0.05 >"$out/pipe.data"
 
 # Each file must hold the records it exists for (`perf report --stats` counts).
 expect() {

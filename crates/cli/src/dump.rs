@@ -20,7 +20,12 @@ pub fn run(input: &Path, json: bool, out: &mut impl Write) -> Result<i32> {
     let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
     let mut errors = 0u64;
     let mut records = file.records();
-    while let Some(item) = records.next() {
+    loop {
+        // The layout perf prints a record with is the one known before it
+        // (pipe mode learns attrs from HEADER_ATTR records as they pass).
+        let combined = records.attrs().iter().fold(0, |acc, a| acc | a.attr.sample_type);
+        let sample_id_all = records.attrs().first().is_some_and(|a| a.attr.sample_id_all());
+        let Some(item) = records.next() else { break };
         let r = match item {
             Ok(r) => r,
             Err(e) => {
@@ -33,8 +38,6 @@ pub fn run(input: &Path, json: bool, out: &mut impl Write) -> Result<i32> {
         if let RecordBody::Ksymbol(k) = &r.body {
             symbols.apply(k);
         }
-        let combined = records.attrs().iter().fold(0, |acc, a| acc | a.attr.sample_type);
-        let sample_id_all = records.attrs().first().is_some_and(|a| a.attr.sample_id_all());
         if json {
             serde_json::to_writer(&mut *out, &record_json(&r, &symbols))?;
             writeln!(out)?;
@@ -203,7 +206,7 @@ fn write_text(out: &mut impl Write, r: &Record<'_>, combined: u64, sample_id_all
         }
         RecordBody::HeaderAttr(h) => {
             let a = h.to_attr_with_ids();
-            write!(out, " type {} config {:#x} sample_type {:#x} ids {:?}", a.attr.type_, a.attr.config, a.attr.sample_type, a.ids)?
+            extra.push(format!("attr type {} config {:#x} sample_type {:#x} ids {:?}", a.attr.type_, a.attr.config, a.attr.sample_type, a.ids))
         }
         RecordBody::FinishedRound | RecordBody::FinishedInit => {}
         RecordBody::IdIndex(ix) => {
@@ -238,7 +241,7 @@ fn write_text(out: &mut impl Write, r: &Record<'_>, combined: u64, sample_id_all
             }
         }
         RecordBody::Compressed(c) => write!(out, " compressed size: {}", c.data.len())?,
-        RecordBody::Other { data, .. } => write!(out, ": {} bytes {}", data.len(), plain(&data[..data.len().min(64)]))?,
+        RecordBody::Other { data, .. } => extra.push(format!("{} bytes: {}", data.len(), plain(&data[..data.len().min(64)]))),
     }
     writeln!(out)?;
     if let Some(inner) = r.inner_offset {
