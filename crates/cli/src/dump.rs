@@ -142,8 +142,7 @@ fn write_text(out: &mut impl Write, r: &Record<'_>, combined: u64, sample_id_all
         RecordBody::Sample(s) => {
             write!(
                 out,
-                "({}, {}): {}/{}: {} period: {} addr: {}",
-                "IP",
+                "(IP, {}): {}/{}: {} period: {} addr: {}",
                 c_hex(r.misc as u64),
                 s.pid.unwrap_or(0) as i32,
                 s.tid.unwrap_or(0) as i32,

@@ -320,7 +320,7 @@ fn parse_attrs(file: &[u8], h: &FileHeader) -> Result<Vec<AttrWithIds>> {
     if h.attrs_size == 0 {
         return Ok(Vec::new());
     }
-    if h.attr_size < ATTR_SIZE_VER0 as u64 + 16 || h.attrs_size % h.attr_size != 0 {
+    if h.attr_size < ATTR_SIZE_VER0 as u64 + 16 || !h.attrs_size.is_multiple_of(h.attr_size) {
         return Err(Error::invalid(
             "attrs section",
             h.attrs_offset,
@@ -335,7 +335,7 @@ fn parse_attrs(file: &[u8], h: &FileHeader) -> Result<Vec<AttrWithIds>> {
         let attr = EventAttr::parse(attr_bytes);
         let ids_off = crate::cursor::le_u64(entry, entry.len() - 16);
         let ids_size = crate::cursor::le_u64(entry, entry.len() - 8);
-        if ids_size % 8 != 0 {
+        if !ids_size.is_multiple_of(8) {
             return Err(Error::invalid("attr id array", at, format!("size {ids_size} is not a multiple of 8")));
         }
         let ids = slice_at(file, ids_off, ids_size, "attr id array")?
@@ -437,7 +437,8 @@ pub struct Records<'a> {
     layout: Layout,
     outer: Frame<'a>,
     declared_end: Option<u64>,
-    inner: Option<(u64, Frame<'a>)>,
+    /// The decompressed records of the COMPRESSED record being walked.
+    inner: Option<Frame<'a>>,
     done: bool,
 }
 
@@ -539,94 +540,74 @@ impl<'a> Iterator for Records<'a> {
     type Item = Result<Record<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some((comp_offset, frame)) = self.inner {
-                let left = frame.end - frame.pos;
-                let need = (left >= 8).then(|| u16::from_le_bytes([frame.data[frame.pos + 6], frame.data[frame.pos + 7]]) as usize);
-                match need {
-                    Some(n) if n <= left && n >= 8 => {
-                        return Some(match self.read_one(frame) {
-                            Ok((r, next)) => {
-                                self.inner = Some((comp_offset, Frame { pos: next, ..frame }));
-                                Ok(r)
-                            }
-                            Err(Failure::Skip(e, next)) => {
-                                self.inner = Some((comp_offset, Frame { pos: next, ..frame }));
-                                Err(e)
-                            }
-                            Err(Failure::Stop(e)) => {
-                                self.inner = None;
-                                Err(e)
-                            }
-                        });
+        if let Some(frame) = self.inner.take() {
+            if frame.pos < frame.end {
+                return Some(match self.read_one(frame) {
+                    Ok((r, next)) => {
+                        self.inner = Some(Frame { pos: next, ..frame });
+                        Ok(r)
                     }
-                    Some(n) if n < 8 => {
-                        self.inner = None;
-                        let at = frame.origin.advanced(frame.pos as u64);
-                        return Some(Err(Error::Invalid {
-                            what: "record header",
-                            offset: at.offset,
-                            inner: at.inner,
-                            reason: format!("size {n} is below the 8-byte header"),
-                        }));
+                    Err(Failure::Skip(e, next)) => {
+                        self.inner = Some(Frame { pos: next, ..frame });
+                        Err(e)
                     }
-                    _ => self.inner = None,
-                }
+                    Err(Failure::Stop(e)) => Err(e),
+                });
             }
-            if self.done {
-                return None;
-            }
-            if self.outer.pos >= self.outer.end {
-                self.done = true;
-                if let Some(declared) = self.declared_end {
-                    if declared > self.outer.end as u64 {
-                        return Some(Err(Error::Truncated {
-                            what: "data section",
-                            offset: self.outer.end as u64,
-                            inner: None,
-                            needed: declared - self.outer.end as u64,
-                            available: 0,
-                        }));
-                    }
-                }
-                let leftover = self.file.decompressed.get().map_or(0, |d| d.leftover);
-                if leftover > 0 {
+        }
+        if self.done {
+            return None;
+        }
+        if self.outer.pos >= self.outer.end {
+            self.done = true;
+            if let Some(declared) = self.declared_end {
+                if declared > self.outer.end as u64 {
                     return Some(Err(Error::Truncated {
-                        what: "record in COMPRESSED data",
+                        what: "data section",
                         offset: self.outer.end as u64,
                         inner: None,
-                        needed: 8,
-                        available: leftover as u64,
+                        needed: declared - self.outer.end as u64,
+                        available: 0,
                     }));
                 }
-                return None;
             }
-            return Some(match self.read_one(self.outer) {
-                Ok((r, next)) => {
-                    self.outer.pos = next;
-                    if let RecordBody::Compressed(_) = r.body {
-                        match self.file.decompressed().by_offset.get(&r.offset) {
-                            Some(Ok(buf)) => {
-                                let frame = Frame { data: buf, pos: 0, end: buf.len(), origin: Origin { offset: r.offset, inner: Some(0) } };
-                                self.inner = Some((r.offset, frame));
-                            }
-                            Some(Err(reason)) => {
-                                return Some(Err(Error::Decompress { offset: r.offset, reason: reason.clone() }))
-                            }
-                            None => {}
-                        }
-                    }
-                    Ok(r)
-                }
-                Err(Failure::Skip(e, next)) => {
-                    self.outer.pos = next;
-                    Err(e)
-                }
-                Err(Failure::Stop(e)) => {
-                    self.done = true;
-                    Err(e)
-                }
-            });
+            let leftover = self.file.decompressed.get().map_or(0, |d| d.leftover);
+            if leftover > 0 {
+                return Some(Err(Error::Truncated {
+                    what: "record in COMPRESSED data",
+                    offset: self.outer.end as u64,
+                    inner: None,
+                    needed: 8,
+                    available: leftover as u64,
+                }));
+            }
+            return None;
         }
+        Some(match self.read_one(self.outer) {
+            Ok((r, next)) => {
+                self.outer.pos = next;
+                if let RecordBody::Compressed(_) = r.body {
+                    match self.file.decompressed().by_offset.get(&r.offset) {
+                        Some(Ok(buf)) => {
+                            let frame = Frame { data: buf, pos: 0, end: buf.len(), origin: Origin { offset: r.offset, inner: Some(0) } };
+                            self.inner = Some(frame);
+                        }
+                        Some(Err(reason)) => {
+                            return Some(Err(Error::Decompress { offset: r.offset, reason: reason.clone() }))
+                        }
+                        None => {}
+                    }
+                }
+                Ok(r)
+            }
+            Err(Failure::Skip(e, next)) => {
+                self.outer.pos = next;
+                Err(e)
+            }
+            Err(Failure::Stop(e)) => {
+                self.done = true;
+                Err(e)
+            }
+        })
     }
 }

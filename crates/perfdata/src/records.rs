@@ -38,6 +38,8 @@ impl Record<'_> {
 }
 
 /// The body of each record type this crate understands; any other type is [`RecordBody::Other`].
+// SAMPLE is the large variant; boxing it would allocate once per sample on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum RecordBody<'a> {
     Mmap(Mmap<'a>),
@@ -411,7 +413,7 @@ pub(crate) fn parse_body<'a>(
                 return Err(c.invalid(format!("attr size {size} is below the minimum {ATTR_SIZE_VER0}")));
             }
             let attr = EventAttr::parse(c.bytes(size as usize)?);
-            if c.remaining() % 8 != 0 {
+            if !c.remaining().is_multiple_of(8) {
                 return Err(c.invalid("id array is not a multiple of 8 bytes"));
             }
             RecordBody::HeaderAttr(HeaderAttr { attr, ids: c.rest() })
