@@ -92,11 +92,7 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
                 let old_insn = disasm(arch, p.addr, p.old);
                 let new_insn = disasm(arch, p.addr, p.new);
                 if json {
-                    let mut m = serde_json::Map::new();
-                    m.insert("record".into(), json!("TEXT_POKE"));
-                    sample_id_json(&mut m, &s);
-                    m.insert("comm".into(), json!(threads.name(s.tid)));
-                    for (k, v) in [
+                    let fields = [
                         ("addr", json!(p.addr)),
                         ("sym", json!(sym)),
                         ("old_len", json!(p.old.len())),
@@ -106,11 +102,8 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
                         ("old_insn", json!(old_insn)),
                         ("new_insn", json!(new_insn)),
                         ("kind", json!(kind.name())),
-                    ] {
-                        m.insert(k.into(), v);
-                    }
-                    serde_json::to_writer(&mut *out, &m)?;
-                    writeln!(out)?;
+                    ];
+                    json_line(out, "TEXT_POKE", &r, &threads, fields)?;
                 } else {
                     writeln!(
                         out,
@@ -136,21 +129,14 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
                 n_ksyms += 1;
                 symbols.apply(k);
                 if json {
-                    let mut m = serde_json::Map::new();
-                    m.insert("record".into(), json!("KSYMBOL"));
-                    sample_id_json(&mut m, &s);
-                    m.insert("comm".into(), json!(threads.name(s.tid)));
-                    for (key, v) in [
+                    let fields = [
                         ("addr", json!(k.addr)),
                         ("len", json!(k.len)),
                         ("ksym_type", json!(k.ksym_type)),
                         ("flags", json!(k.flags)),
                         ("name", json!(text(k.name))),
-                    ] {
-                        m.insert(key.into(), v);
-                    }
-                    serde_json::to_writer(&mut *out, &m)?;
-                    writeln!(out)?;
+                    ];
+                    json_line(out, "KSYMBOL", &r, &threads, fields)?;
                 } else {
                     writeln!(
                         out,
@@ -190,6 +176,26 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
         }
     }
     Ok(if errors > 0 { 1 } else { 0 })
+}
+
+/// One JSON Lines object: the record's name, who and when, then `fields`.
+fn json_line<const N: usize>(
+    out: &mut impl Write,
+    record: &str,
+    r: &Record<'_>,
+    threads: &Threads,
+    fields: [(&str, serde_json::Value); N],
+) -> Result<()> {
+    let mut m = serde_json::Map::new();
+    m.insert("record".into(), json!(record));
+    sample_id_json(&mut m, &r.sample_id);
+    m.insert("comm".into(), json!(threads.name(r.sample_id.tid)));
+    for (k, v) in fields {
+        m.insert(k.into(), v);
+    }
+    serde_json::to_writer(&mut *out, &m)?;
+    writeln!(out)?;
+    Ok(())
 }
 
 /// perf script's `%16s %5d [%03d] %5lu.%09lu: `.

@@ -261,16 +261,26 @@ impl Decompressed {
     }
 }
 
-/// Runs `payload` through the stream decoder, after `carry`.
-fn inflate(decoder: &mut zstd::stream::raw::Decoder<'static>, carry: Vec<u8>, payload: &[u8]) -> std::result::Result<Vec<u8>, String> {
+/// Runs `payload` through the stream decoder, after `carry`. perf flushes
+/// the stream at the end of each COMPRESSED record without ending the frame,
+/// so a stream that stops inside a frame is normal and not an error.
+fn inflate(
+    decoder: &mut zstd::stream::raw::Decoder<'static>,
+    carry: Vec<u8>,
+    payload: &[u8],
+) -> std::result::Result<Vec<u8>, String> {
     use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
     let mut out = carry;
     let mut input = InBuffer::around(payload);
     let mut chunk = vec![0u8; 128 << 10];
     loop {
         let mut output = OutBuffer::around(&mut chunk[..]);
+        let before = input.pos();
         decoder.run(&mut input, &mut output).map_err(|e| e.to_string())?;
         let produced = output.pos();
+        if produced == 0 && input.pos() == before && input.pos() < payload.len() {
+            return Err("the zstd decoder makes no progress".to_string());
+        }
         out.extend_from_slice(&chunk[..produced]);
         if out.len() as u64 > MAX_DECOMPRESSED {
             return Err(format!("more than {MAX_DECOMPRESSED} bytes"));
@@ -300,7 +310,10 @@ fn framed_len(data: &[u8]) -> Option<usize> {
 }
 
 /// How many leading bytes of `data` are whole records. A record whose header
-/// is not sound counts as whole, so that the reader reports it.
+/// is not sound counts as whole, so that the reader reports it; so does one
+/// whose `header.size` bytes are there but whose AUXTRACE or TRACING_DATA
+/// payload is not (perf never compresses those; carrying it over would swallow
+/// every later COMPRESSED record into a carry that never completes).
 fn whole_records_len(data: &[u8]) -> usize {
     let mut pos = 0;
     while data.len() - pos >= 8 {
@@ -310,6 +323,7 @@ fn whole_records_len(data: &[u8]) -> usize {
         }
         match framed_len(&data[pos..]) {
             Some(len) => pos += len,
+            None if size <= data.len() - pos => return data.len(),
             None => break,
         }
     }
@@ -329,6 +343,9 @@ fn parse_attrs(file: &[u8], h: &FileHeader) -> Result<Vec<AttrWithIds>> {
     }
     let section = slice_at(file, h.attrs_offset, h.attrs_size, "attrs section")?;
     let mut attrs = Vec::new();
+    // perf writes each attr's ids once; arrays that overlap could make the
+    // ids take (number of attrs) x (file size) bytes.
+    let mut ids_total = 0u64;
     for (i, entry) in section.chunks_exact(h.attr_size as usize).enumerate() {
         let at = h.attrs_offset + i as u64 * h.attr_size;
         let attr_bytes = &entry[..entry.len() - 16];
@@ -337,6 +354,14 @@ fn parse_attrs(file: &[u8], h: &FileHeader) -> Result<Vec<AttrWithIds>> {
         let ids_size = crate::cursor::le_u64(entry, entry.len() - 8);
         if !ids_size.is_multiple_of(8) {
             return Err(Error::invalid("attr id array", at, format!("size {ids_size} is not a multiple of 8")));
+        }
+        ids_total = ids_total.saturating_add(ids_size);
+        if ids_total > file.len() as u64 {
+            return Err(Error::invalid(
+                "attr id array",
+                at,
+                format!("the id arrays up to this attr take {ids_total} bytes, more than the {}-byte file", file.len()),
+            ));
         }
         let ids = slice_at(file, ids_off, ids_size, "attr id array")?
             .chunks_exact(8)
@@ -370,8 +395,9 @@ impl Layout {
         for &id in &a.ids {
             self.by_id.insert(id, index);
         }
+        // Kept up to date as attrs come (not recomputed: that is quadratic in the attrs).
+        self.all_identifier = (index == 0 || self.all_identifier) && a.attr.sample_type & st::IDENTIFIER != 0;
         self.attrs.push(a);
-        self.all_identifier = self.attrs.iter().all(|a| a.attr.sample_type & st::IDENTIFIER != 0);
     }
 
     /// The attr of a non-sample record whose trailer ends `record`.
@@ -456,7 +482,8 @@ impl<'a> Records<'a> {
         let (ty, misc, size) = hdr.map_err(Failure::Stop)?;
         let what = crate::abi::record_type_name(ty).unwrap_or("record");
         if (size as usize) < 8 {
-            return Err(Failure::Stop(c.invalid(format!("{what} record (type {ty}) has size {size}, below its 8-byte header"))));
+            let reason = format!("{what} record (type {ty}) has size {size}, below its 8-byte header");
+            return Err(Failure::Stop(Error::Invalid { what: "record header", offset: at.offset, inner: at.inner, reason }));
         }
         let mut c = Cursor::new(&data[pos..end], at, what);
         let whole = c.bytes(size as usize).map_err(Failure::Stop)?;
