@@ -1,0 +1,263 @@
+//! Base code: what the kernel's text held before any recorded change, from
+//! ELF files (vmlinux, kcore), raw dumps and OpenCSD snapshot dumps.
+//! Files are memory-mapped, not copied.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use object::read::elf::{FileHeader as _, ProgramHeader as _};
+use object::{elf, Endianness, Object, ObjectSection, SectionFlags};
+
+use crate::error::{io, Error, Result};
+
+/// Bytes of a region: a slice of a shared memory map, or owned.
+#[derive(Clone)]
+enum Backing {
+    Map { map: Arc<memmap2::Mmap>, offset: usize, len: usize },
+    Owned(Arc<[u8]>),
+}
+
+/// One contiguous block of code at a virtual address.
+#[derive(Clone)]
+pub struct Region {
+    pub start: u64,
+    /// Where it came from, for messages ("kcore PT_LOAD 0", "kernel_dump.bin").
+    pub name: String,
+    backing: Backing,
+}
+
+impl Region {
+    pub fn bytes(&self) -> &[u8] {
+        match &self.backing {
+            Backing::Map { map, offset, len } => &map[*offset..*offset + *len],
+            Backing::Owned(b) => b,
+        }
+    }
+    pub fn len(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn end(&self) -> u64 {
+        self.start + self.len()
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Region({} {:#x}..{:#x})", self.name, self.start, self.end())
+    }
+}
+
+/// Non-overlapping regions sorted by address. Where an added region overlaps
+/// earlier ones, the earlier bytes win and the overlap is recorded.
+#[derive(Clone, Debug, Default)]
+pub struct BaseImage {
+    regions: Vec<Region>,
+    /// Overlapping ranges that were dropped: (start, end, name of the dropped part).
+    pub overlaps: Vec<(u64, u64, String)>,
+}
+
+impl BaseImage {
+    pub fn new() -> BaseImage {
+        BaseImage::default()
+    }
+
+    pub fn regions(&self) -> &[Region] {
+        &self.regions
+    }
+
+    /// Adds owned bytes at `start`.
+    pub fn add_bytes(&mut self, start: u64, bytes: Vec<u8>, name: impl Into<String>) {
+        let len = bytes.len();
+        self.insert(Region { start, name: name.into(), backing: Backing::Owned(bytes.into()) }, 0, len);
+    }
+
+    /// Adds `len` bytes of `path` from `file_offset` at address `start` (a raw dump).
+    /// `len` None: to the end of the file.
+    pub fn add_raw_file(&mut self, path: &Path, file_offset: u64, len: Option<u64>, start: u64) -> Result<()> {
+        let map = map_file(path)?;
+        let avail = (map.len() as u64).saturating_sub(file_offset);
+        let len = len.unwrap_or(avail);
+        if file_offset > map.len() as u64 || len > avail {
+            return Err(Error::Region {
+                path: path.to_path_buf(),
+                start,
+                len,
+                reason: format!("needs file bytes {file_offset:#x}+{len:#x}, the file has {:#x}", map.len()),
+            });
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        self.add_mapped(map, file_offset as usize, len as usize, start, name);
+        Ok(())
+    }
+
+    /// Adds the PT_LOAD segments of an ELF file (vmlinux, kcore) at their
+    /// virtual addresses; an ELF without loadable segments (a relocatable
+    /// object) contributes its executable sections at their addresses.
+    pub fn add_elf(&mut self, path: &Path) -> Result<()> {
+        let map = map_file(path)?;
+        let bad = |e: object::read::Error| Error::Elf { path: path.to_path_buf(), reason: e.to_string() };
+        let data: &[u8] = &map;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut added = 0;
+        if let Ok(header) = elf::FileHeader64::<Endianness>::parse(data) {
+            let endian = header.endian().map_err(bad)?;
+            for (i, ph) in header.program_headers(endian, data).map_err(bad)?.iter().enumerate() {
+                if ph.p_type(endian) != elf::PT_LOAD || ph.p_filesz(endian) == 0 {
+                    continue;
+                }
+                let (off, size, vaddr) = (ph.p_offset(endian), ph.p_filesz(endian), ph.p_vaddr(endian));
+                if off.checked_add(size).is_none_or(|e| e > data.len() as u64) {
+                    return Err(Error::Region {
+                        path: path.to_path_buf(),
+                        start: vaddr,
+                        len: size,
+                        reason: format!("PT_LOAD {i} runs past the end of the file"),
+                    });
+                }
+                self.add_mapped(map.clone(), off as usize, size as usize, vaddr, format!("{name} PT_LOAD {i}"));
+                added += 1;
+            }
+        }
+        if added == 0 {
+            let file = object::File::parse(data).map_err(bad)?;
+            for s in file.sections() {
+                let exec = match s.flags() {
+                    SectionFlags::Elf { sh_flags } => sh_flags & elf::SHF_EXECINSTR as u64 != 0,
+                    _ => false,
+                };
+                if !exec || s.address() == 0 {
+                    continue;
+                }
+                if let Some((off, size)) = s.file_range() {
+                    let sname = s.name().unwrap_or("?").to_string();
+                    self.add_mapped(map.clone(), off as usize, size as usize, s.address(), format!("{name} {sname}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the memory dumps of an OpenCSD snapshot (every core device's
+    /// `[dumpN]` sections: `file=`, `address=`, `length=`, `offset=`).
+    pub fn add_opencsd_snapshot(&mut self, dir: &Path) -> Result<()> {
+        let snapshot = dir.join("snapshot.ini");
+        let text = std::fs::read_to_string(&snapshot).map_err(io(&snapshot))?;
+        let mut seen = std::collections::HashSet::new();
+        for (_, device_file) in ini_section(&text, "device_list") {
+            let path = dir.join(device_file);
+            let dev = std::fs::read_to_string(&path).map_err(io(&path))?;
+            for (section, line) in ini_sections(&dev) {
+                if !section.starts_with("dump") {
+                    continue;
+                }
+                let fields: Vec<(String, String)> = ini_section(&dev, &section);
+                let get = |k: &str| fields.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+                let bad = |reason: String| Error::Snapshot { path: path.clone(), line, reason };
+                let file = get("file").ok_or_else(|| bad(format!("[{section}] has no file=")))?;
+                let address = get("address").ok_or_else(|| bad(format!("[{section}] has no address=")))?;
+                let address = parse_num(&address).ok_or_else(|| bad(format!("bad address {address}")))?;
+                let offset = get("offset").map(|o| parse_num(&o).ok_or_else(|| bad(format!("bad offset {o}")))).transpose()?;
+                let length = get("length").map(|l| parse_num(&l).ok_or_else(|| bad(format!("bad length {l}")))).transpose()?;
+                // Several cores usually share one dump: load each (file, address) once.
+                if seen.insert((file.clone(), address)) {
+                    self.add_raw_file(&dir.join(&file), offset.unwrap_or(0), length, address)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_mapped(&mut self, map: Arc<memmap2::Mmap>, offset: usize, len: usize, start: u64, name: String) {
+        self.insert(Region { start, name, backing: Backing::Map { map, offset, len } }, 0, len);
+    }
+
+    /// Inserts the part of `r` (bytes `lo..hi` of it) that no existing region covers.
+    fn insert(&mut self, r: Region, lo: usize, hi: usize) {
+        if lo >= hi {
+            return;
+        }
+        let start = r.start + lo as u64;
+        let end = r.start + hi as u64;
+        let i = self.regions.partition_point(|x| x.end() <= start);
+        if let Some(x) = self.regions.get(i).filter(|x| x.start < end) {
+            let (xs, xe) = (x.start, x.end());
+            self.overlaps.push((start.max(xs), end.min(xe), r.name.clone()));
+            if start < xs {
+                self.insert(r.clone(), lo, (xs - r.start) as usize);
+            }
+            if end > xe {
+                let from = (xe - r.start) as usize;
+                self.insert(r, from, hi);
+            }
+            return;
+        }
+        let backing = match r.backing {
+            Backing::Map { map, offset, .. } => Backing::Map { map, offset: offset + lo, len: hi - lo },
+            Backing::Owned(b) => Backing::Owned(b[lo..hi].into()),
+        };
+        self.regions.insert(i, Region { start, name: r.name, backing });
+    }
+
+    /// The region holding `addr` and the offset into it.
+    pub fn find(&self, addr: u64) -> Option<(&Region, usize)> {
+        let i = self.regions.partition_point(|x| x.end() <= addr);
+        let r = self.regions.get(i).filter(|r| r.start <= addr)?;
+        Some((r, (addr - r.start) as usize))
+    }
+
+    /// The region nearest to `addr` (for "unmapped" messages).
+    pub fn nearest(&self, addr: u64) -> Option<&Region> {
+        let i = self.regions.partition_point(|x| x.end() <= addr);
+        let after = self.regions.get(i);
+        let before = i.checked_sub(1).and_then(|j| self.regions.get(j));
+        match (before, after) {
+            (Some(b), Some(a)) => Some(if addr - b.end() < a.start.saturating_sub(addr) { b } else { a }),
+            (b, a) => b.or(a),
+        }
+    }
+}
+
+fn map_file(path: &Path) -> Result<Arc<memmap2::Mmap>> {
+    let f = std::fs::File::open(path).map_err(io(path))?;
+    // SAFETY: read-only map of a file nobody is expected to modify while it is read.
+    Ok(Arc::new(unsafe { memmap2::Mmap::map(&f) }.map_err(io(path))?))
+}
+
+/// `0x..` hex or decimal.
+pub(crate) fn parse_num(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Section names of an ini text with the 1-based line each starts on.
+fn ini_sections(text: &str) -> Vec<(String, usize)> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, l)| l.trim().strip_prefix('[').and_then(|l| l.strip_suffix(']')).map(|n| (n.to_string(), i + 1)))
+        .collect()
+}
+
+/// `key=value` lines of one ini section (keys lowercased, values trimmed).
+fn ini_section(text: &str, name: &str) -> Vec<(String, String)> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for l in text.lines() {
+        let l = l.trim();
+        if let Some(n) = l.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = n == name;
+            continue;
+        }
+        if inside {
+            if let Some((k, v)) = l.split_once('=') {
+                out.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+    }
+    out
+}
