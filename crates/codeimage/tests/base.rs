@@ -1,0 +1,140 @@
+//! Base code from ELF files written with `object`, OpenCSD snapshots and perf.data directories.
+
+use std::path::{Path, PathBuf};
+
+use codeimage::*;
+use perfdata::kcore::{kcore_elf, Machine, Segment};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("codeimage").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn snapshots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots")
+}
+
+#[test]
+fn kcore_segments_load_at_their_addresses() {
+    let d = tmp("kcore");
+    let segs = vec![
+        Segment { vaddr: 0xffff_ffff_8100_0000, bytes: (0..=255u8).cycle().take(10_000).collect() },
+        Segment { vaddr: 0xffff_ffff_a000_0000, bytes: vec![0xcc; 100] },
+    ];
+    std::fs::write(d.join("kcore"), kcore_elf(Machine::X86_64, &segs).unwrap()).unwrap();
+    let mut base = BaseImage::new();
+    base.add_elf(&d.join("kcore")).unwrap();
+    assert_eq!(base.regions().len(), 2);
+    let tl = TimelineBuilder::new(base).build();
+    assert_eq!(tl.read(0xffff_ffff_8100_0000 + 300, 3, 0), Read::Exact(vec![44, 45, 46]));
+    assert_eq!(tl.read(0xffff_ffff_a000_0000 + 98, 8, 0), Read::Exact(vec![0xcc, 0xcc]));
+}
+
+#[test]
+fn a_relocatable_object_contributes_its_code_sections() {
+    use object::write::{Object, StandardSection};
+    let d = tmp("reloc");
+    let mut obj = Object::new(object::BinaryFormat::Elf, object::Architecture::X86_64, object::Endianness::Little);
+    let text = obj.section_id(StandardSection::Text);
+    obj.append_section_data(text, &[0x55, 0x48, 0x89, 0xe5, 0xc3], 16);
+    let bytes = obj.write().unwrap();
+    std::fs::write(d.join("m.o"), &bytes).unwrap();
+    // Relocatable sections sit at address 0: nothing to place, so nothing is added...
+    let mut base = BaseImage::new();
+    base.add_elf(&d.join("m.o")).unwrap();
+    assert!(base.regions().is_empty());
+    // ...and raw dumps go where they are told.
+    base.add_raw_file(&d.join("m.o"), 0, Some(4), 0x4000).unwrap();
+    assert_eq!(base.regions()[0].bytes(), &bytes[..4]);
+    let err = base.add_raw_file(&d.join("m.o"), 0, Some(1 << 40), 0x8000).unwrap_err();
+    assert!(err.to_string().contains("m.o"), "{err}");
+}
+
+#[test]
+fn overlapping_regions_keep_the_first_and_say_so() {
+    let mut base = BaseImage::new();
+    base.add_bytes(0x1000, vec![1; 16], "a");
+    base.add_bytes(0x1008, vec![2; 16], "b");
+    assert_eq!(base.overlaps, vec![(0x1008, 0x1010, "b".to_string())]);
+    let tl = TimelineBuilder::new(base).build();
+    assert_eq!(tl.read(0x1006, 4, 0), Read::Exact(vec![1, 1, 1, 1]));
+    assert_eq!(tl.read(0x1014, 4, 0), Read::Exact(vec![2, 2, 2, 2]));
+    // Adjacent regions read as one.
+    assert_eq!(tl.read(0x100e, 4, 0), Read::Exact(vec![1, 1, 2, 2]));
+}
+
+#[test]
+fn opencsd_snapshot_dumps_load() {
+    let juno = snapshots().join("juno_r1_1");
+    let mut base = BaseImage::new();
+    base.add_opencsd_snapshot(&juno).unwrap();
+    let dump = std::fs::read(juno.join("kernel_dump.bin")).unwrap();
+    assert_eq!(base.regions().len(), 1, "six cores share one dump: {:?}", base.regions());
+    let tl = TimelineBuilder::new(base).build();
+    assert_eq!(tl.read(0xFFFF_FFC0_0008_1000, 16, 0), Read::Exact(dump[..16].to_vec()));
+    assert!(matches!(tl.read(0xFFFF_FFC0_0008_1000 + dump.len() as u64, 4, 0), Read::Unmapped { .. }));
+
+    let cc1 = snapshots().join("bugfix-exact-match");
+    let mut base = BaseImage::new();
+    base.add_opencsd_snapshot(&cc1).unwrap();
+    let text = std::fs::read(cc1.join("cc1.text_dump.bin")).unwrap();
+    assert_eq!(base.regions().len(), 5);
+    let tl = TimelineBuilder::new(base).build();
+    assert_eq!(tl.read(0x400200 + 0x1000, 8, 0), Read::Exact(text[0x1000..0x1008].to_vec()));
+}
+
+#[test]
+fn a_broken_snapshot_is_a_clear_error() {
+    let d = tmp("badsnap");
+    std::fs::write(d.join("snapshot.ini"), "[device_list]\ndevice1=cpu.ini\n").unwrap();
+    std::fs::write(d.join("cpu.ini"), "[device]\nname=cpu\n\n[dump1]\nfile=x.bin\naddress=zzz\n").unwrap();
+    let err = BaseImage::new().add_opencsd_snapshot(&d).unwrap_err().to_string();
+    assert!(err.contains("cpu.ini:4") && err.contains("zzz"), "{err}");
+}
+
+#[test]
+fn from_a_perf_data_directory() {
+    use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st};
+    use perfdata::*;
+    let d = tmp("perfdir");
+    let text = 0xffff_ffff_8100_0000u64;
+    let nop5 = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+    let jmp = [0xe9, 0x10, 0x00, 0x00, 0x00];
+    let mut code = vec![0xcc; 0x100];
+    code[0x40..0x45].copy_from_slice(&nop5);
+    perfdata::kcore::write_kcore_dir(&d.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: text, bytes: code }], "ffffffff81000000 T _text\n", "")
+        .unwrap();
+    let attr = EventAttr {
+        type_: 1,
+        size: ATTR_SIZE_VER7,
+        sample_type: st::TID | st::TIME | st::CPU,
+        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE,
+        ..EventAttr::default()
+    };
+    let mut w = Writer::create(d.join("data"), vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
+    let sid = |t| SampleId { pid: Some(0), tid: Some(0), time: Some(t), cpu: Some(1), ..SampleId::default() };
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: text + 0x40, old: &nop5, new: &jmp }), &sid(1000)).unwrap();
+    w.write(
+        misc::KERNEL,
+        &RecordBody::Ksymbol(Ksymbol { addr: 0xffff_ffff_c000_0000, len: 64, ksym_type: ksymbol_type::BPF, flags: 0, name: b"bpf_prog_x" }),
+        &sid(1100),
+    )
+    .unwrap();
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: text + 0x40, old: &jmp, new: &nop5 }), &sid(2000)).unwrap();
+    w.finish().unwrap();
+    let file = PerfFile::open(&d).unwrap();
+    let p = from_perf_data(&file, BaseImage::new()).unwrap();
+    assert_eq!((p.pokes, p.non_kernel_pokes, p.errors.len()), (2, 0, 0));
+    let tl = &p.timeline;
+    assert!(tl.anomalies().is_empty());
+    assert_eq!(tl.read(text + 0x40, 5, 999), Read::Exact(nop5.to_vec()));
+    assert_eq!(tl.read(text + 0x40, 5, 1000), Read::Exact(jmp.to_vec()));
+    assert_eq!(tl.read(text + 0x40, 5, 2000), Read::Exact(nop5.to_vec()));
+    assert_eq!(tl.history(text + 0x42).len(), 3);
+    match tl.read(0xffff_ffff_c000_0010, 4, 1500) {
+        Read::Unmapped { nearest: Some(n) } => assert!(n.name.contains("BPF program bpf_prog_x"), "{n:?}"),
+        other => panic!("{other:?}"),
+    }
+}
