@@ -2,6 +2,7 @@
 
 mod dump;
 mod hex;
+mod image;
 mod pokes;
 mod symbols;
 
@@ -39,6 +40,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Kernel code at a moment, or the history of one address, from base code plus the pokes.
+    Image {
+        /// perf.data directory (its kcore_dir gives the base code) or file.
+        input: PathBuf,
+        /// perf time: nanoseconds, or seconds.nanoseconds as perf script prints it.
+        #[arg(long, value_name = "TIME", conflicts_with = "history", requires = "addr")]
+        at: Option<String>,
+        /// Every version of the code at this address, with its time range and kind of change.
+        #[arg(long, value_name = "ADDR")]
+        history: Option<String>,
+        /// Address (hex, or symbol[+offset] from kcore_dir/kallsyms).
+        addr: Option<String>,
+        /// Bytes to read.
+        #[arg(default_value_t = 16)]
+        len: usize,
+        /// More base code: ELF files (vmlinux) loaded at their addresses.
+        #[arg(long, value_name = "ELF")]
+        vmlinux: Vec<PathBuf>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the main job on built-in data.
     Demo,
 }
@@ -50,6 +73,9 @@ fn main() {
     let result = match cli.command {
         Command::Dump { input, json } => dump::run(&input, json, &mut out),
         Command::Pokes { input, kallsyms, json } => pokes::run(&input, kallsyms.as_deref(), json, &mut out),
+        Command::Image { input, at, history, addr, len, vmlinux, json } => {
+            image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
+        }
         Command::Demo => demo(&mut out),
     };
     let result = result.and_then(|code| {

@@ -1,0 +1,77 @@
+//! `poketrace image` on a perf.data directory with a kcore_dir and pokes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use perfdata::abi::{attr_flag, misc, sample_type as st};
+use perfdata::kcore::{write_kcore_dir, Machine, Segment};
+use perfdata::*;
+use serde_json::Value;
+
+const TEXT: u64 = 0xffff_ffff_8100_0000;
+const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+const JMP: [u8; 5] = [0xe9, 0x10, 0x00, 0x00, 0x00];
+
+fn fixture() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("image-cli");
+    let _ = std::fs::remove_dir_all(&d);
+    let mut code = vec![0xcc; 0x100];
+    code[0x40..0x45].copy_from_slice(&NOP5);
+    write_kcore_dir(&d.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: TEXT, bytes: code }], "ffffffff81000000 T _text\nffffffff81000040 T site_fn\n", "")
+        .unwrap();
+    let attr = EventAttr {
+        type_: 1,
+        size: ATTR_SIZE_VER7,
+        sample_type: st::TID | st::TIME | st::CPU,
+        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE,
+        ..EventAttr::default()
+    };
+    let mut w = Writer::create(d.join("data"), vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
+    let sid = |t| SampleId { pid: Some(0), tid: Some(0), time: Some(t), cpu: Some(2), ..SampleId::default() };
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: TEXT + 0x40, old: &NOP5, new: &JMP }), &sid(2_000_000_000)).unwrap();
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: TEXT + 0x40, old: &JMP, new: &NOP5 }), &sid(3_000_000_000)).unwrap();
+    w.finish().unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json(args: &[&str]) -> Vec<Value> {
+    run(args).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn at_gives_the_bytes_of_that_moment() {
+    let d = fixture();
+    let d = d.to_str().unwrap();
+    let before = json(&["image", d, "--at", "1.999999999", "site_fn", "5", "--json"]);
+    assert_eq!(before[0]["state"], "exact");
+    assert_eq!(before[0]["bytes"], "0f1f440000");
+    assert_eq!(before[0]["valid_until"], 2_000_000_000u64);
+    let at = json(&["image", d, "--at", "2000000000", "0xffffffff81000040", "5", "--json"]);
+    assert_eq!(at[0]["bytes"], "e910000000");
+    assert!(at[0]["insn"][0].as_str().unwrap().contains("jmp 0xffffffff81000055"), "{}", at[0]);
+    let after = json(&["image", d, "--at", "3.5", "site_fn", "5", "--json"]);
+    assert_eq!(after[0]["bytes"], "0f1f440000");
+    assert_eq!(after[0]["valid_until"], Value::Null);
+    let nothing = json(&["image", d, "--at", "1", "0xffffffff90000000", "--json"]);
+    assert_eq!(nothing[0]["state"], "unmapped");
+    assert!(nothing[0]["nearest"]["name"].as_str().unwrap().contains("kcore"));
+}
+
+#[test]
+fn history_lists_every_version_with_its_kind() {
+    let d = fixture();
+    let h = json(&["image", d.to_str().unwrap(), "--history", "site_fn+2", "--json"]);
+    let kinds: Vec<&str> = h.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["initial", "jump-label", "jump-label"]);
+    assert_eq!(h[1]["time"], 2_000_000_000u64);
+    assert_eq!(h[1]["until"], 3_000_000_000u64);
+    assert_eq!(h[2]["bytes"], "0f1f440000");
+    let text = run(&["image", d.to_str().unwrap(), "--history", "site_fn"]);
+    assert!(text.contains("3 versions") && text.contains("[2.000000000 .. 3.000000000) jump-label (cpu 2)"), "{text}");
+}
