@@ -250,7 +250,8 @@ impl TimelineBuilder {
         }
         anomalies.sort_by_key(|a: &Anomaly| (a.time, a.addr));
         anomalies.dedup();
-        CodeTimeline { base, arena, spans, versions, pokes, anomalies, names }
+        let index = SpanIndex::new(&spans);
+        CodeTimeline { base, arena, spans, versions, pokes, anomalies, names, index }
     }
 }
 
@@ -354,6 +355,61 @@ pub struct CodeTimeline {
     pokes: Vec<PokeInfo>,
     anomalies: Vec<Anomaly>,
     names: Vec<NamedRange>,
+    index: SpanIndex,
+}
+
+/// Finds the first span ending after an address in O(1) plus a short scan:
+/// for each granule of the spanned address range, the first span that ends
+/// after the granule's start. Most reads touch no span and go straight to
+/// the base; a binary search over all spans would cost a cache miss per step.
+#[derive(Default)]
+struct SpanIndex {
+    lo: u64,
+    shift: u32,
+    first: Vec<u32>,
+    /// One bit per granule: does any span touch it? Small enough to stay in cache.
+    occupied: Vec<u64>,
+}
+
+/// Granules at most (4 MiB of index).
+const MAX_GRANULES: u64 = 1 << 20;
+
+impl SpanIndex {
+    fn new(spans: &[Span]) -> SpanIndex {
+        let (Some(first), Some(last)) = (spans.first(), spans.last()) else { return SpanIndex::default() };
+        let (lo, hi) = (first.start, last.end());
+        let mut shift = 6;
+        while (hi - lo) >> shift >= MAX_GRANULES {
+            shift += 1;
+        }
+        let n = ((hi - lo) >> shift) + 1;
+        let mut idx = Vec::with_capacity(n as usize);
+        let mut si = 0;
+        for g in 0..n {
+            let start = lo + (g << shift);
+            while si < spans.len() && spans[si].end() <= start {
+                si += 1;
+            }
+            idx.push(si as u32);
+        }
+        let mut occupied = vec![0u64; (n as usize).div_ceil(64)];
+        for s in spans {
+            for g in (s.start - lo) >> shift..=(s.end() - 1 - lo) >> shift {
+                occupied[(g / 64) as usize] |= 1 << (g % 64);
+            }
+        }
+        SpanIndex { lo, shift, first: idx, occupied }
+    }
+
+    /// Whether some span may touch `[start, end)` (false: only base code there).
+    fn touches(&self, start: u64, end: u64) -> bool {
+        if self.first.is_empty() || end <= self.lo {
+            return false;
+        }
+        let g0 = (start.max(self.lo) - self.lo) >> self.shift;
+        let g1 = (end - 1 - self.lo) >> self.shift;
+        (g0..=g1.min(self.first.len() as u64 - 1)).any(|g| self.occupied[(g / 64) as usize] & (1 << (g % 64)) != 0)
+    }
 }
 
 /// One version of the code at an address, for `--history`.
@@ -387,9 +443,30 @@ impl CodeTimeline {
         &self.arena[p.new.start as usize..p.new.end as usize]
     }
 
+    /// Heap memory besides the base image (poke bytes, spans, versions, pokes).
+    pub fn heap_bytes(&self) -> usize {
+        self.arena.capacity()
+            + self.spans.capacity() * std::mem::size_of::<Span>()
+            + self.versions.capacity() * std::mem::size_of::<Version>()
+            + self.pokes.capacity() * std::mem::size_of::<PokeInfo>()
+    }
+
     /// What the history does not explain, in time order.
     pub fn anomalies(&self) -> &[Anomaly] {
         &self.anomalies
+    }
+
+    /// Index of the first span that ends after `addr` (`spans.len()` if none).
+    fn first_span(&self, addr: u64) -> usize {
+        let ix = &self.index;
+        if addr < ix.lo {
+            return 0;
+        }
+        let g = ((addr - ix.lo) >> ix.shift) as usize;
+        let Some(&from) = ix.first.get(g) else { return self.spans.len() };
+        let to = ix.first.get(g + 1).map_or(self.spans.len(), |&t| t as usize + 1).min(self.spans.len());
+        let from = from as usize;
+        from + self.spans[from..to].partition_point(|s| s.end() <= addr)
     }
 
     fn span_versions(&self, s: &Span) -> &[Version] {
@@ -419,8 +496,15 @@ impl CodeTimeline {
     pub fn read_into(&self, addr: u64, buf: &mut [u8], t: Time) -> ReadInfo {
         let end = addr.saturating_add(buf.len() as u64);
         let mut info = ReadInfo { mapped: 0, uncertain: false, valid: 0..Time::MAX };
+        if !self.index.touches(addr, end) {
+            info.mapped = self.read_base(addr, buf);
+            if info.mapped == 0 {
+                info.valid = self.unmapped_validity(addr, t);
+            }
+            return info;
+        }
         let mut p = addr;
-        let mut si = self.spans.partition_point(|s| s.end() <= p);
+        let mut si = self.first_span(p);
         while p < end {
             let done = (p - addr) as usize;
             let piece = match self.spans.get(si) {
@@ -465,9 +549,21 @@ impl CodeTimeline {
         info
     }
 
+    /// Copies base code only (no span touches the range); returns the bytes mapped.
+    fn read_base(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < buf.len() {
+            let Some((r, off)) = self.base.find(addr + done as u64) else { break };
+            let n = (buf.len() - done).min(r.bytes().len() - off);
+            buf[done..done + n].copy_from_slice(&r.bytes()[off..off + n]);
+            done += n;
+        }
+        done
+    }
+
     /// How long `addr` stays unmapped around `t` (it may be created or removed by pokes).
     fn unmapped_validity(&self, addr: u64, t: Time) -> Range<Time> {
-        let i = self.spans.partition_point(|s| s.end() <= addr);
+        let i = self.first_span(addr);
         match self.spans.get(i).filter(|s| s.start <= addr) {
             Some(s) => {
                 let vs = self.span_versions(s);
@@ -492,7 +588,7 @@ impl CodeTimeline {
         // Every combination of the uncertain spans' two contents.
         let mut candidates = vec![buf];
         let end = addr + info.mapped as u64;
-        let first = self.spans.partition_point(|s| s.end() <= addr);
+        let first = self.first_span(addr);
         for s in self.spans[first..].iter().take_while(|s| s.start < end) {
             let vs = self.span_versions(s);
             if let Content::Uncertain(_, b) = vs[Self::active(vs, t)].content {
@@ -524,7 +620,7 @@ impl CodeTimeline {
     /// with the first time each holds; one entry when no change lands inside.
     pub fn read_during(&self, addr: u64, len: usize, t0: Time, t1: Time) -> Vec<(Time, Read)> {
         let end = addr.saturating_add(len as u64);
-        let first = self.spans.partition_point(|s| s.end() <= addr);
+        let first = self.first_span(addr);
         let mut times = vec![t0];
         for s in self.spans[first..].iter().take_while(|s| s.start < end) {
             times.extend(self.span_versions(s).iter().map(|v| v.from).filter(|&f| f > t0 && f <= t1));
@@ -544,7 +640,7 @@ impl CodeTimeline {
     /// Every version of the code at `addr`: the initial one, then one per poke
     /// touching `addr`, each over the whole range that poke wrote.
     pub fn history(&self, addr: u64) -> Vec<HistoryEntry<'_>> {
-        let i = self.spans.partition_point(|s| s.end() <= addr);
+        let i = self.first_span(addr);
         let Some(s) = self.spans.get(i).filter(|s| s.start <= addr) else {
             return Vec::new();
         };
