@@ -14,6 +14,9 @@
 #              else target/bench-tmp); they are deleted at the end unless KEEP=1
 #   SKIP_PERF=1      leave out perf report -D (timing and callgrind)
 #   SKIP_CALLGRIND=1 leave out the callgrind instruction counts
+#   SKIP_DUMP=1      leave out `poketrace dump` (a text dump of every record,
+#                    the closer analogue of perf report -D; also left out when
+#                    the poketrace binary does not build)
 #
 # Timing: hyperfine when installed (median of the runs), else bash with the
 # median of the runs. The page cache is warmed first; every reader opens the
@@ -59,6 +62,10 @@ fi
 
 echo "== build" >&2
 cargo build --release -p perfdata --example gen_big --example read_perfdata --example read_linux_perf_data >&2
+have_dump=0
+if [[ "${SKIP_DUMP:-0}" != 1 ]]; then
+	if cargo build --release -p poketrace >&2; then have_dump=1; else echo "(poketrace does not build: no dump row)" >&2; fi
+fi
 ex="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/examples"
 
 big="$work/big.data"
@@ -111,6 +118,9 @@ cmds+=(
 	"linux-perf-data (BufReader)|$ex/read_linux_perf_data $big"
 	"linux-perf-data (mmap)|$ex/read_linux_perf_data $big --mmap"
 )
+if ((have_dump)); then
+	cmds+=("poketrace dump|$ex/../poketrace dump $big > /dev/null")
+fi
 
 # Prints "name<TAB>median seconds<TAB>min<TAB>max" for each command.
 time_all() {
@@ -158,6 +168,7 @@ if [[ "${SKIP_CALLGRIND:-0}" != 1 ]] && command -v valgrind >/dev/null; then
 		callgrind "perfdata sorted_records()" "$ex/read_perfdata" "$small" --sorted
 		callgrind "linux-perf-data (BufReader)" "$ex/read_linux_perf_data" "$small"
 		callgrind "linux-perf-data (mmap)" "$ex/read_linux_perf_data" "$small" --mmap
+		if ((have_dump)); then callgrind "poketrace dump" "$ex/../poketrace" dump "$small"; fi
 	} >"$work/callgrind.tsv"
 else
 	: >"$work/callgrind.tsv"

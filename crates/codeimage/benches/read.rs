@@ -36,8 +36,10 @@ impl Rng {
 }
 
 /// The timeline, the same bytes as one flat buffer, and the reads (addr, time).
-fn fixture() -> &'static (CodeTimeline, Vec<u8>, Vec<(u64, u64)>) {
-    static F: OnceLock<(CodeTimeline, Vec<u8>, Vec<(u64, u64)>)> = OnceLock::new();
+type Fixture = (CodeTimeline, Vec<u8>, Vec<(u64, u64)>);
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let flat: Vec<u8> = (0..SIZE).map(|_| rng.next() as u8).collect();

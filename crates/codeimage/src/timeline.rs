@@ -182,7 +182,7 @@ impl TimelineBuilder {
     }
 
     pub fn build(self) -> CodeTimeline {
-        let TimelineBuilder { base, mut pokes, mut arena, names } = self;
+        let TimelineBuilder { base, mut pokes, arena, names } = self;
         pokes.sort_by_key(|p| (p.time, p.seq));
         let touched = |p: &PokeInfo| {
             let len = if p.new.is_empty() { p.old.len() } else { p.new.len() } as u64;
@@ -243,7 +243,7 @@ impl TimelineBuilder {
             while e < effects.len() && effects[e].0 as usize == si {
                 let pi = effects[e].1;
                 let p = &pokes[pi as usize];
-                apply(&base, &mut arena, &mut versions, first_version as usize, span, p, pi, &mut anomalies);
+                apply(&base, &arena, &mut versions, first_version as usize, span, p, pi, &mut anomalies);
                 e += 1;
             }
             span.versions = (first_version, versions.len() as u32);
@@ -259,7 +259,7 @@ impl TimelineBuilder {
 #[allow(clippy::too_many_arguments)]
 fn apply(
     base: &BaseImage,
-    arena: &mut Vec<u8>,
+    arena: &[u8],
     versions: &mut Vec<Version>,
     first: usize,
     span: &Span,
