@@ -667,6 +667,19 @@ impl CodeTimeline {
             .collect()
     }
 
+    /// Every poke that touched `addr`, in time order: what a decoder needs to
+    /// explain an INT3 trap met at a site near a poke's time (x86 writes INT3
+    /// first, and the event comes before the last byte is written).
+    pub fn pokes_at(&self, addr: u64) -> impl Iterator<Item = &PokeInfo> + '_ {
+        let i = self.first_span(addr);
+        let vs = match self.spans.get(i).filter(|s| s.start <= addr) {
+            Some(s) => self.span_versions(s),
+            None => &[],
+        };
+        let mut last = None;
+        vs.iter().filter_map(|v| v.poke).filter(move |&p| last.replace(p) != Some(p)).map(|p| &self.pokes[p as usize])
+    }
+
     /// The mapped range nearest to `addr` at `t`: a base region, or code a poke created.
     pub fn nearest(&self, addr: u64, t: Time) -> Option<Nearby> {
         if let Some(n) = self.names.iter().find(|n| n.start <= addr && addr < n.end) {

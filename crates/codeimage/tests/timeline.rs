@@ -179,6 +179,9 @@ fn a_pair_is_uncertain_between_begin_and_end() {
     assert_eq!(tl.read(BASE, 5, 150), Read::Uncertain(vec![NOP5.to_vec(), JMP.to_vec()]));
     assert_eq!(tl.read(BASE + 1, 2, 150), Read::Uncertain(vec![vec![0x10, 0], vec![0x1f, 0x44]]));
     assert_eq!(tl.read(BASE, 5, 200), Read::Exact(JMP.to_vec()));
+    // The pair's two versions belong to one poke.
+    assert_eq!(tl.pokes_at(BASE + 2).map(|p| (p.time, p.settled)).collect::<Vec<_>>(), [(100, Some(200))]);
+    assert_eq!(tl.pokes_at(BASE + 5).count(), 0);
     let mut buf = [0u8; 5];
     let info = tl.read_into(BASE, &mut buf, 150);
     assert!(info.uncertain);
