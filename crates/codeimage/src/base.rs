@@ -140,6 +140,27 @@ impl BaseImage {
         Ok(())
     }
 
+    /// Adds sections of an ELF file at the addresses given (a kernel module:
+    /// `/sys/module/NAME/sections/.text` says where each section was loaded).
+    /// The bytes are the file's, without the loader's relocations: code that
+    /// calls out of the module has unrelocated targets, so kcore is better
+    /// when there is one.
+    pub fn add_elf_sections(&mut self, path: &Path, placements: &[(&str, u64)]) -> Result<()> {
+        let map = map_file(path)?;
+        let file = object::File::parse(&map[..]).map_err(|e| Error::Elf { path: path.to_path_buf(), reason: e.to_string() })?;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        for &(section, addr) in placements {
+            let s = file.section_by_name(section).ok_or_else(|| Error::Elf {
+                path: path.to_path_buf(),
+                reason: format!("no section {section}"),
+            })?;
+            if let Some((off, size)) = s.file_range() {
+                self.add_mapped(map.clone(), off as usize, size as usize, addr, format!("{name} {section}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Adds the memory dumps of an OpenCSD snapshot (every core device's
     /// `[dumpN]` sections: `file=`, `address=`, `length=`, `offset=`).
     pub fn add_opencsd_snapshot(&mut self, dir: &Path) -> Result<()> {

@@ -45,6 +45,12 @@ fn a_relocatable_object_contributes_its_code_sections() {
     let mut base = BaseImage::new();
     base.add_elf(&d.join("m.o")).unwrap();
     assert!(base.regions().is_empty());
+    // ...unless told where the module loader put them.
+    base.add_elf_sections(&d.join("m.o"), &[(".text", 0xffff_ffff_c000_0000)]).unwrap();
+    let tl = TimelineBuilder::new(base.clone()).build();
+    assert_eq!(tl.read(0xffff_ffff_c000_0000, 5, 0), Read::Exact(vec![0x55, 0x48, 0x89, 0xe5, 0xc3]));
+    assert!(base.add_elf_sections(&d.join("m.o"), &[(".nope", 1)]).unwrap_err().to_string().contains(".nope"));
+    let mut base = BaseImage::new();
     // ...and raw dumps go where they are told.
     base.add_raw_file(&d.join("m.o"), 0, Some(4), 0x4000).unwrap();
     assert_eq!(base.regions()[0].bytes(), &bytes[..4]);
