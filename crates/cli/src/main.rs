@@ -62,6 +62,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Simulate CPUs running kernel code while it is patched: a perf.data
+    /// directory with Intel PT per CPU, and the ground truth beside it.
+    Simulate {
+        #[arg(long, default_value = "x86_64", value_parser = ["x86_64"])]
+        arch: String,
+        #[arg(long, default_value_t = 4)]
+        cpus: u32,
+        /// int3, prepost, single-after or none.
+        #[arg(long, default_value = "int3")]
+        protocol: String,
+        /// Code changes to make.
+        #[arg(long, default_value_t = 200)]
+        pokes: u64,
+        /// Instructions per CPU.
+        #[arg(long, default_value_t = 100_000)]
+        instructions: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// ns between TSC packets.
+        #[arg(long, default_value_t = 200)]
+        tsc_period: u64,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Run the main job on built-in data.
     Demo,
 }
@@ -75,6 +99,10 @@ fn main() {
         Command::Pokes { input, kallsyms, json } => pokes::run(&input, kallsyms.as_deref(), json, &mut out),
         Command::Image { input, at, history, addr, len, vmlinux, json } => {
             image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
+        }
+        Command::Simulate { arch: _, cpus, protocol, pokes, instructions, seed, tsc_period, output } => {
+            let cfg = sim::SimConfig { cpus, protocol, pokes, instructions, seed, tsc_period, ..sim::SimConfig::default() };
+            simulate(&cfg, &output, &mut out)
         }
         Command::Demo => demo(&mut out),
     };
@@ -92,6 +120,22 @@ fn main() {
             std::process::exit(2);
         }
     }
+}
+
+fn simulate(cfg: &sim::SimConfig, dir: &std::path::Path, out: &mut impl Write) -> Result<i32> {
+    let s = sim::simulate(cfg, dir)?;
+    writeln!(
+        out,
+        "{}: {} CPUs, protocol {}, {} instructions, {} pokes, {} ksymbols, {} bytes of Intel PT",
+        dir.display(),
+        cfg.cpus,
+        cfg.protocol,
+        s.instructions.iter().sum::<u64>(),
+        s.pokes,
+        s.ksymbols,
+        s.trace_bytes.iter().sum::<usize>()
+    )?;
+    Ok(0)
 }
 
 fn demo(out: &mut impl Write) -> Result<i32> {

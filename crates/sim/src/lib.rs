@@ -1,0 +1,284 @@
+//! A ground-truth simulator of CPUs running kernel code while it is patched.
+//!
+//! A real trace never says what really ran. The simulator generates a
+//! kernel-like x86-64 program with patch sites of every kind (jump labels,
+//! ftrace, static calls, kprobes, trampolines created and removed), runs N
+//! CPUs through it with a deterministic interleaving while one agent patches
+//! it under a [`Protocol`], and writes:
+//! - `DIR/data` + `DIR/kcore_dir/`: a perf.data directory with the base code,
+//!   kallsyms, TEXT_POKE and KSYMBOL records at their times, and one Intel PT
+//!   AUX stream per CPU, which Linux perf and poketrace both decode;
+//! - `DIR/truth/cpuN.bin`: every instruction each CPU executed, with its time,
+//!   and `DIR/truth/meta.json`.
+//!
+//! Same seed, same bytes.
+
+mod machine;
+mod pt;
+mod rng;
+mod truth;
+mod x86prog;
+
+use std::path::Path;
+
+use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
+use perfdata::auxtrace::IntelPtInfo;
+use perfdata::kcore::{write_kcore_dir, Machine, Segment};
+use perfdata::{AttrWithIds, Auxtrace, AuxtraceInfo, EventAttr, IdIndex, IdIndexEntry, ItraceStart, Ksymbol, Mmap, NrCpus, RecordBody, SampleId, TextPoke, Writer, ATTR_SIZE_VER7};
+use serde::{Deserialize, Serialize};
+
+pub use machine::Protocol;
+pub use truth::TruthReader;
+
+/// Everything that defines a run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SimConfig {
+    pub cpus: u32,
+    pub protocol: String,
+    pub pokes: u64,
+    /// Instructions per CPU, on average.
+    pub instructions: u64,
+    pub seed: u64,
+    pub functions: usize,
+    /// ns between TSC packets (at the next branch).
+    pub tsc_period: u64,
+    /// Bytes of trace between PSB+.
+    pub psb_period: usize,
+    /// ns between the steps of one change.
+    pub sync_ns: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            cpus: 4,
+            protocol: "int3".into(),
+            pokes: 200,
+            instructions: 100_000,
+            seed: 1,
+            functions: 64,
+            tsc_period: 200,
+            psb_period: 4096,
+            sync_ns: 50,
+        }
+    }
+}
+
+/// `int3`, `prepost`, `single-after` or `none`.
+pub fn parse_protocol(s: &str) -> Option<Protocol> {
+    Some(match s {
+        "int3" => Protocol::Int3,
+        "prepost" => Protocol::PrePost,
+        "single-after" => Protocol::SingleAfter,
+        "none" => Protocol::None,
+        _ => return None,
+    })
+}
+
+/// What a run produced.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Summary {
+    pub config: SimConfig,
+    pub instructions: Vec<u64>,
+    pub pokes: usize,
+    pub ksymbols: usize,
+    pub trace_bytes: Vec<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("unknown protocol {0} (int3, prepost, single-after, none)")]
+    Protocol(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("{path}: {source}")]
+    Io { path: std::path::PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    PerfData(#[from] perfdata::Error),
+}
+
+/// The perf time of the first instruction.
+pub const TIME_ZERO: u64 = 1_000_000_000;
+const PT_PMU_TYPE: u32 = 8;
+
+struct Collect {
+    truth: Vec<truth::TruthWriter>,
+    pt: Vec<pt::PtEmitter>,
+    pokes: Vec<machine::PokeEvent>,
+    ksyms: Vec<machine::KsymEvent>,
+    error: Option<std::io::Error>,
+}
+
+impl machine::Sink for Collect {
+    fn instruction(&mut self, cpu: u32, time: u64, addr: u64, flow: machine::Flow, next: u64) {
+        if let Err(e) = self.truth[cpu as usize].push(time, addr) {
+            self.error.get_or_insert(e);
+        }
+        self.pt[cpu as usize].instruction(time, addr, flow, next);
+    }
+    fn poke(&mut self, e: machine::PokeEvent) {
+        self.pokes.push(e);
+    }
+    fn ksymbol(&mut self, e: machine::KsymEvent) {
+        self.ksyms.push(e);
+    }
+}
+
+/// Runs the simulation and writes the perf.data directory `dir` with the truth beside it.
+pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
+    let protocol = parse_protocol(&cfg.protocol).ok_or_else(|| SimError::Protocol(cfg.protocol.clone()))?;
+    if cfg.cpus == 0 || cfg.cpus > 256 {
+        return Err(SimError::Config(format!("--cpus {} (1 to 256)", cfg.cpus)));
+    }
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SimError::Io { path, source }
+    };
+    let truth_dir = dir.join("truth");
+    std::fs::create_dir_all(&truth_dir).map_err(io(&truth_dir))?;
+    let mut rng = rng::Rng::new(cfg.seed);
+    let prog = x86prog::generate(&mut rng, cfg.functions);
+    let mut sink = Collect { truth: Vec::new(), pt: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None };
+    for c in 0..cfg.cpus {
+        let p = truth_dir.join(format!("cpu{c}.bin"));
+        sink.truth.push(truth::TruthWriter::create(&p).map_err(io(&p))?);
+        sink.pt.push(pt::PtEmitter::new(cfg.tsc_period, cfg.psb_period));
+    }
+    let run = machine::RunConfig {
+        cpus: cfg.cpus,
+        protocol,
+        pokes: cfg.pokes,
+        instructions: cfg.instructions,
+        sync_ticks: cfg.sync_ns,
+        time_zero: TIME_ZERO,
+    };
+    machine::run(&prog, &run, &mut rng, &mut sink);
+    if let Some(e) = sink.error.take() {
+        return Err(SimError::Io { path: truth_dir, source: e });
+    }
+    let mut counts = Vec::new();
+    for t in sink.truth.drain(..) {
+        counts.push(t.count);
+        t.finish().map_err(io(&truth_dir))?;
+    }
+    for p in &mut sink.pt {
+        p.finish();
+    }
+
+    // kcore_dir: the code as it was before any change, and its symbols.
+    let kallsyms: String = prog.symbols.iter().map(|(a, n)| format!("{a:016x} T {n}\n")).collect();
+    write_kcore_dir(&dir.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: x86prog::TEXT_BASE, bytes: prog.text.clone() }], &kallsyms, "")?;
+    write_perf_data(cfg, dir, &prog, &sink)?;
+    let summary = Summary {
+        config: cfg.clone(),
+        instructions: counts,
+        pokes: sink.pokes.len(),
+        ksymbols: sink.ksyms.len(),
+        trace_bytes: sink.pt.iter().map(|p| p.out.len()).collect(),
+    };
+    let meta = truth_dir.join("meta.json");
+    std::fs::write(&meta, serde_json::to_vec_pretty(&summary).expect("plain data")).map_err(io(&meta))?;
+    Ok(summary)
+}
+
+/// The run's summary, from `DIR/truth/meta.json`.
+pub fn read_summary(dir: &Path) -> Result<Summary, SimError> {
+    let meta = dir.join("truth/meta.json");
+    let text = std::fs::read(&meta).map_err(|source| SimError::Io { path: meta.clone(), source })?;
+    serde_json::from_slice(&text).map_err(|e| SimError::Config(format!("{}: {e}", meta.display())))
+}
+
+fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &Collect) -> Result<(), SimError> {
+    let n = cfg.cpus as u64;
+    let sample_type = st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER;
+    let pt_attr = EventAttr {
+        type_: PT_PMU_TYPE,
+        size: ATTR_SIZE_VER7,
+        config: 0x400 | 0x800, // tsc, noretcomp
+        sample_period: 1,
+        sample_type,
+        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::DISABLED,
+        ..EventAttr::default()
+    };
+    let side_attr = EventAttr {
+        type_: 1,
+        size: ATTR_SIZE_VER7,
+        config: 9, // dummy
+        sample_period: 1,
+        sample_type,
+        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE | attr_flag::KSYMBOL | attr_flag::MMAP | attr_flag::COMM | attr_flag::TASK,
+        ..EventAttr::default()
+    };
+    let pt_ids: Vec<u64> = (0..n).map(|c| 1 + c).collect();
+    let side_ids: Vec<u64> = (0..n).map(|c| 1001 + c).collect();
+    let mut w = Writer::create(dir.join("data"), vec![AttrWithIds { attr: pt_attr, ids: pt_ids.clone() }, AttrWithIds { attr: side_attr, ids: side_ids.clone() }])?;
+    w.features.hostname = Some("poketrace-sim".into());
+    w.features.osrelease = Some("6.1.0-poketrace-sim".into());
+    w.features.arch = Some("x86_64".into());
+    w.features.nrcpus = Some(NrCpus { available: cfg.cpus, online: cfg.cpus });
+    w.features.cmdline = Some(vec!["poketrace".into(), "simulate".into(), format!("--seed={}", cfg.seed)]);
+    w.features.event_names = Some(vec!["intel_pt//k".into(), "dummy:k".into()]);
+    let info = IntelPtInfo {
+        pmu_type: PT_PMU_TYPE as u64,
+        time_shift: 0,
+        time_mult: 1,
+        time_zero: 0,
+        cap_user_time_zero: 1,
+        tsc_bit: 0x400,
+        noretcomp_bit: 0x800,
+        per_cpu_mmaps: 1,
+        ..IntelPtInfo::default()
+    }
+    .to_priv_bytes();
+    w.write(0, &RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: perfdata::abi::auxtrace_type::INTEL_PT, priv_data: &info }), &SampleId::default())?;
+    let entries = (0..n)
+        .flat_map(|c| {
+            [IdIndexEntry { id: pt_ids[c as usize], idx: c, cpu: c, tid: u64::MAX }, IdIndexEntry { id: side_ids[c as usize], idx: c, cpu: c, tid: u64::MAX }]
+        })
+        .collect();
+    w.write(0, &RecordBody::IdIndex(IdIndex { entries }), &SampleId::default())?;
+    let sid = |time: u64, cpu: u32| SampleId { pid: Some(0), tid: Some(0), time: Some(time), cpu: Some(cpu), identifier: Some(1001 + cpu as u64), ..SampleId::default() };
+    let text_len = prog.text.len() as u64;
+    w.write(
+        misc::KERNEL,
+        &RecordBody::Mmap(Mmap { pid: u32::MAX, tid: 0, addr: x86prog::TEXT_BASE, len: text_len, pgoff: x86prog::TEXT_BASE, filename: b"[kernel.kallsyms]_text" }),
+        &sid(0, 0),
+    )?;
+    for c in 0..cfg.cpus {
+        let s = SampleId { identifier: Some(1 + c as u64), ..sid(TIME_ZERO, c) };
+        w.write(misc::KERNEL, &RecordBody::ItraceStart(ItraceStart { pid: 0, tid: 0 }), &s)?;
+    }
+    // The trace first, so that perf has it queued before the changes come.
+    for (c, p) in sink.pt.iter().enumerate() {
+        for (k, chunk) in p.out.chunks(1 << 16).enumerate() {
+            let a = Auxtrace { offset: (k << 16) as u64, reference: k as u64, idx: c as u32, tid: 0, cpu: c as u32, data: chunk };
+            w.write(0, &RecordBody::Auxtrace(a), &SampleId::default())?;
+        }
+    }
+    // Side-band in time order: KSYMBOL before the poke that creates its code.
+    let mut side: Vec<(u64, u8, usize)> = sink.ksyms.iter().enumerate().map(|(i, k)| (k.time, if k.unregister { 2 } else { 0 }, i)).collect();
+    side.extend(sink.pokes.iter().enumerate().map(|(i, p)| (p.time, 1, i)));
+    side.sort();
+    let mut written = 0;
+    for (time, kind, i) in side {
+        match kind {
+            1 => {
+                let p = &sink.pokes[i];
+                w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: p.addr, old: &p.old, new: &p.new }), &sid(time, p.cpu))?;
+            }
+            _ => {
+                let k = &sink.ksyms[i];
+                let flags = if k.unregister { KSYMBOL_FLAG_UNREGISTER } else { 0 };
+                let body = Ksymbol { addr: k.addr, len: k.len, ksym_type: ksymbol_type::OOL, flags, name: b"ftrace_trampoline" };
+                w.write(misc::KERNEL, &RecordBody::Ksymbol(body), &sid(time, k.cpu))?;
+            }
+        }
+        written += 1;
+        if written % 64 == 0 {
+            w.write(0, &RecordBody::FinishedRound, &SampleId::default())?;
+        }
+    }
+    w.write(0, &RecordBody::FinishedRound, &SampleId::default())?;
+    w.finish()?;
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Turns one CPU's control flow into an Intel PT packet stream, as the
+//! hardware would with TSC on and return compression off.
+//!
+//! Timing: a TSC packet follows a flow packet once `tsc_period` ns have
+//! passed since the last one, after the pending TNT bits are flushed. So in
+//! the stream, every instruction decoded before a TSC(t) ran at or before t,
+//! and every one after it ran at or after t.
+
+use intel_pt::{Encoder, Packet, Tnt};
+
+use crate::machine::Flow;
+
+pub struct PtEmitter {
+    pub out: Vec<u8>,
+    enc: Encoder,
+    tnt_bits: u64,
+    tnt_count: u8,
+    last_tsc: u64,
+    started: bool,
+    last_psb_at: usize,
+    tsc_period: u64,
+    psb_period: usize,
+}
+
+impl PtEmitter {
+    pub fn new(tsc_period: u64, psb_period: usize) -> PtEmitter {
+        PtEmitter {
+            out: Vec::new(),
+            enc: Encoder::new(),
+            tnt_bits: 0,
+            tnt_count: 0,
+            last_tsc: 0,
+            started: false,
+            last_psb_at: 0,
+            tsc_period: tsc_period.max(1),
+            psb_period: psb_period.max(64),
+        }
+    }
+
+    fn put(&mut self, p: Packet) {
+        self.enc.encode(&p, &mut self.out).expect("the emitter builds only valid packets");
+    }
+
+    fn ip(&self, ip: u64) -> intel_pt::Ip {
+        self.enc.compress(ip)
+    }
+
+    fn flush_tnt(&mut self) {
+        if self.tnt_count > 0 {
+            self.put(Packet::TntShort(Tnt { bits: self.tnt_bits, count: self.tnt_count }));
+            self.tnt_bits = 0;
+            self.tnt_count = 0;
+        }
+    }
+
+    /// PSB+: sync point with the time and the IP of the next instruction.
+    fn psb(&mut self, time: u64, next_ip: u64) {
+        self.put(Packet::Psb);
+        self.put(Packet::Tsc(time));
+        self.put(Packet::ModeExec { csl: true, csd: false, if_flag: false });
+        let ip = self.ip(next_ip);
+        self.put(Packet::Fup(ip));
+        self.put(Packet::PsbEnd);
+        self.last_tsc = time;
+        self.last_psb_at = self.out.len();
+    }
+
+    /// One executed instruction at `addr` and time `time`; `next` is where it went.
+    pub fn instruction(&mut self, time: u64, addr: u64, flow: Flow, next: u64) {
+        if !self.started {
+            self.started = true;
+            self.psb(time, addr);
+            let ip = self.ip(addr);
+            self.put(Packet::TipPge(ip));
+        }
+        match flow {
+            Flow::Quiet => return,
+            Flow::Cond { taken } => {
+                self.tnt_bits = self.tnt_bits << 1 | taken as u64;
+                self.tnt_count += 1;
+                if self.tnt_count == 6 {
+                    self.flush_tnt();
+                }
+            }
+            Flow::Indirect { to } | Flow::FarReturn { to } => {
+                self.flush_tnt();
+                let ip = self.ip(to);
+                self.put(Packet::Tip(ip));
+            }
+            Flow::Trap { from, to } => {
+                self.flush_tnt();
+                let f = self.ip(from);
+                self.put(Packet::Fup(f));
+                let t = self.ip(to);
+                self.put(Packet::Tip(t));
+            }
+        }
+        if time >= self.last_tsc + self.tsc_period {
+            self.flush_tnt();
+            if self.out.len() - self.last_psb_at >= self.psb_period {
+                self.psb(time, next);
+            } else {
+                self.put(Packet::Tsc(time));
+                self.last_tsc = time;
+            }
+        }
+    }
+
+    /// Tracing stops.
+    pub fn finish(&mut self) {
+        if self.started {
+            self.flush_tnt();
+            self.put(Packet::TipPgd(intel_pt::Ip { compression: intel_pt::IpCompression::Suppressed, payload: 0, ip: None }));
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! A kernel-like x86-64 program: a dispatcher calling functions that loop,
+//! branch, call directly, indirectly and through static calls, and carry
+//! patch sites of every kind the kernel pokes.
+
+use crate::rng::Rng;
+
+pub const TEXT_BASE: u64 = 0xffff_ffff_8100_0000;
+/// Where out-of-line code (ftrace trampolines) is created at run time.
+pub const OOL_BASE: u64 = 0xffff_ffff_a000_0000;
+
+pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+pub const NOP2: [u8; 2] = [0x66, 0x90];
+pub const INT3: u8 = 0xcc;
+
+/// Straight-line instructions that change no control flow.
+const FILLERS: &[&[u8]] = &[
+    &[0x48, 0x89, 0xc3],             // mov rbx, rax
+    &[0x48, 0x83, 0xc0, 0x08],       // add rax, 8
+    &[0x48, 0x8d, 0x40, 0x10],       // lea rax, [rax+0x10]
+    &[0x31, 0xd2],                   // xor edx, edx
+    &[0x48, 0x8b, 0x4f, 0x08],       // mov rcx, [rdi+8]
+    &[0x89, 0xc6],                   // mov esi, eax
+    &[0x48, 0x85, 0xc0],             // test rax, rax
+    &[0x90],                         // nop
+    &[0x48, 0xc7, 0xc0, 1, 0, 0, 0], // mov rax, 1
+];
+
+/// What a patch site is and the byte sequences it moves between.
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub addr: u64,
+    pub kind: SiteKind,
+    /// The contents the site takes; `states[0]` is the initial one.
+    pub states: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteKind {
+    /// NOP5 <-> JMP rel32 to an out-of-line block.
+    JumpLabel5,
+    /// NOP2 <-> JMP rel8 over the next instruction.
+    JumpLabel2,
+    /// NOP5 <-> CALL ftrace_caller (or a trampoline created at run time).
+    Ftrace,
+    /// A static call trampoline: JMP rel32 to one target or another.
+    StaticCall,
+    /// An instruction <-> INT3 on its first byte.
+    Kprobe,
+}
+
+/// The generated program.
+pub struct Program {
+    pub text: Vec<u8>,
+    /// (address, name) of every function, for kallsyms.
+    pub symbols: Vec<(u64, String)>,
+    pub sites: Vec<Site>,
+    /// Indirect call instructions and the targets they may take.
+    pub indirect: Vec<(u64, Vec<u64>)>,
+    /// Start of the dispatcher loop (where every CPU begins).
+    pub entry: u64,
+    /// The INT3 handler: where traps go.
+    pub int3_handler: u64,
+    /// The code of a trampoline that replaces ftrace_caller at run time.
+    pub trampoline_code: Vec<u8>,
+}
+
+struct Asm {
+    code: Vec<u8>,
+}
+
+impl Asm {
+    fn here(&self) -> u64 {
+        TEXT_BASE + self.code.len() as u64
+    }
+    fn bytes(&mut self, b: &[u8]) -> u64 {
+        let at = self.here();
+        self.code.extend_from_slice(b);
+        at
+    }
+    /// `min` plus up to `spread - 1` straight-line instructions.
+    fn filler(&mut self, rng: &mut Rng, min: usize, spread: u64) {
+        let n = min + rng.below(spread) as usize;
+        for _ in 0..n {
+            let f = FILLERS[rng.below(FILLERS.len() as u64) as usize];
+            self.bytes(f);
+        }
+    }
+    fn align(&mut self, to: usize) {
+        while self.code.len() % to != 0 {
+            self.code.push(INT3);
+        }
+    }
+    /// rel32 from the end of a 5-byte instruction at `at` to `target`.
+    fn rel32(at: u64, target: u64) -> [u8; 4] {
+        (target.wrapping_sub(at + 5) as i64 as i32).to_le_bytes()
+    }
+    fn patch(&mut self, at: u64, b: &[u8]) {
+        let o = (at - TEXT_BASE) as usize;
+        self.code[o..o + b.len()].copy_from_slice(b);
+    }
+}
+
+pub fn jmp32(at: u64, target: u64) -> Vec<u8> {
+    let mut v = vec![0xe9];
+    v.extend_from_slice(&Asm::rel32(at, target));
+    v
+}
+
+pub fn call32(at: u64, target: u64) -> Vec<u8> {
+    let mut v = vec![0xe8];
+    v.extend_from_slice(&Asm::rel32(at, target));
+    v
+}
+
+/// Builds `functions` functions (at least 4) and the dispatcher.
+pub fn generate(rng: &mut Rng, functions: usize) -> Program {
+    let n = functions.max(4);
+    let mut a = Asm { code: Vec::new() };
+    let mut symbols = Vec::new();
+    let mut sites = Vec::new();
+    let mut indirect: Vec<(u64, Vec<u64>)> = Vec::new();
+
+    // The INT3 handler: a few instructions, then IRETQ back to the emulated target.
+    a.align(16);
+    let int3_handler = a.here();
+    symbols.push((int3_handler, "asm_exc_int3".to_string()));
+    a.bytes(&[0x50]); // push rax
+    a.bytes(&[0x58]); // pop rax
+    a.bytes(&[0x48, 0xcf]); // iretq
+
+    // ftrace_caller: what an enabled ftrace site calls.
+    a.align(16);
+    let ftrace_caller = a.here();
+    symbols.push((ftrace_caller, "ftrace_caller".to_string()));
+    a.filler(rng, 3, 1);
+    a.bytes(&[0xc3]);
+
+    // Leaf functions: static call targets.
+    let leaves = 4;
+    let mut leaf_addrs = Vec::new();
+    for i in 0..leaves {
+        a.align(16);
+        let at = a.here();
+        symbols.push((at, format!("leaf_{i}")));
+        leaf_addrs.push(at);
+        a.filler(rng, 2, 5);
+        a.bytes(&[0xc3]);
+    }
+    // Static call trampolines, each a JMP to a leaf, retargeted at run time.
+    let mut tramps = Vec::new();
+    for i in 0..2 {
+        a.align(16);
+        let at = a.here();
+        symbols.push((at, format!("__SCT__hook_{i}")));
+        let first = jmp32(at, leaf_addrs[i]);
+        let second = jmp32(at, leaf_addrs[i + 2]);
+        a.bytes(&first);
+        a.bytes(&[INT3; 3]);
+        sites.push(Site { addr: at, kind: SiteKind::StaticCall, states: vec![first, second] });
+        tramps.push(at);
+    }
+
+    // Functions are laid out first, their call targets filled in afterwards:
+    // function i only calls functions j > i, so the call depth is bounded.
+    let mut entries = vec![0u64; n];
+    let mut calls: Vec<(u64, usize)> = Vec::new(); // (call insn addr, callee index)
+    for i in 0..n {
+        a.align(16);
+        let f = a.here();
+        entries[i] = f;
+        symbols.push((f, format!("func_{i}")));
+        // ftrace site at entry.
+        let at = a.bytes(&NOP5);
+        sites.push(Site { addr: at, kind: SiteKind::Ftrace, states: vec![NOP5.to_vec(), call32(at, ftrace_caller)] });
+        // A kprobe-able first instruction.
+        let probe = a.here();
+        a.bytes(&[0x48, 0x89, 0xc3]);
+        sites.push(Site { addr: probe, kind: SiteKind::Kprobe, states: vec![vec![0x48], vec![INT3]] });
+        a.filler(rng, 1, 3);
+        // A loop: body, then JNZ back (taken or not, decided at run time).
+        let top = a.here();
+        a.filler(rng, 1, 4);
+        let jcc = a.here();
+        let rel = (top as i64 - (jcc as i64 + 2)) as i8;
+        a.bytes(&[0x75, rel as u8]);
+        // Jump label (5 bytes): NOP5 or JMP to an out-of-line block that jumps back.
+        let jl = a.bytes(&NOP5);
+        let back = a.here();
+        a.filler(rng, 1, 3);
+        // Forward conditional skip.
+        let skip_at = a.here();
+        a.bytes(&[0x74, 0]);
+        let skip_from = a.here();
+        a.filler(rng, 1, 2);
+        let skip_len = (a.here() - skip_from) as u8;
+        a.patch(skip_at, &[0x74, skip_len]);
+        // Calls: direct to a later function, through a static call, or indirect.
+        if i + 1 < n {
+            let at = a.bytes(&[0xe8, 0, 0, 0, 0]);
+            calls.push((at, i + 1 + rng.below((n - i - 1).min(3) as u64) as usize));
+        }
+        let sc = tramps[rng.below(tramps.len() as u64) as usize];
+        let at = a.here();
+        a.bytes(&call32(at, sc));
+        if i + 2 < n {
+            let at = a.bytes(&[0xff, 0xd0]); // call rax
+            indirect.push((at, ((i + 1)..n).take(3).collect::<Vec<usize>>().iter().map(|&j| j as u64).collect()));
+        }
+        // Jump label (2 bytes) over a 2-byte filler.
+        let jl2 = a.bytes(&NOP2);
+        a.bytes(&[0x31, 0xd2]);
+        sites.push(Site { addr: jl2, kind: SiteKind::JumpLabel2, states: vec![NOP2.to_vec(), vec![0xeb, 0x02]] });
+        a.filler(rng, 0, 3);
+        a.bytes(&[0xc3]);
+        // The out-of-line block of the 5-byte jump label.
+        let ool = a.here();
+        a.filler(rng, 1, 2);
+        let at = a.here();
+        a.bytes(&jmp32(at, back));
+        sites.push(Site { addr: jl, kind: SiteKind::JumpLabel5, states: vec![NOP5.to_vec(), jmp32(jl, ool)] });
+    }
+    for (at, callee) in calls {
+        let b = call32(at, entries[callee]);
+        a.patch(at, &b);
+    }
+    // Indirect targets were function indices: make them addresses.
+    for (_, targets) in &mut indirect {
+        for t in targets.iter_mut() {
+            *t = entries[*t as usize];
+        }
+    }
+    // The dispatcher: call a random function through RAX, forever.
+    a.align(16);
+    let entry = a.here();
+    symbols.push((entry, "dispatch".to_string()));
+    let call_at = a.bytes(&[0xff, 0xd0]);
+    indirect.push((call_at, entries.clone()));
+    let at = a.here();
+    a.bytes(&jmp32(at, entry));
+    a.align(16);
+    symbols.push((a.here(), "_etext".to_string()));
+    symbols.sort();
+    symbols.insert(0, (TEXT_BASE, "_text".to_string()));
+
+    // A run-time ftrace trampoline: some work, then return.
+    let mut trampoline_code = vec![0x48, 0x89, 0xc3, 0x48, 0x83, 0xc0, 0x08, 0x90];
+    trampoline_code.push(0xc3);
+    Program { text: a.code, symbols, sites, indirect, entry, int3_handler, trampoline_code }
+}
