@@ -18,10 +18,25 @@ pub struct PerfTimeline {
     pub errors: Vec<String>,
 }
 
+/// How the TEXT_POKE records of a file announce changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PokeEvents {
+    /// One record per change, the new bytes holding from its time (Linux x86).
+    Single,
+    /// A begin/end pair per change: two records with the same address and
+    /// bytes; the content is uncertain between them (the Arm PRE/POST proposal).
+    Pairs,
+}
+
 /// Base code from the directory's `kcore_dir/kcore` (when there is one) plus
 /// `extra` (vmlinux, modules, dumps), and every TEXT_POKE in time order.
 /// KSYMBOL OOL and BPF ranges name the code they announce.
-pub fn from_perf_data(file: &PerfFile, mut extra: BaseImage) -> Result<PerfTimeline> {
+pub fn from_perf_data(file: &PerfFile, extra: BaseImage) -> Result<PerfTimeline> {
+    from_perf_data_with(file, extra, PokeEvents::Single)
+}
+
+/// [`from_perf_data`] for a given way of announcing changes.
+pub fn from_perf_data_with(file: &PerfFile, mut extra: BaseImage, events: PokeEvents) -> Result<PerfTimeline> {
     if let Some(dir) = file.kcore_dir() {
         let kcore = dir.join("kcore");
         if kcore.is_file() {
@@ -30,6 +45,8 @@ pub fn from_perf_data(file: &PerfFile, mut extra: BaseImage) -> Result<PerfTimel
     }
     let mut b = TimelineBuilder::new(extra);
     let (mut pokes, mut non_kernel) = (0, 0);
+    // Pairs: begins waiting for their end, by (addr, old, new).
+    let mut open: std::collections::HashMap<(u64, Vec<u8>, Vec<u8>), (u64, Option<u32>)> = Default::default();
     let mut errors = Vec::new();
     for r in file.sorted_records() {
         let r = match r {
@@ -43,14 +60,18 @@ pub fn from_perf_data(file: &PerfFile, mut extra: BaseImage) -> Result<PerfTimel
             RecordBody::TextPoke(p) => {
                 pokes += 1;
                 non_kernel += (r.cpumode() != misc::KERNEL) as usize;
-                b.poke(Poke {
-                    time: r.time().unwrap_or(0),
-                    settled: None,
-                    addr: p.addr,
-                    old: p.old,
-                    new: p.new,
-                    cpu: r.sample_id.cpu,
-                });
+                let time = r.time().unwrap_or(0);
+                let (time, settled) = match events {
+                    PokeEvents::Single => (time, None),
+                    PokeEvents::Pairs => match open.remove(&(p.addr, p.old.to_vec(), p.new.to_vec())) {
+                        Some((begin, _)) => (begin, Some(time)),
+                        None => {
+                            open.insert((p.addr, p.old.to_vec(), p.new.to_vec()), (time, r.sample_id.cpu));
+                            continue;
+                        }
+                    },
+                };
+                b.poke(Poke { time, settled, addr: p.addr, old: p.old, new: p.new, cpu: r.sample_id.cpu });
             }
             RecordBody::Ksymbol(k) if k.flags & perfdata::abi::KSYMBOL_FLAG_UNREGISTER == 0 => {
                 let kind = match k.ksym_type {
@@ -62,6 +83,11 @@ pub fn from_perf_data(file: &PerfFile, mut extra: BaseImage) -> Result<PerfTimel
             }
             _ => {}
         }
+    }
+    // A begin without its end: uncertain from then on.
+    for ((addr, old, new), (time, cpu)) in open {
+        errors.push(format!("change at {addr:#x} from time {time} has no end record"));
+        b.poke(Poke { time, settled: Some(u64::MAX), addr, old: &old, new: &new, cpu });
     }
     Ok(PerfTimeline { timeline: b.build(), pokes, non_kernel_pokes: non_kernel, errors })
 }

@@ -13,6 +13,7 @@
 //!
 //! Same seed, same bytes.
 
+pub mod check;
 mod machine;
 mod pt;
 mod rng;
@@ -249,9 +250,21 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &
         w.write(misc::KERNEL, &RecordBody::ItraceStart(ItraceStart { pid: 0, tid: 0 }), &s)?;
     }
     // The trace first, so that perf has it queued before the changes come.
+    // `reference` is not a sequence number: perf record stores the TSC read
+    // when the AUX buffer was copied out (intel_pt_reference() = rdtsc), and
+    // perf's decoder needs it. A TSC packet only carries bits 0..55, so the
+    // decoder takes the first TSC after each buffer start only relative to
+    // the buffer's ref_timestamp (intel_pt_calc_tsc_timestamp: with ref 0 and
+    // no earlier timestamp the TSC is ignored). With reference 0 every decoder
+    // state had timestamp 0, perf 6.1 kept decoding in intel_pt_setup_queue()
+    // looking for a first timestamp, and intel_pt_walk_next_insn() then read
+    // the still NULL ptq->state: SIGSEGV in every decoding perf script/report.
+    // Here TSC == perf time (time_mult 1, shift 0, zero 0), and the buffer is
+    // copied out after its last instruction.
     for (c, p) in sink.pt.iter().enumerate() {
+        let copied_out = p.last_time().max(TIME_ZERO) + 1;
         for (k, chunk) in p.out.chunks(1 << 16).enumerate() {
-            let a = Auxtrace { offset: (k << 16) as u64, reference: k as u64, idx: c as u32, tid: 0, cpu: c as u32, data: chunk };
+            let a = Auxtrace { offset: (k << 16) as u64, reference: copied_out, idx: c as u32, tid: 0, cpu: c as u32, data: chunk };
             w.write(0, &RecordBody::Auxtrace(a), &SampleId::default())?;
         }
     }

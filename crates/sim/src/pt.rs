@@ -16,10 +16,13 @@ pub struct PtEmitter {
     tnt_bits: u64,
     tnt_count: u8,
     last_tsc: u64,
+    last_time: u64,
     started: bool,
     last_psb_at: usize,
     tsc_period: u64,
     psb_period: usize,
+    /// Where the CPU goes next: where tracing stops at the end.
+    next_ip: u64,
 }
 
 impl PtEmitter {
@@ -30,10 +33,12 @@ impl PtEmitter {
             tnt_bits: 0,
             tnt_count: 0,
             last_tsc: 0,
+            last_time: 0,
             started: false,
             last_psb_at: 0,
             tsc_period: tsc_period.max(1),
             psb_period: psb_period.max(64),
+            next_ip: 0,
         }
     }
 
@@ -67,6 +72,8 @@ impl PtEmitter {
 
     /// One executed instruction at `addr` and time `time`; `next` is where it went.
     pub fn instruction(&mut self, time: u64, addr: u64, flow: Flow, next: u64) {
+        self.last_time = self.last_time.max(time);
+        self.next_ip = next;
         if !self.started {
             self.started = true;
             self.psb(time, addr);
@@ -106,11 +113,23 @@ impl PtEmitter {
         }
     }
 
-    /// Tracing stops.
+    /// The time of the last instruction traced (0 before the first).
+    pub fn last_time(&self) -> u64 {
+        self.last_time
+    }
+
+    /// Tracing stops before the next instruction.
     pub fn finish(&mut self) {
         if self.started {
             self.flush_tnt();
-            self.put(Packet::TipPgd(intel_pt::Ip { compression: intel_pt::IpCompression::Suppressed, payload: 0, ip: None }));
+            // An asynchronous stop: FUP (where the CPU was) then TIP.PGD.
+            // A TIP.PGD alone means "the next branch was indirect and
+            // disabled tracing"; perf then walks to the next branch and, if
+            // it is a Jcc, reports "Trace doesn't match instruction".
+            let ip = self.ip(self.next_ip);
+            self.put(Packet::Fup(ip));
+            let ip = self.ip(self.next_ip);
+            self.put(Packet::TipPgd(ip));
         }
     }
 }

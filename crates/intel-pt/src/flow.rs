@@ -1,0 +1,501 @@
+//! Instruction flow: rebuilds every executed instruction from the packets
+//! and the code, asking the code at the trace's own time.
+//!
+//! The decoder walks the code from the last known IP. A conditional branch
+//! takes the next TNT bit, an indirect branch, far transfer or uncompressed
+//! return the next TIP, a trap the FUP at its address and the TIP of its
+//! handler. TSC packets bound the time of what is walked: everything walked
+//! between TSC(a) and the next TSC(b) ran within `[a, b]`, and the code is
+//! asked for that interval. When a change lands inside it, the candidates
+//! are tried in turn against the packets that follow; the one that fits is
+//! taken, and if several fit the instruction is reported as uncertain.
+
+use isa::{BranchClass, Insn, KernelIdioms};
+
+use crate::{Packet, PacketDecoder, PacketError};
+
+/// perf time in nanoseconds.
+pub type Time = u64;
+
+/// What the code source found at an address for a time interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    /// These bytes (count filled), the same over the whole interval.
+    Exact(usize),
+    /// Several contents are possible; this is candidate `which` of `count`.
+    Candidate { filled: usize, count: usize },
+    /// Nothing mapped there.
+    Unmapped,
+}
+
+/// Code bytes at an address for a time interval (a time-versioned image).
+pub trait CodeSource {
+    /// Fills `buf` with candidate `which` of the code at `addr` for `[lo, hi]`.
+    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch;
+}
+
+/// TSC to perf time, as perf converts it (AUXTRACE_INFO time_shift, time_mult, time_zero).
+#[derive(Clone, Copy, Debug)]
+pub struct TimeConv {
+    pub shift: u32,
+    pub mult: u64,
+    pub zero: u64,
+}
+
+impl TimeConv {
+    pub fn perf_time(&self, tsc: u64) -> Time {
+        let shift = self.shift.min(63);
+        let quot = tsc >> shift;
+        let rem = tsc & ((1u64 << shift) - 1);
+        self.zero.wrapping_add(quot.wrapping_mul(self.mult)).wrapping_add(rem.wrapping_mul(self.mult) >> shift)
+    }
+}
+
+/// How the trace was configured.
+#[derive(Clone, Debug)]
+pub struct FlowConfig {
+    pub time: TimeConv,
+    /// Return compression off (`noretcomp`): every RET has a TIP.
+    pub noretcomp: bool,
+    pub idioms: KernelIdioms,
+    /// Instructions walked without a packet before giving up (a loop in the image).
+    pub max_walk: u64,
+    /// Instructions a candidate is tried for before it counts as fitting.
+    pub trial_insns: u64,
+}
+
+/// What the decoder reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowEvent {
+    /// An executed instruction, run within `[lo, hi]`; `uncertain` when
+    /// several code contents fit the trace.
+    Insn { ip: u64, len: u8, class: BranchClass, lo: Time, hi: Time, uncertain: bool },
+    /// A trap or interrupt at `from` into `to`.
+    Trap { from: u64, to: u64, time: Time },
+    /// Tracing stopped (TIP.PGD) or lost sync.
+    End { time: Time },
+    /// The trace and the code disagree; decoding resumes at the next PSB.
+    Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowErrorKind {
+    Packet(crate::PacketErrorKind),
+    /// A conditional branch, but the next flow packet is not a TNT.
+    NoTnt,
+    /// An indirect branch or far transfer, but the next flow packet is not a TIP.
+    NoTip,
+    /// A trap without its FUP and TIP.
+    NoTrapPackets,
+    /// No code at the IP.
+    Unmapped,
+    /// Bytes that are not an instruction.
+    BadInsn,
+    /// Too many instructions without using a packet.
+    NoProgress,
+    /// The trace ended while the decoder needed more.
+    EndOfTrace,
+    /// An overflow packet: the processor lost trace.
+    Overflow,
+}
+
+impl FlowErrorKind {
+    pub fn describe(&self) -> String {
+        match self {
+            FlowErrorKind::Packet(k) => format!("bad packet: {k}"),
+            FlowErrorKind::NoTnt => "conditional branch but no TNT".into(),
+            FlowErrorKind::NoTip => "indirect branch but no TIP".into(),
+            FlowErrorKind::NoTrapPackets => "trap without FUP/TIP".into(),
+            FlowErrorKind::Unmapped => "no code at this address".into(),
+            FlowErrorKind::BadInsn => "invalid instruction".into(),
+            FlowErrorKind::NoProgress => "no packet consumed for too long".into(),
+            FlowErrorKind::EndOfTrace => "trace ended".into(),
+            FlowErrorKind::Overflow => "overflow: trace lost".into(),
+        }
+    }
+}
+
+/// A flow packet, the next one the walk will consume.
+#[derive(Clone, Copy, Debug)]
+enum Flow {
+    Tnt { bits: u64, count: u8 },
+    Tip(Option<u64>),
+    Pgd(Option<u64>),
+    Fup(Option<u64>),
+}
+
+/// Everything the walk changes: cheap to copy for trials.
+#[derive(Clone)]
+struct State<'a> {
+    packets: PacketDecoder<'a>,
+    ip: Option<u64>,
+    tnt_bits: u64,
+    tnt_count: u8,
+    stack: Vec<u64>,
+    lo: Time,
+    hi: Time,
+    /// Offset of the TSC that gave `hi` (re-scan when passed).
+    hi_at: usize,
+    peeked: Option<(usize, Flow)>,
+    walked: u64,
+}
+
+struct Failure {
+    offset: usize,
+    kind: FlowErrorKind,
+}
+
+/// Decodes one AUX buffer's packets into instruction flow.
+pub struct FlowDecoder<'a, C: CodeSource> {
+    buf: &'a [u8],
+    code: &'a C,
+    cfg: FlowConfig,
+    st: State<'a>,
+}
+
+impl<'a, C: CodeSource> FlowDecoder<'a, C> {
+    pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
+        let st = State {
+            packets: PacketDecoder::new(buf),
+            ip: None,
+            tnt_bits: 0,
+            tnt_count: 0,
+            stack: Vec::new(),
+            lo: 0,
+            hi: Time::MAX,
+            hi_at: 0,
+            peeked: None,
+            walked: 0,
+        };
+        FlowDecoder { buf, code, cfg, st }
+    }
+
+    /// Runs to the end of the buffer, reporting every event.
+    pub fn run(&mut self, mut emit: impl FnMut(FlowEvent)) {
+        if let Some(at) = crate::find_psb(self.buf) {
+            if at > 0 {
+                self.st.packets.sync_forward();
+            }
+        }
+        let mut st = self.st.clone();
+        loop {
+            match self.step(&mut st, &mut emit, false) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(f) => {
+                    emit(FlowEvent::Error { offset: f.offset, time: st.lo, ip: st.ip, kind: f.kind });
+                    if f.kind == FlowErrorKind::EndOfTrace {
+                        break;
+                    }
+                    let resync = st.packets.sync_forward();
+                    st.ip = None;
+                    st.tnt_count = 0;
+                    st.stack.clear();
+                    st.peeked = None;
+                    if !resync.psb_found {
+                        break;
+                    }
+                }
+            }
+        }
+        self.st = st;
+    }
+
+    /// The next flow packet, processing timing and sync packets on the way.
+    fn peek_flow(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
+        if let Some(p) = st.peeked {
+            return Ok(Some(p));
+        }
+        loop {
+            let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
+                return Ok(None);
+            };
+            let flow = match packet {
+                Packet::TntShort(t) | Packet::TntLong(t) => Flow::Tnt { bits: t.bits, count: t.count },
+                Packet::Tip(ip) => Flow::Tip(ip.ip),
+                Packet::TipPgd(ip) => Flow::Pgd(ip.ip),
+                Packet::TipPge(ip) => {
+                    st.ip = ip.ip;
+                    continue;
+                }
+                Packet::Fup(ip) => Flow::Fup(ip.ip),
+                Packet::Tsc(tsc) => {
+                    st.lo = self.cfg.time.perf_time(tsc);
+                    if offset >= st.hi_at {
+                        self.next_tsc(st, offset);
+                    }
+                    continue;
+                }
+                Packet::Psb => {
+                    self.psb_plus(st)?;
+                    continue;
+                }
+                Packet::Ovf => {
+                    return Err(Failure { offset, kind: FlowErrorKind::Overflow });
+                }
+                _ => continue,
+            };
+            st.peeked = Some((offset, flow));
+            return Ok(st.peeked);
+        }
+    }
+
+    /// Finds the TSC after `from` to bound the time of what comes next.
+    fn next_tsc(&self, st: &mut State<'a>, from: usize) {
+        let mut scan = st.packets.clone();
+        st.hi = Time::MAX;
+        st.hi_at = usize::MAX;
+        while let Ok(Some((off, p))) = scan.next_packet() {
+            if let Packet::Tsc(tsc) = p {
+                st.hi = self.cfg.time.perf_time(tsc);
+                st.hi_at = off;
+                return;
+            }
+            if off > from + (1 << 20) {
+                return;
+            }
+        }
+    }
+
+    /// PSB+: status up to PSBEND. Its FUP is where execution is.
+    fn psb_plus(&self, st: &mut State<'a>) -> Result<(), Failure> {
+        st.tnt_count = 0;
+        st.stack.clear();
+        loop {
+            let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
+                return Ok(());
+            };
+            match packet {
+                Packet::PsbEnd => return Ok(()),
+                Packet::Tsc(tsc) => {
+                    st.lo = self.cfg.time.perf_time(tsc);
+                    if offset >= st.hi_at {
+                        self.next_tsc(st, offset);
+                    }
+                }
+                Packet::Fup(ip) => {
+                    if ip.ip.is_some() {
+                        st.ip = ip.ip;
+                    }
+                }
+                Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
+                _ => {}
+            }
+        }
+    }
+
+    fn take(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
+        let p = self.peek_flow(st)?;
+        st.peeked = None;
+        p.ok_or(Failure { offset: st.packets.offset(), kind: FlowErrorKind::EndOfTrace })
+    }
+
+    fn take_tnt(&self, st: &mut State<'a>) -> Result<bool, Failure> {
+        if st.tnt_count == 0 {
+            match self.take(st)? {
+                (_, Flow::Tnt { bits, count }) => {
+                    st.tnt_bits = bits;
+                    st.tnt_count = count;
+                }
+                (offset, _) => return Err(Failure { offset, kind: FlowErrorKind::NoTnt }),
+            }
+        }
+        st.tnt_count -= 1;
+        st.walked = 0;
+        Ok(st.tnt_bits >> st.tnt_count & 1 == 1)
+    }
+
+    /// The target of an indirect transfer; `None` when tracing stops there.
+    fn take_tip(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
+        let at = st.packets.offset();
+        if st.tnt_count != 0 {
+            return Err(Failure { offset: at, kind: FlowErrorKind::NoTip });
+        }
+        st.walked = 0;
+        match self.take(st)? {
+            (_, Flow::Tip(Some(ip))) => Ok(Some(ip)),
+            (_, Flow::Pgd(_)) => Ok(None),
+            (offset, _) => Err(Failure { offset, kind: FlowErrorKind::NoTip }),
+        }
+    }
+
+    /// One instruction (or one event). `Ok(false)` at the end of the trace.
+    /// In a trial nothing is emitted and candidates are not tried again.
+    fn step(&self, st: &mut State<'a>, emit: &mut impl FnMut(FlowEvent), trial: bool) -> Result<bool, Failure> {
+        let Some(ip) = st.ip else {
+            // Not tracing: wait for TIP.PGE or a PSB+ with an IP. A flow
+            // packet seen before that has no IP to apply to: drop it.
+            return match self.peek_flow(st)? {
+                _ if st.ip.is_some() => Ok(true),
+                Some(_) => {
+                    st.peeked = None;
+                    Ok(true)
+                }
+                None => Ok(false),
+            };
+        };
+        st.walked += 1;
+        if st.walked > self.cfg.max_walk {
+            return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoProgress });
+        }
+        let mut buf = [0u8; 16];
+        let (insn, uncertain) = match self.code.fetch(ip, st.lo, st.hi, 0, &mut buf) {
+            Fetch::Unmapped => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::Unmapped }),
+            Fetch::Exact(n) => (self.classify(ip, &buf[..n], st)?, false),
+            Fetch::Candidate { filled, .. } if trial => (self.classify(ip, &buf[..filled], st)?, true),
+            Fetch::Candidate { count, .. } => self.choose(st, ip, count)?,
+        };
+        self.run_insn(st, ip, insn, uncertain, emit, trial)
+    }
+
+    /// Runs `insn` at `ip`: first an asynchronous event or the end of tracing
+    /// at this IP, if the trace has one here, else the instruction itself.
+    fn run_insn(
+        &self,
+        st: &mut State<'a>,
+        ip: u64,
+        insn: Insn,
+        uncertain: bool,
+        emit: &mut impl FnMut(FlowEvent),
+        trial: bool,
+    ) -> Result<bool, Failure> {
+        // Before an instruction that is not itself a trap: an asynchronous
+        // event here (FUP at this IP, then the handler's TIP), or the end of
+        // tracing here (TIP.PGD at this IP). Neither runs the instruction.
+        if st.tnt_count == 0 && insn.class != BranchClass::Trap {
+            match self.peek_flow(st)? {
+                Some((_, Flow::Fup(Some(f)))) if f == ip => {
+                    st.peeked = None;
+                    let to = self.take_tip(st)?;
+                    if !trial {
+                        emit(FlowEvent::Trap { from: ip, to: to.unwrap_or(0), time: st.lo });
+                    }
+                    st.ip = to;
+                    return Ok(true);
+                }
+                Some((_, Flow::Pgd(Some(f)))) if f == ip => {
+                    st.peeked = None;
+                    if !trial {
+                        emit(FlowEvent::End { time: st.lo });
+                    }
+                    st.ip = None;
+                    return Ok(true);
+                }
+                None => {
+                    if !trial {
+                        emit(FlowEvent::End { time: st.lo });
+                    }
+                    return Ok(false);
+                }
+                _ => {}
+            }
+        }
+        if !trial {
+            emit(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.lo, hi: st.hi, uncertain });
+        }
+        self.execute(st, ip, insn)?;
+        Ok(true)
+    }
+
+    fn classify(&self, ip: u64, bytes: &[u8], st: &State<'a>) -> Result<Insn, Failure> {
+        isa::classify_x86_64(ip, bytes, &self.cfg.idioms)
+            .map_err(|_| Failure { offset: st.packets.offset(), kind: FlowErrorKind::BadInsn })
+    }
+
+    /// Tries each candidate content at `ip` against the packets that follow;
+    /// returns the first that fits, and whether another fits too.
+    fn choose(&self, st: &State<'a>, ip: u64, count: usize) -> Result<(Insn, bool), Failure> {
+        let mut fits: Vec<Insn> = Vec::new();
+        let mut first_err = None;
+        for which in 0..count.min(8) {
+            let mut buf = [0u8; 16];
+            let n = match self.code.fetch(ip, st.lo, st.hi, which, &mut buf) {
+                Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => n,
+                Fetch::Unmapped => continue,
+            };
+            let insn = match self.classify(ip, &buf[..n], st) {
+                Ok(i) => i,
+                Err(f) => {
+                    first_err.get_or_insert(f);
+                    continue;
+                }
+            };
+            let mut trial = st.clone();
+            let mut sink = |_e: FlowEvent| {};
+            let ok = self.run_insn(&mut trial, ip, insn, true, &mut sink, true).is_ok() && {
+                let mut left = self.cfg.trial_insns;
+                loop {
+                    if left == 0 {
+                        break true;
+                    }
+                    left -= 1;
+                    match self.step(&mut trial, &mut sink, true) {
+                        Ok(true) => {}
+                        Ok(false) => break true,
+                        Err(_) => break false,
+                    }
+                }
+            };
+            if ok {
+                fits.push(insn);
+            }
+        }
+        match fits.first() {
+            Some(&i) => Ok((i, fits.len() > 1)),
+            None => Err(first_err.unwrap_or(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTnt })),
+        }
+    }
+
+    /// Moves past `insn` at `ip`, consuming the packets it needs.
+    fn execute(&self, st: &mut State<'a>, ip: u64, insn: Insn) -> Result<(), Failure> {
+        let next = ip.wrapping_add(insn.len as u64);
+        st.ip = match insn.class {
+            BranchClass::None | BranchClass::Nop => Some(next),
+            BranchClass::CondBranch => {
+                if self.take_tnt(st)? {
+                    insn.target
+                } else {
+                    Some(next)
+                }
+            }
+            BranchClass::DirectJump => insn.target,
+            BranchClass::DirectCall => {
+                st.stack.push(next);
+                insn.target
+            }
+            BranchClass::IndirectJump | BranchClass::FarTransfer => self.take_tip(st)?,
+            BranchClass::IndirectCall => {
+                st.stack.push(next);
+                self.take_tip(st)?
+            }
+            BranchClass::Return => {
+                let compressed = !self.cfg.noretcomp && !st.stack.is_empty() && {
+                    if st.tnt_count == 0 {
+                        matches!(self.peek_flow(st)?, Some((_, Flow::Tnt { .. })))
+                    } else {
+                        true
+                    }
+                };
+                if compressed && self.take_tnt(st)? {
+                    st.stack.pop()
+                } else {
+                    st.stack.pop();
+                    self.take_tip(st)?
+                }
+            }
+            BranchClass::Trap => {
+                // The trap's FUP names this instruction; its TIP the handler.
+                match self.take(st)? {
+                    (_, Flow::Fup(Some(f))) if f == ip => {}
+                    (offset, _) => return Err(Failure { offset, kind: FlowErrorKind::NoTrapPackets }),
+                }
+                self.take_tip(st)?
+            }
+        };
+        Ok(())
+    }
+}
+
+fn packet_failure(e: PacketError) -> Failure {
+    Failure { offset: e.offset, kind: FlowErrorKind::Packet(e.kind) }
+}

@@ -1,0 +1,306 @@
+//! `check`: decode a simulated run's Intel PT with three images of the code
+//! and compare each with the ground truth.
+
+use std::path::Path;
+
+use codeimage::{BaseImage, CodeTimeline, PokeEvents, Read, TimelineBuilder};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
+use perfdata::auxtrace::IntelPtInfo;
+use perfdata::{PerfFile, RecordBody};
+use serde::Serialize;
+
+use crate::truth::TruthReader;
+use crate::SimError;
+
+/// Which code the decoder walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// The code before any change (no poke awareness).
+    Static,
+    /// One image updated in timestamp order, read at the last timestamp seen (what perf does).
+    PerfStyle,
+    /// The code timeline, read over the interval the trace allows.
+    Timeline,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Static, Mode::PerfStyle, Mode::Timeline];
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Static => "static",
+            Mode::PerfStyle => "perf-style",
+            Mode::Timeline => "timeline",
+        }
+    }
+}
+
+/// Where decode and truth first part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Divergence {
+    pub cpu: u32,
+    pub time: u64,
+    pub expected: u64,
+    pub decoded: u64,
+}
+
+/// One mode's comparison, summed over CPUs (and per CPU in `cpus`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Score {
+    pub instructions: u64,
+    pub correct: u64,
+    pub wrong: u64,
+    pub missing: u64,
+    pub errors: u64,
+    pub uncertain: u64,
+    pub first_divergence: Option<Divergence>,
+}
+
+impl Score {
+    fn add(&mut self, o: &Score) {
+        self.instructions += o.instructions;
+        self.correct += o.correct;
+        self.wrong += o.wrong;
+        self.missing += o.missing;
+        self.errors += o.errors;
+        self.uncertain += o.uncertain;
+        if self.first_divergence.as_ref().is_none_or(|d| o.first_divergence.as_ref().is_some_and(|e| e.time < d.time)) {
+            if o.first_divergence.is_some() {
+                self.first_divergence.clone_from(&o.first_divergence);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeReport {
+    pub mode: Mode,
+    #[serde(flatten)]
+    pub total: Score,
+    pub cpus: Vec<Score>,
+}
+
+struct Static<'a>(&'a CodeTimeline);
+struct PerfStyle<'a>(&'a CodeTimeline);
+struct Interval<'a>(&'a CodeTimeline);
+
+impl CodeSource for Static<'_> {
+    fn fetch(&self, addr: u64, _lo: Time, _hi: Time, _which: usize, buf: &mut [u8; 16]) -> Fetch {
+        exact(self.0.read_into(addr, buf, 0).mapped)
+    }
+}
+
+impl CodeSource for PerfStyle<'_> {
+    fn fetch(&self, addr: u64, lo: Time, _hi: Time, _which: usize, buf: &mut [u8; 16]) -> Fetch {
+        exact(self.0.read_into(addr, buf, lo).mapped)
+    }
+}
+
+impl CodeSource for Interval<'_> {
+    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
+        let info = self.0.read_into(addr, buf, lo);
+        if info.mapped == 0 && info.valid.end > hi {
+            return Fetch::Unmapped;
+        }
+        if !info.uncertain && info.valid.end > hi {
+            return Fetch::Exact(info.mapped);
+        }
+        // A change lands inside [lo, hi]: every content the interval allows.
+        let mut all: Vec<Vec<u8>> = Vec::new();
+        for (_, r) in self.0.read_during(addr, 16, lo, hi) {
+            match r {
+                Read::Exact(b) => all.push(b),
+                Read::Uncertain(c) => all.extend(c),
+                Read::Unmapped { .. } => {}
+            }
+        }
+        all.dedup();
+        match all.get(which) {
+            Some(b) => {
+                buf[..b.len()].copy_from_slice(b);
+                if all.len() == 1 {
+                    Fetch::Exact(b.len())
+                } else {
+                    Fetch::Candidate { filled: b.len(), count: all.len() }
+                }
+            }
+            None => Fetch::Unmapped,
+        }
+    }
+}
+
+fn exact(n: usize) -> Fetch {
+    if n == 0 {
+        Fetch::Unmapped
+    } else {
+        Fetch::Exact(n)
+    }
+}
+
+/// Decodes the run in `dir` in every mode and scores it against the truth.
+pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
+    let summary = crate::read_summary(dir)?;
+    let file = PerfFile::open(dir)?;
+    let mut info = None;
+    let mut aux: Vec<Vec<u8>> = vec![Vec::new(); summary.config.cpus as usize];
+    for r in file.records() {
+        match r?.body {
+            RecordBody::AuxtraceInfo(i) => info = Some(IntelPtInfo::parse(&i)?),
+            RecordBody::Auxtrace(a) => {
+                if let Some(buf) = aux.get_mut(a.cpu as usize) {
+                    buf.extend_from_slice(a.data);
+                }
+            }
+            _ => {}
+        }
+    }
+    let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
+    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
+    let noretcomp = pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0);
+    let cfg = FlowConfig {
+        time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
+        noretcomp,
+        idioms: isa::KernelIdioms::default(),
+        max_walk: 1 << 20,
+        trial_insns: 64,
+    };
+    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
+    let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline;
+    let mut base = BaseImage::new();
+    if let Some(k) = file.kcore_dir() {
+        base.add_elf(&k.join("kcore")).map_err(|e| SimError::Config(e.to_string()))?;
+    }
+    let bare = TimelineBuilder::new(base).build();
+    let mut reports = Vec::new();
+    for mode in Mode::ALL {
+        let mut total = Score::default();
+        let mut cpus = Vec::new();
+        for (cpu, trace) in aux.iter().enumerate() {
+            let truth = dir.join(format!("truth/cpu{cpu}.bin"));
+            let score = match mode {
+                Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, &truth)?,
+                Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, &truth)?,
+                Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, &truth)?,
+            };
+            total.add(&score);
+            cpus.push(score);
+        }
+        reports.push(ModeReport { mode, total, cpus });
+    }
+    Ok(reports)
+}
+
+/// Walks the truth beside the decoded instructions.
+struct Matcher {
+    reader: std::iter::Peekable<TruthReader>,
+    synced: bool,
+    failure: Option<std::io::Error>,
+    s: Score,
+    cpu: u32,
+}
+
+impl Matcher {
+    /// One decoded instruction at `ip`, run within `[lo, hi]`.
+    fn insn(&mut self, ip: u64, lo: Time, hi: Time) {
+        let s = &mut self.s;
+        if self.synced {
+            match self.reader.next() {
+                Some(Ok((t, a))) => {
+                    s.instructions += 1;
+                    if a == ip {
+                        s.correct += 1;
+                    } else {
+                        s.wrong += 1;
+                        self.synced = false;
+                        s.first_divergence.get_or_insert(Divergence { cpu: self.cpu, time: t, expected: a, decoded: ip });
+                    }
+                }
+                Some(Err(e)) => {
+                    self.failure.get_or_insert(e);
+                }
+                None => s.wrong += 1,
+            }
+            return;
+        }
+        // Out of step: find this instruction in the truth, within its time bounds.
+        let mut skipped = 0u64;
+        while let Some(Ok((t, a))) = self.reader.peek() {
+            if *t > hi.saturating_add(1) {
+                break;
+            }
+            if *a == ip && *t >= lo.saturating_sub(1) {
+                self.reader.next();
+                s.instructions += 1 + skipped;
+                s.correct += 1;
+                s.missing += skipped;
+                self.synced = true;
+                return;
+            }
+            skipped += 1;
+            self.reader.next();
+        }
+        s.missing += skipped;
+        s.instructions += skipped;
+        s.wrong += 1;
+    }
+}
+
+/// Decodes one CPU's trace and walks the truth beside it.
+fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, truth: &Path) -> Result<Score, SimError> {
+    let io = |source| SimError::Io { path: truth.to_path_buf(), source };
+    let reader = TruthReader::open(truth).map_err(io)?.peekable();
+    let mut m = Matcher { reader, synced: true, failure: None, s: Score::default(), cpu };
+    let mut last_hi = 0;
+    FlowDecoder::new(trace, code, cfg.clone()).run(|e| match e {
+        FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
+            m.s.uncertain += uncertain as u64;
+            last_hi = hi;
+            m.insn(ip, lo, hi);
+        }
+        // The simulated kernel traps only on INT3, which runs: it counts as
+        // the instruction at the FUP's address.
+        FlowEvent::Trap { from, time, .. } => m.insn(from, time, last_hi.max(time)),
+        FlowEvent::Error { .. } => {
+            m.s.errors += 1;
+            m.synced = false;
+        }
+        FlowEvent::End { .. } => {}
+    });
+    if let Some(e) = m.failure {
+        return Err(io(e));
+    }
+    let mut s = m.s;
+    for r in m.reader {
+        r.map_err(io)?;
+        s.instructions += 1;
+        s.missing += 1;
+    }
+    Ok(s)
+}
+
+/// Decoded events of one CPU in timeline mode (a debugging aid for the simulator's tests).
+pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
+    let file = PerfFile::open(dir).unwrap();
+    let mut aux = Vec::new();
+    let mut info = None;
+    for r in file.records() {
+        match r.unwrap().body {
+            RecordBody::AuxtraceInfo(i) => info = Some(IntelPtInfo::parse(&i).unwrap()),
+            RecordBody::Auxtrace(a) if a.cpu as usize == cpu => aux.extend_from_slice(a.data),
+            _ => {}
+        }
+    }
+    let info = info.unwrap();
+    let cfg = FlowConfig {
+        time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
+        noretcomp: true,
+        idioms: isa::KernelIdioms::default(),
+        max_walk: 1 << 20,
+        trial_insns: 64,
+    };
+    let full = codeimage::from_perf_data(&file, BaseImage::new()).unwrap().timeline;
+    let src = Interval(&full);
+    let mut out = Vec::new();
+    FlowDecoder::new(&aux, &src, cfg).run(|e| out.push(e));
+    out
+}
