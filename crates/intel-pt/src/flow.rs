@@ -70,7 +70,9 @@ pub enum FlowEvent {
     /// An executed instruction, run within `[lo, hi]`; `uncertain` when
     /// several code contents fit the trace.
     Insn { ip: u64, len: u8, class: BranchClass, lo: Time, hi: Time, uncertain: bool },
-    /// A trap or interrupt at `from` into `to`.
+    /// The instruction at `from` trapped (INT3, a kprobe or a site being
+    /// poked) or was interrupted, into the handler at `to`. The trapping
+    /// instruction is reported here, not as an [`FlowEvent::Insn`].
     Trap { from: u64, to: u64, time: Time },
     /// Tracing stopped (TIP.PGD) or lost sync.
     End { time: Time },
@@ -359,16 +361,21 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         emit: &mut impl FnMut(FlowEvent),
         trial: bool,
     ) -> Result<bool, Failure> {
-        // Before an instruction that is not itself a trap: an asynchronous
-        // event here (FUP at this IP, then the handler's TIP), or the end of
-        // tracing here (TIP.PGD at this IP). Neither runs the instruction.
-        if st.tnt_count == 0 && insn.class != BranchClass::Trap {
+        // An event at this instruction (FUP at this IP, then the handler's
+        // TIP): a trap it raises (INT3) or an interrupt before it; or the end
+        // of tracing here (TIP.PGD at this IP, maybe after a FUP). Reported
+        // as [`FlowEvent::Trap`] or [`FlowEvent::End`], not as an instruction.
+        if st.tnt_count == 0 {
             match self.peek_flow(st)? {
                 Some((_, Flow::Fup(Some(f)))) if f == ip => {
                     st.peeked = None;
+                    // FUP + TIP: an event into a handler; FUP + TIP.PGD: tracing stops here.
                     let to = self.take_tip(st)?;
                     if !trial {
-                        emit(FlowEvent::Trap { from: ip, to: to.unwrap_or(0), time: st.lo });
+                        emit(match to {
+                            Some(to) => FlowEvent::Trap { from: ip, to, time: st.lo },
+                            None => FlowEvent::End { time: st.lo },
+                        });
                     }
                     st.ip = to;
                     return Ok(true);
@@ -483,14 +490,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     self.take_tip(st)?
                 }
             }
-            BranchClass::Trap => {
-                // The trap's FUP names this instruction; its TIP the handler.
-                match self.take(st)? {
-                    (_, Flow::Fup(Some(f))) if f == ip => {}
-                    (offset, _) => return Err(Failure { offset, kind: FlowErrorKind::NoTrapPackets }),
-                }
-                self.take_tip(st)?
-            }
+            // A trap is handled before it runs, when its FUP is next (run_insn).
+            BranchClass::Trap => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTrapPackets }),
         };
         Ok(())
     }

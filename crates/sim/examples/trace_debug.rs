@@ -12,8 +12,13 @@ fn main() {
     let mut k = 0;
     let mut first = None;
     for (i, e) in events.iter().enumerate() {
-        if let FlowEvent::Insn { ip, .. } = e {
-            if truth.get(k).map(|t| t.1) != Some(*ip) {
+        let ip = match e {
+            FlowEvent::Insn { ip, .. } => Some(*ip),
+            FlowEvent::Trap { from, .. } => Some(*from),
+            _ => None,
+        };
+        if let Some(ip) = ip {
+            if truth.get(k).map(|t| t.1) != Some(ip) {
                 first = Some((i, k));
                 break;
             }

@@ -1,0 +1,88 @@
+//! The simulator's promises: determinism, and decode accuracy by image mode.
+
+use std::path::{Path, PathBuf};
+
+use sim::check::{check, Mode, ModeReport};
+use sim::SimConfig;
+
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sim").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn mode(r: &[ModeReport], m: Mode) -> &ModeReport {
+    r.iter().find(|x| x.mode == m).unwrap()
+}
+
+#[test]
+fn same_seed_same_bytes() {
+    let cfg = SimConfig { instructions: 20_000, pokes: 40, ..SimConfig::default() };
+    let (a, b) = (dir("same-a"), dir("same-b"));
+    sim::simulate(&cfg, &a).unwrap();
+    sim::simulate(&cfg, &b).unwrap();
+    for f in ["data", "kcore_dir/kcore", "kcore_dir/kallsyms", "truth/cpu0.bin", "truth/cpu3.bin", "truth/meta.json"] {
+        assert_eq!(std::fs::read(a.join(f)).unwrap(), std::fs::read(b.join(f)).unwrap(), "{f} differs");
+    }
+    let c = dir("same-c");
+    sim::simulate(&SimConfig { seed: 2, ..cfg }, &c).unwrap();
+    assert_ne!(std::fs::read(a.join("truth/cpu0.bin")).unwrap(), std::fs::read(c.join("truth/cpu0.bin")).unwrap());
+}
+
+#[test]
+fn int3_with_fine_timing_decodes_exactly_with_the_timeline() {
+    let d = dir("int3-fine");
+    let cfg = SimConfig { instructions: 50_000, pokes: 200, tsc_period: 20, ..SimConfig::default() };
+    let s = sim::simulate(&cfg, &d).unwrap();
+    assert!(s.pokes > 100, "{s:?}");
+    let r = check(&d).unwrap();
+    let tl = mode(&r, Mode::Timeline);
+    assert_eq!(tl.total.instructions, s.instructions.iter().sum::<u64>());
+    assert_eq!((tl.total.correct, tl.total.wrong, tl.total.missing, tl.total.errors), (tl.total.instructions, 0, 0, 0), "{tl:?}");
+    // Without poke awareness the same trace cannot be decoded.
+    let st = mode(&r, Mode::Static);
+    assert!(st.total.errors > 0 && st.total.correct < st.total.instructions / 2, "{st:?}");
+}
+
+#[test]
+fn coarse_timing_is_reported_as_uncertain_not_hidden() {
+    let d = dir("int3-coarse");
+    let cfg = SimConfig { instructions: 50_000, pokes: 200, tsc_period: 400, ..SimConfig::default() };
+    sim::simulate(&cfg, &d).unwrap();
+    let r = check(&d).unwrap();
+    let tl = mode(&r, Mode::Timeline);
+    let perf = mode(&r, Mode::PerfStyle);
+    assert!(tl.total.uncertain > 0, "{tl:?}");
+    // Every wrong instruction of the timeline follows an uncertain choice, never a silent one.
+    assert!(tl.total.correct >= perf.total.correct, "timeline {tl:?} perf-style {perf:?}");
+    assert!(tl.total.errors <= perf.total.errors);
+}
+
+#[test]
+fn without_events_no_image_can_follow() {
+    let d = dir("none");
+    let cfg = SimConfig { instructions: 30_000, pokes: 100, protocol: "none".into(), tsc_period: 20, ..SimConfig::default() };
+    sim::simulate(&cfg, &d).unwrap();
+    let r = check(&d).unwrap();
+    assert_eq!(mode(&r, Mode::Timeline).total, mode(&r, Mode::Static).total, "no events: the timeline is the static image");
+    assert!(mode(&r, Mode::Timeline).total.errors > 0);
+}
+
+#[test]
+fn prepost_windows_are_uncertain() {
+    let d = dir("prepost");
+    let cfg = SimConfig { instructions: 50_000, pokes: 200, protocol: "prepost".into(), tsc_period: 20, ..SimConfig::default() };
+    sim::simulate(&cfg, &d).unwrap();
+    let r = check(&d).unwrap();
+    let tl = mode(&r, Mode::Timeline);
+    assert!(tl.total.uncertain > 0, "{tl:?}");
+    assert!(tl.total.correct >= mode(&r, Mode::PerfStyle).total.correct);
+}
+
+#[test]
+fn bad_config_is_an_error() {
+    let d = dir("bad");
+    let e = sim::simulate(&SimConfig { protocol: "later".into(), ..SimConfig::default() }, &d).unwrap_err();
+    assert!(e.to_string().contains("later"));
+    assert!(sim::simulate(&SimConfig { cpus: 0, ..SimConfig::default() }, &d).is_err());
+}
