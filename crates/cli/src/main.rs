@@ -205,11 +205,17 @@ fn demo(out: &mut impl Write) -> Result<i32> {
          Each run is traced as Intel PT into a perf.data directory, then decoded with\n\
          three images of the code and compared with what really ran.\n"
     )?;
-    for protocol in ["int3", "prepost", "none"] {
-        let dir = root.join(protocol);
-        let cfg = sim::SimConfig { protocol: protocol.into(), instructions: 200_000, pokes: 400, ..sim::SimConfig::default() };
+    let runs = [
+        ("int3", 20, "x86 text_poke_bp, fine timing (a TSC every 20 ns)"),
+        ("int3", 400, "the same, coarse timing (a TSC every 400 ns): changes land between timing packets"),
+        ("prepost", 20, "the Arm PRE/POST proposal: a window where either code may run"),
+        ("none", 20, "no events at all"),
+    ];
+    for (protocol, tsc_period, what) in runs {
+        let dir = root.join(format!("{protocol}-{tsc_period}ns"));
+        let cfg = sim::SimConfig { protocol: protocol.into(), instructions: 200_000, pokes: 400, tsc_period, ..sim::SimConfig::default() };
         sim::simulate(&cfg, &dir)?;
-        writeln!(out, "== protocol {protocol}: {}", dir.display())?;
+        writeln!(out, "== {what}\n   {}", dir.display())?;
         print_table(&sim::check::check(&dir)?, out)?;
         writeln!(out)?;
     }

@@ -619,6 +619,20 @@ impl CodeTimeline {
     /// Every distinct content `[addr, addr+len)` has at some moment of `t0..=t1`,
     /// with the first time each holds; one entry when no change lands inside.
     pub fn read_during(&self, addr: u64, len: usize, t0: Time, t1: Time) -> Vec<(Time, Read)> {
+        let mut out: Vec<(Time, Read)> = Vec::new();
+        for (span, r) in self.segments_during(addr, len, t0, t1) {
+            if !out.iter().any(|(_, seen)| *seen == r) {
+                out.push((span.start, r));
+            }
+        }
+        out
+    }
+
+    /// The content of `[addr, addr+len)` over `t0..=t1`, cut where it
+    /// changes: each piece with the times it covers (end exclusive, except
+    /// that the last piece includes `t1`). Lets a decoder weigh candidates by
+    /// how long each held.
+    pub fn segments_during(&self, addr: u64, len: usize, t0: Time, t1: Time) -> Vec<(Range<Time>, Read)> {
         let end = addr.saturating_add(len as u64);
         let first = self.first_span(addr);
         let mut times = vec![t0];
@@ -627,12 +641,10 @@ impl CodeTimeline {
         }
         times.sort_unstable();
         times.dedup();
-        let mut out: Vec<(Time, Read)> = Vec::new();
-        for t in times {
-            let r = self.read(addr, len, t);
-            if !out.iter().any(|(_, seen)| *seen == r) {
-                out.push((t, r));
-            }
+        let mut out = Vec::with_capacity(times.len());
+        for (i, &t) in times.iter().enumerate() {
+            let until = times.get(i + 1).copied().unwrap_or(t1.saturating_add(1));
+            out.push((t..until, self.read(addr, len, t)));
         }
         out
     }

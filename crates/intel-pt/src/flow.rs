@@ -344,8 +344,16 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let (insn, uncertain) = match self.code.fetch(ip, st.lo, st.hi, 0, &mut buf) {
             Fetch::Unmapped => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::Unmapped }),
             Fetch::Exact(n) => (self.classify(ip, &buf[..n], st)?, false),
-            Fetch::Candidate { filled, .. } if trial => (self.classify(ip, &buf[..filled], st)?, true),
-            Fetch::Candidate { count, .. } => self.choose(st, ip, count)?,
+            Fetch::Candidate { count, .. } => {
+                // Contents may differ beyond this instruction (a read covers
+                // 16 bytes): only distinct instructions make a choice.
+                let options = self.options(st, ip, count)?;
+                match options.as_slice() {
+                    [only] => (*only, false),
+                    [first, ..] if trial => (*first, true),
+                    _ => self.choose(st, ip, &options)?,
+                }
+            }
         };
         self.run_insn(st, ip, insn, uncertain, emit, trial)
     }
@@ -409,10 +417,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             .map_err(|_| Failure { offset: st.packets.offset(), kind: FlowErrorKind::BadInsn })
     }
 
-    /// Tries each candidate content at `ip` against the packets that follow;
-    /// returns the first that fits, and whether another fits too.
-    fn choose(&self, st: &State<'a>, ip: u64, count: usize) -> Result<(Insn, bool), Failure> {
-        let mut fits: Vec<Insn> = Vec::new();
+    /// The distinct instructions the candidate contents at `ip` decode to
+    /// (as far as control flow goes: length, class, target), in candidate order.
+    fn options(&self, st: &State<'a>, ip: u64, count: usize) -> Result<Vec<Insn>, Failure> {
+        let mut options: Vec<Insn> = Vec::with_capacity(2);
         let mut first_err = None;
         for which in 0..count.min(8) {
             let mut buf = [0u8; 16];
@@ -420,13 +428,25 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => n,
                 Fetch::Unmapped => continue,
             };
-            let insn = match self.classify(ip, &buf[..n], st) {
-                Ok(i) => i,
+            match self.classify(ip, &buf[..n], st) {
+                Ok(i) if !options.contains(&i) => options.push(i),
+                Ok(_) => {}
                 Err(f) => {
                     first_err.get_or_insert(f);
-                    continue;
                 }
-            };
+            }
+        }
+        if options.is_empty() {
+            return Err(first_err.unwrap_or(Failure { offset: st.packets.offset(), kind: FlowErrorKind::Unmapped }));
+        }
+        Ok(options)
+    }
+
+    /// Tries each option at `ip` against the packets that follow; returns
+    /// the first that fits, and whether another fits too.
+    fn choose(&self, st: &State<'a>, ip: u64, options: &[Insn]) -> Result<(Insn, bool), Failure> {
+        let mut fits: Vec<Insn> = Vec::new();
+        for &insn in options {
             let mut trial = st.clone();
             let mut sink = |_e: FlowEvent| {};
             let ok = self.run_insn(&mut trial, ip, insn, true, &mut sink, true).is_ok() && {
@@ -449,7 +469,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         match fits.first() {
             Some(&i) => Ok((i, fits.len() > 1)),
-            None => Err(first_err.unwrap_or(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTnt })),
+            // None fits: take the first, and let the error show where.
+            None => Ok((options[0], true)),
         }
     }
 

@@ -25,6 +25,12 @@ fn main() {
             k += 1;
         }
     }
+    if let Some(at) = events.iter().position(|e| matches!(e, FlowEvent::Error { .. })) {
+        println!("first error at event {at}:");
+        for e in &events[at.saturating_sub(25)..(at + 3).min(events.len())] {
+            println!("  {e:x?}");
+        }
+    }
     let Some((i, k)) = first else { println!("no difference in {} events", events.len()); return };
     for e in &events[i.saturating_sub(12)..(i + 8).min(events.len())] {
         println!("decoded {e:x?}");

@@ -105,7 +105,9 @@ impl CodeSource for Interval<'_> {
         if !info.uncertain && info.valid.end > hi {
             return Fetch::Exact(info.mapped);
         }
-        // A change lands inside [lo, hi]: every content the interval allows.
+        // A change lands inside [lo, hi]: every content the interval allows,
+        // in the order they held. (Weighing them by how long each held was
+        // tried: better for pairs, worse for coarse int3 timing; not kept.)
         let mut all: Vec<Vec<u8>> = Vec::new();
         for (_, r) in self.0.read_during(addr, 16, lo, hi) {
             match r {
@@ -114,14 +116,19 @@ impl CodeSource for Interval<'_> {
                 Read::Unmapped { .. } => {}
             }
         }
-        all.dedup();
-        match all.get(which) {
+        let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(all.len());
+        for b in all {
+            if !distinct.contains(&b) {
+                distinct.push(b);
+            }
+        }
+        match distinct.get(which) {
             Some(b) => {
                 buf[..b.len()].copy_from_slice(b);
-                if all.len() == 1 {
+                if distinct.len() == 1 {
                     Fetch::Exact(b.len())
                 } else {
-                    Fetch::Candidate { filled: b.len(), count: all.len() }
+                    Fetch::Candidate { filled: b.len(), count: distinct.len() }
                 }
             }
             None => Fetch::Unmapped,
@@ -162,7 +169,7 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
         noretcomp,
         idioms: isa::KernelIdioms::default(),
         max_walk: 1 << 20,
-        trial_insns: 64,
+        trial_insns: 256,
     };
     let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
     let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline;
@@ -296,9 +303,11 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
         noretcomp: true,
         idioms: isa::KernelIdioms::default(),
         max_walk: 1 << 20,
-        trial_insns: 64,
+        trial_insns: 256,
     };
-    let full = codeimage::from_perf_data(&file, BaseImage::new()).unwrap().timeline;
+    let summary = crate::read_summary(dir).unwrap();
+    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
+    let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).unwrap().timeline;
     let src = Interval(&full);
     let mut out = Vec::new();
     FlowDecoder::new(&aux, &src, cfg).run(|e| out.push(e));

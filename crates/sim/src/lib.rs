@@ -189,6 +189,32 @@ pub fn read_summary(dir: &Path) -> Result<Summary, SimError> {
     serde_json::from_slice(&text).map_err(|e| SimError::Config(format!("{}: {e}", meta.display())))
 }
 
+/// Target size of one AUXTRACE buffer of Intel PT data.
+const AUX_CHUNK: usize = 1 << 16;
+
+/// Splits a PT stream into buffers of at most `max` bytes where PSBs allow,
+/// each cut just before a PSB so that no packet straddles two buffers (a
+/// buffer is longer than `max` only when no PSB falls in it).
+fn split_before_psb(data: &[u8], max: usize) -> Vec<&[u8]> {
+    const PSB: [u8; 16] = [0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82];
+    let psbs: Vec<usize> = data.windows(PSB.len()).enumerate().filter(|(_, w)| *w == PSB).map(|(i, _)| i).collect();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while data.len() - start > max {
+        let later = psbs.iter().copied().filter(|&p| p > start);
+        let cut = later.clone().take_while(|&p| p <= start + max).last().or_else(|| later.clone().next());
+        match cut {
+            Some(cut) => {
+                out.push(&data[start..cut]);
+                start = cut;
+            }
+            None => break,
+        }
+    }
+    out.push(&data[start..]);
+    out
+}
+
 fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &Collect) -> Result<(), SimError> {
     let n = cfg.cpus as u64;
     let sample_type = st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER;
@@ -261,11 +287,20 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &
     // the still NULL ptq->state: SIGSEGV in every decoding perf script/report.
     // Here TSC == perf time (time_mult 1, shift 0, zero 0), and the buffer is
     // copied out after its last instruction.
+    //
+    // Each AUXTRACE buffer must also end between two packets: a 64-bit perf
+    // joins a packet split across buffers only on 32-bit builds
+    // (intel_pt_get_next_packet: `BITS_PER_LONG == 32`), otherwise it reports
+    // "Bad packet" and loses sync until the next PSB. Real buffers are copied
+    // out while tracing is stopped, so they hold whole packets; here each
+    // buffer ends just before a PSB (at most AUX_CHUNK bytes when PSBs allow).
     for (c, p) in sink.pt.iter().enumerate() {
         let copied_out = p.last_time().max(TIME_ZERO) + 1;
-        for (k, chunk) in p.out.chunks(1 << 16).enumerate() {
-            let a = Auxtrace { offset: (k << 16) as u64, reference: copied_out, idx: c as u32, tid: 0, cpu: c as u32, data: chunk };
+        let mut offset = 0;
+        for chunk in split_before_psb(&p.out, AUX_CHUNK) {
+            let a = Auxtrace { offset: offset as u64, reference: copied_out, idx: c as u32, tid: 0, cpu: c as u32, data: chunk };
             w.write(0, &RecordBody::Auxtrace(a), &SampleId::default())?;
+            offset += chunk.len();
         }
     }
     // Side-band in time order: KSYMBOL before the poke that creates its code.

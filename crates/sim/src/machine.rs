@@ -334,12 +334,23 @@ fn plan_pokes(prog: &Program, cfg: &RunConfig, rng: &mut Rng, total: u64) -> Vec
                 let code = prog.trampoline_code.clone();
                 steps.push((t0, Step::Ksym(KsymEvent { time: 0, cpu, addr: tramp_at, len: 0x1000, unregister: false })));
                 steps.push((t0, Step::Create { addr: tramp_at, code: code.clone() }));
-                steps.push((t0, Step::Event(PokeEvent { time: 0, cpu, addr: tramp_at, old: vec![], new: code })));
+                let created = PokeEvent { time: 0, cpu, addr: tramp_at, old: vec![], new: code };
+                if cfg.protocol == Protocol::PrePost {
+                    // A pair here too: the end record follows the change.
+                    steps.push((t0 + d + 1, Step::Event(created.clone())));
+                }
+                steps.push((t0, Step::Event(created)));
             } else if !prog.sites.iter().zip(&current).any(|(s, &c)| s.kind == SiteKind::Ftrace && c == 2) {
                 let code = prog.trampoline_code.clone();
-                steps.push((t0, Step::Event(PokeEvent { time: 0, cpu, addr: tramp_at, old: code, new: vec![] })));
+                let removed = PokeEvent { time: 0, cpu, addr: tramp_at, old: code, new: vec![] };
+                let mut after = t0 + 1;
+                if cfg.protocol == Protocol::PrePost {
+                    steps.push((t0 + d + 1, Step::Event(removed.clone())));
+                    after = t0 + d + 2;
+                }
+                steps.push((t0, Step::Event(removed)));
                 steps.push((t0, Step::Remove { addr: tramp_at }));
-                steps.push((t0 + 1, Step::Ksym(KsymEvent { time: 0, cpu, addr: tramp_at, len: 0x1000, unregister: true })));
+                steps.push((after, Step::Ksym(KsymEvent { time: 0, cpu, addr: tramp_at, len: 0x1000, unregister: true })));
             } else {
                 continue;
             }

@@ -75,8 +75,11 @@ fn prepost_windows_are_uncertain() {
     sim::simulate(&cfg, &d).unwrap();
     let r = check(&d).unwrap();
     let tl = mode(&r, Mode::Timeline);
+    // Inside a PRE/POST window the image alone cannot say which code ran:
+    // the timeline says so, where a single image cannot.
     assert!(tl.total.uncertain > 0, "{tl:?}");
-    assert!(tl.total.correct >= mode(&r, Mode::PerfStyle).total.correct);
+    assert!(tl.total.correct > tl.total.instructions * 9 / 10, "{tl:?}");
+    assert!(tl.total.errors <= mode(&r, Mode::PerfStyle).total.errors);
 }
 
 #[test]
