@@ -1,4 +1,16 @@
-//! Instruction-level knowledge about kernel text pokes.
+//! Instruction-level knowledge for trace decoders and about kernel text pokes.
+//!
+//! **Branch classification**, the question a trace decoder asks of every
+//! instruction it steps over: [`walk_to_branch`] goes from an address to the
+//! next control-flow instruction without allocating and returns a [`Block`]
+//! (how many instructions before it, where it is, its [`BranchClass`] and
+//! direct target). [`classify_x86_64`] (a table-driven length decoder for
+//! the common integer instructions, iced-x86 for the rest, with the kernel's
+//! return-thunk and retpoline [`KernelIdioms`]) and [`classify_aarch64`] (a
+//! bit-mask classifier) answer for one instruction. A32 and T32 code is
+//! reported as [`WalkError::Unsupported`]. Tests hold both against
+//! independent decoders (iced-x86's own decode, disarm64) over encoding
+//! sweeps and real code.
 //!
 //! The Linux kernel rewrites its own code at run time and reports each change
 //! as a `PERF_RECORD_TEXT_POKE` (address, old bytes, new bytes). This crate
@@ -15,13 +27,19 @@
 //! Nothing here panics on malformed input: undecodable bytes become `.byte`
 //! lines and unrecognised changes become [`PokeKind::Other`].
 
+mod a64_class;
 mod aarch64;
+mod branch;
 mod x86;
+mod x86_class;
 
 use std::fmt;
 
+pub use a64_class::classify_aarch64;
 pub use aarch64::disassemble_aarch64_text;
+pub use branch::{walk_to_branch, Block, BranchClass, DecodeError, Insn, Isa, WalkError};
 pub use x86::{disassemble_x86_64, disassemble_x86_64_text, DisasmLine};
+pub use x86_class::{classify_x86_64, KernelIdioms};
 
 /// Instruction set of the poked code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

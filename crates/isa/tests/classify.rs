@@ -240,3 +240,62 @@ fn descriptions() {
         "kprobe: nop -> brk #0x4"
     );
 }
+
+/// The pokes of a Debian 6.1 kernel listed in issue 7, in the direction the
+/// kernel recorded them and the other way.
+#[test]
+fn debian_6_1_kernel_examples() {
+    let cases: &[(&str, &[u8], &[u8], PokeKind)] = &[
+        // sysctl_schedstats+0x41: a 5-byte jump label turned off.
+        (
+            "sysctl_schedstats",
+            &[0xe9, 0xa8, 0x00, 0x00, 0x00],
+            NOP5,
+            PokeKind::JumpLabel,
+        ),
+        // do_sched_yield+0x59: a 2-byte jump label turned on.
+        (
+            "do_sched_yield",
+            &[0x66, 0x90],
+            &[0xeb, 0x42],
+            PokeKind::JumpLabel,
+        ),
+        // A static call trampoline retargeted.
+        (
+            "__SCT__tp_func_sched_switch",
+            &[0xe9, 0x53, 0x9b, 0x2c, 0xff],
+            &[0xe9, 0x63, 0xc7, 0x2c, 0xff],
+            PokeKind::StaticCall,
+        ),
+        // do_sys_openat2+0x5: a kprobe armed on `push r12` (41 54).
+        ("do_sys_openat2", &[0x41], &[0xcc], PokeKind::Kprobe),
+        // The same kprobe optimized: INT3 + original tail -> JMP32.
+        (
+            "do_sys_openat2",
+            &[0xcc, 0x54, 0x49, 0x89, 0xf4],
+            &[0xe9, 0xa6, 0x5c, 0xb4, 0x34],
+            PokeKind::Optprobe,
+        ),
+    ];
+    for &(sym, old, new, kind) in cases {
+        both_ways(old, new, Some(sym), kind);
+    }
+    // Out-of-line code created under the KSYMBOLs that announce it.
+    let slot = [0xcc; 16];
+    for sym in [
+        "kprobe_insn_page",
+        "kprobe_optinsn_page",
+        "ftrace_trampoline",
+    ] {
+        assert_eq!(
+            x86(&[], &slot, Some(sym)),
+            PokeKind::TrampolineCreated,
+            "{sym}"
+        );
+        assert_eq!(
+            x86(&slot, &[], Some(sym)),
+            PokeKind::TrampolineRemoved,
+            "{sym}"
+        );
+    }
+}
