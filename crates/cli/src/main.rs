@@ -1,5 +1,6 @@
 //! `poketrace`: the command line. Parses flags, wires the crates together, prints.
 
+mod decode;
 mod dump;
 mod hex;
 mod image;
@@ -63,6 +64,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Decode Intel PT in a perf.data directory over the code timeline (like `perf script --itrace`).
+    Decode {
+        /// perf.data directory (kcore_dir gives the base code) or file.
+        input: PathBuf,
+        /// b: branches, i: instructions, e: decode errors.
+        #[arg(long, default_value = "be")]
+        itrace: String,
+        /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
+        #[arg(long, default_value = "timeline")]
+        image: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
     /// directory with Intel PT per CPU, and the ground truth beside it.
     Simulate {
@@ -115,6 +129,9 @@ fn main() {
             simulate(&cfg, &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
+        Command::Decode { input, itrace, image, json } => {
+            decode::Itrace::parse(&itrace).and_then(|t| decode::run(&input, &t, &image, json, &mut out))
+        }
         Command::Record(args) => record::run(&args, &mut out),
         Command::Demo => demo(&mut out),
     };

@@ -1,0 +1,229 @@
+//! `poketrace decode`: Intel PT in a perf.data directory, decoded over the
+//! code timeline, printed like `perf script --itrace`.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use codeimage::{BaseImage, CodeTimeline};
+use intel_pt::flow::{FlowConfig, FlowDecoder, FlowEvent, TimeConv};
+use intel_pt::sources::{Interval, PerfStyle, Static};
+use isa::{BranchClass, KernelIdioms};
+use perfdata::auxtrace::IntelPtInfo;
+use perfdata::{PerfFile, RecordBody};
+use serde_json::json;
+
+use crate::hex::plain;
+use crate::symbols::Symbolizer;
+
+/// What to print, from `--itrace` letters: b (branches), i (instructions), e (errors).
+pub struct Itrace {
+    branches: bool,
+    instructions: bool,
+    errors: bool,
+}
+
+impl Itrace {
+    pub fn parse(s: &str) -> Result<Itrace> {
+        let mut t = Itrace { branches: false, instructions: false, errors: false };
+        for c in s.chars() {
+            match c {
+                'b' => t.branches = true,
+                'i' => t.instructions = true,
+                'e' => t.errors = true,
+                '0'..='9' | 'n' | 'u' | 'm' | 's' => {}
+                _ => bail!("--itrace: '{c}' is not supported (b, i, e)"),
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// One line of output, from one CPU.
+struct Out {
+    time: u64,
+    cpu: u32,
+    kind: Kind,
+}
+
+enum Kind {
+    Branch { from: u64, to: u64, flags: &'static str },
+    Insn { ip: u64, len: u8, uncertain: bool },
+    Error { offset: usize, ip: Option<u64>, reason: String },
+}
+
+pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut impl Write) -> Result<i32> {
+    let file = PerfFile::open(input)?;
+    let mut info = None;
+    let mut aux: Vec<(u32, Vec<u8>)> = Vec::new();
+    for r in file.records() {
+        match r?.body {
+            RecordBody::AuxtraceInfo(i) if i.auxtrace_type == perfdata::abi::auxtrace_type::INTEL_PT => {
+                info = Some(IntelPtInfo::parse(&i)?)
+            }
+            RecordBody::Auxtrace(a) => match aux.iter_mut().find(|(c, _)| *c == a.cpu) {
+                Some((_, buf)) => buf.extend_from_slice(a.data),
+                None => aux.push((a.cpu, a.data.to_vec())),
+            },
+            _ => {}
+        }
+    }
+    let info = info.context("no Intel PT AUXTRACE_INFO in the input (CoreSight decode is `poketrace etm`)")?;
+    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
+    let symbols = Symbolizer::for_input(&file, None)?;
+    let idioms = match file.kcore_dir() {
+        Some(d) if d.join("kallsyms").is_file() => {
+            let (ks, _) = perfdata::kcore::Kallsyms::load(&d.join("kallsyms"))?;
+            KernelIdioms::from_symbols(ks.symbols().iter().map(|s| (s.name.as_str(), s.addr)))
+        }
+        _ => KernelIdioms::default(),
+    };
+    let cfg = FlowConfig {
+        time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
+        noretcomp: pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0),
+        idioms,
+        max_walk: 1 << 20,
+        trial_insns: 256,
+    };
+    let built = codeimage::from_perf_data(&file, BaseImage::new())?;
+    for e in &built.errors {
+        eprintln!("poketrace decode: {e}");
+    }
+    let tl: &CodeTimeline = &built.timeline;
+    let bare = if image == "static" {
+        let mut base = BaseImage::new();
+        if let Some(d) = file.kcore_dir() {
+            base.add_elf(&d.join("kcore"))?;
+        }
+        Some(codeimage::TimelineBuilder::new(base).build())
+    } else {
+        None
+    };
+    let mut lines: Vec<Out> = Vec::new();
+    aux.sort_by_key(|(c, _)| *c);
+    for (cpu, trace) in &aux {
+        let mut emit = collector(*cpu, itrace, &mut lines);
+        match image {
+            "timeline" => FlowDecoder::new(trace, &Interval(tl), cfg.clone()).run(&mut emit),
+            "perf" => FlowDecoder::new(trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
+            "static" => FlowDecoder::new(trace, &Static(bare.as_ref().expect("built above")), cfg.clone()).run(&mut emit),
+            other => bail!("--image {other}: timeline, perf or static"),
+        }
+    }
+    // All CPUs in time order, as perf merges its queues.
+    lines.sort_by_key(|l| (l.time, l.cpu));
+    let mut errors = 0;
+    for l in &lines {
+        if matches!(l.kind, Kind::Error { .. }) {
+            errors += 1;
+        }
+        if json {
+            serde_json::to_writer(&mut *out, &line_json(l, &symbols, tl))?;
+            writeln!(out)?;
+        } else {
+            write_line(out, l, &symbols)?;
+        }
+    }
+    eprintln!("poketrace decode: {} CPUs, {} lines, {errors} decode errors, image {image}", aux.len(), lines.len());
+    Ok(0)
+}
+
+/// Turns one CPU's flow events into output lines: taken branches (from the
+/// instruction before to the one after), instructions, traps, errors.
+fn collector<'a>(cpu: u32, itrace: &'a Itrace, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
+    let mut prev: Option<(u64, u8, BranchClass, u64)> = None;
+    let mut tracing = false;
+    move |e| match e {
+        FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
+            if itrace.branches {
+                match prev {
+                    Some((from, plen, pclass, t)) if pclass.is_branch() && (pclass != BranchClass::CondBranch || ip != from + plen as u64) => {
+                        lines.push(Out { time: t, cpu, kind: Kind::Branch { from, to: ip, flags: flags_of(pclass) } })
+                    }
+                    _ if !tracing => lines.push(Out { time: lo, cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt" } }),
+                    _ => {}
+                }
+            }
+            tracing = true;
+            if itrace.instructions {
+                lines.push(Out { time: lo, cpu, kind: Kind::Insn { ip, len, uncertain } });
+            }
+            prev = Some((ip, len, class, lo));
+        }
+        FlowEvent::Trap { from, to, time } => {
+            if itrace.branches {
+                lines.push(Out { time, cpu, kind: Kind::Branch { from, to, flags: "int" } });
+            }
+            prev = None;
+        }
+        FlowEvent::End { time } => {
+            if itrace.branches && tracing {
+                let from = prev.map_or(0, |p| p.0);
+                lines.push(Out { time, cpu, kind: Kind::Branch { from, to: 0, flags: "tr end" } });
+            }
+            tracing = false;
+            prev = None;
+        }
+        FlowEvent::Error { offset, time, ip, kind } => {
+            if itrace.errors {
+                lines.push(Out { time, cpu, kind: Kind::Error { offset, ip, reason: kind.describe() } });
+            }
+            tracing = false;
+            prev = None;
+        }
+    }
+}
+
+/// perf's flag words for a branch from an instruction of this class.
+fn flags_of(class: BranchClass) -> &'static str {
+    match class {
+        BranchClass::CondBranch => "jcc",
+        BranchClass::DirectJump | BranchClass::IndirectJump => "jmp",
+        BranchClass::DirectCall | BranchClass::IndirectCall => "call",
+        BranchClass::Return => "return",
+        BranchClass::FarTransfer => "far",
+        BranchClass::Trap => "int",
+        BranchClass::None | BranchClass::Nop => "",
+    }
+}
+
+fn seconds(t: u64) -> String {
+    format!("{}.{:09}", t / 1_000_000_000, t % 1_000_000_000)
+}
+
+fn write_line(out: &mut impl Write, l: &Out, symbols: &Symbolizer) -> Result<()> {
+    let head = format!("[{:03}] {:>20}:", l.cpu, seconds(l.time));
+    match &l.kind {
+        Kind::Branch { from, to, flags } => writeln!(
+            out,
+            "{head}   {flags:<8} {from:>16x} {:<32} => {to:>16x} {}",
+            symbols.describe(*from),
+            symbols.describe(*to)
+        )?,
+        Kind::Insn { ip, len, uncertain } => {
+            writeln!(out, "{head}   {ip:>16x} {:<32} len {len}{}", symbols.describe(*ip), if *uncertain { "  (uncertain: several code versions fit)" } else { "" })?
+        }
+        Kind::Error { offset, ip, reason } => writeln!(
+            out,
+            "{head}   instruction trace error at offset {offset:#x}{}: {reason}",
+            ip.map_or(String::new(), |ip| format!(" ip {ip:#x}"))
+        )?,
+    }
+    Ok(())
+}
+
+fn line_json(l: &Out, symbols: &Symbolizer, tl: &CodeTimeline) -> serde_json::Value {
+    match &l.kind {
+        Kind::Branch { from, to, flags } => json!({
+            "time": l.time, "cpu": l.cpu, "ip": from, "addr": to,
+            "sym": symbols.describe(*from), "addr_sym": symbols.describe(*to),
+            "flags": flags.split(' ').filter(|f| !f.is_empty()).collect::<Vec<_>>(),
+        }),
+        Kind::Insn { ip, len, uncertain } => {
+            let mut buf = vec![0u8; *len as usize];
+            tl.read_into(*ip, &mut buf, l.time);
+            json!({"time": l.time, "cpu": l.cpu, "ip": ip, "sym": symbols.describe(*ip), "insn": plain(&buf), "uncertain": uncertain})
+        }
+        Kind::Error { offset, ip, reason } => json!({"time": l.time, "cpu": l.cpu, "ip": ip, "offset": offset, "error": reason}),
+    }
+}
