@@ -1,0 +1,407 @@
+//! The packet decoder: one packet per call, zero-copy over the trace bytes,
+//! tracking what the SDM says later packets depend on (the last IP, and
+//! whether a PEBS block is open), with PSB resynchronisation after an error.
+
+use crate::packet::{IpCompression, Packet, PacketKind, PayloadSize, Tnt};
+use crate::{Ip, PSB};
+
+/// A packet that could not be decoded, at `offset` in the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Intel PT packet at offset {offset:#x}: {kind}")]
+pub struct PacketError {
+    pub offset: usize,
+    pub kind: PacketErrorKind,
+}
+
+/// What was wrong with the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PacketErrorKind {
+    /// The buffer ends inside the packet. `packet` is `None` when the
+    /// buffer ends before the byte that names it (`02`, `02 C3` or `99`
+    /// last).
+    #[error("{} needs {needed} bytes, {available} left", packet.map_or("packet", PacketKind::name))]
+    Truncated { packet: Option<PacketKind>, needed: usize, available: usize },
+    /// No packet starts with this byte.
+    #[error("unknown opcode {0:#04x}")]
+    BadOpcode(u8),
+    /// No packet starts with `02` and this byte.
+    #[error("unknown extended opcode 02 {0:02x}")]
+    BadExtOpcode(u8),
+    /// No packet starts with `02 C3` and this byte.
+    #[error("unknown extended opcode 02 c3 {0:02x}")]
+    BadExt2Opcode(u8),
+    /// `02 82` not followed by the rest of a PSB.
+    #[error("02 82 is not followed by the rest of a PSB")]
+    BadPsb,
+    /// A TIP, TIP.PGE, TIP.PGD or FUP with reserved IPBytes (5 or 7).
+    #[error("{packet} with reserved IPBytes {ipbytes}")]
+    BadIpBytes { packet: PacketKind, ipbytes: u8 },
+    /// A MODE packet with a leaf other than Exec (0) or TSX (1).
+    #[error("MODE with unknown leaf {0}")]
+    BadModeLeaf(u8),
+    /// A long TNT without a single outcome bit below its stop bit.
+    #[error("long TNT without outcomes")]
+    EmptyTnt,
+    /// A PTWRITE with reserved PayloadBytes (2 or 3).
+    #[error("PTWRITE with reserved PayloadBytes {0}")]
+    BadPtwSize(u8),
+    /// A CYC with more than 8 extension bytes (61 value bits), which no
+    /// 64-bit cycle counter needs; libipt rejects it too.
+    #[error("CYC longer than 9 bytes")]
+    CycTooLong,
+}
+
+/// The bytes [`PacketDecoder::sync_forward`] skipped: `start..end`, and
+/// whether a PSB starts at `end` (else `end` is the end of the buffer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resync {
+    pub start: usize,
+    pub end: usize,
+    pub psb_found: bool,
+}
+
+/// Decodes Intel PT packets from a byte buffer, in order.
+///
+/// ```
+/// use intel_pt::{Packet, PacketDecoder};
+/// let trace = [0x02, 0x82].repeat(8).into_iter().chain([0x02, 0x23, 0x2d, 0x34, 0x12]).collect::<Vec<u8>>();
+/// let mut decoder = PacketDecoder::new(&trace);
+/// let mut kinds = Vec::new();
+/// while let Some((offset, packet)) = decoder.next_packet()? {
+///     kinds.push((offset, packet.kind().name()));
+///     if let Packet::Tip(ip) = packet {
+///         assert_eq!(ip.ip, Some(0x1234)); // the last IP is 0 after a PSB
+///     }
+/// }
+/// assert_eq!(kinds, [(0, "PSB"), (16, "PSBEND"), (18, "TIP")]);
+/// # Ok::<(), intel_pt::PacketError>(())
+/// ```
+///
+/// After an error the decoder stays where the bad packet starts;
+/// [`sync_forward`](Self::sync_forward) moves it to the next PSB.
+#[derive(Clone, Debug)]
+pub struct PacketDecoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    last_ip: u64,
+    /// The BIP payload size while a PEBS block (BBP ... BEP) is open.
+    block: Option<PayloadSize>,
+}
+
+impl<'a> PacketDecoder<'a> {
+    /// A decoder at the start of `buf`, with last IP 0 and no open block, as
+    /// after a PSB. Trace that does not start at a PSB should be synced
+    /// first with [`sync_forward`](Self::sync_forward).
+    pub fn new(buf: &'a [u8]) -> Self {
+        PacketDecoder { buf, pos: 0, last_ip: 0, block: None }
+    }
+
+    /// Where the next packet starts.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// The last IP, which compressed IPs of later packets build on.
+    pub fn last_ip(&self) -> u64 {
+        self.last_ip
+    }
+
+    /// The next packet and its offset, or `None` at the end of the buffer.
+    /// On error the position does not move.
+    #[inline]
+    pub fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
+        let offset = self.pos;
+        let rest = &self.buf[offset..];
+        let Some(&b0) = rest.first() else {
+            return Ok(None);
+        };
+        match self.decode(rest, b0) {
+            Ok((len, packet)) => {
+                self.pos = offset + len;
+                Ok(Some((offset, packet)))
+            }
+            Err(kind) => Err(PacketError { offset, kind }),
+        }
+    }
+
+    /// Moves to the next PSB strictly after the current position (so that it
+    /// always makes progress after an error), resetting the last IP and the
+    /// block state, and reports the bytes skipped. Without a PSB it moves to
+    /// the end of the buffer.
+    pub fn sync_forward(&mut self) -> Resync {
+        let start = self.pos;
+        let from = (start + 1).min(self.buf.len());
+        let found = find_psb(&self.buf[from..]).map(|at| from + at);
+        self.pos = found.unwrap_or(self.buf.len());
+        self.last_ip = 0;
+        self.block = None;
+        Resync { start, end: self.pos, psb_found: found.is_some() }
+    }
+
+    #[inline(always)]
+    fn decode(&mut self, rest: &[u8], b0: u8) -> Result<(usize, Packet), PacketErrorKind> {
+        if let Some(size) = self.block {
+            if b0 & 7 == 4 {
+                let n = 1 + size.bytes();
+                let p = need(rest, n, PacketKind::Bip)?;
+                return Ok((n, Packet::Bip { id: b0 >> 3, payload: le(&p[1..]), size }));
+            }
+        }
+        let (len, packet) = match LEAD[usize::from(b0)] {
+            Lead::Pad => (1, Packet::Pad),
+            Lead::Ext => self.decode_ext(rest)?,
+            Lead::Tnt => {
+                // The stop bit is the highest set bit; outcomes sit between it and bit 0.
+                let count = 6 - b0.leading_zeros() as u8;
+                let bits = u64::from(b0 >> 1) & ((1 << count) - 1);
+                (1, Packet::TntShort(Tnt { bits, count }))
+            }
+            Lead::Cyc => decode_cyc(rest, b0)?,
+            Lead::Tsc => (8, Packet::Tsc(le(&need(rest, 8, PacketKind::Tsc)?[1..]))),
+            Lead::Mtc => (2, Packet::Mtc(need(rest, 2, PacketKind::Mtc)?[1])),
+            Lead::Mode => {
+                // The leaf, and so the packet's name, is in the byte that may be missing.
+                let Some(&mode) = rest.get(1) else {
+                    return Err(PacketErrorKind::Truncated { packet: None, needed: 2, available: rest.len() });
+                };
+                let bit = |n: u8| mode & (1 << n) != 0;
+                let packet = match mode >> 5 {
+                    0 => Packet::ModeExec { csl: bit(0), csd: bit(1), if_flag: bit(2) },
+                    1 => Packet::ModeTsx { intx: bit(0), abort: bit(1) },
+                    leaf => return Err(PacketErrorKind::BadModeLeaf(leaf)),
+                };
+                (2, packet)
+            }
+            Lead::Tip => self.decode_ip(rest, b0, PacketKind::Tip)?,
+            Lead::TipPge => self.decode_ip(rest, b0, PacketKind::TipPge)?,
+            Lead::TipPgd => self.decode_ip(rest, b0, PacketKind::TipPgd)?,
+            Lead::Fup => self.decode_ip(rest, b0, PacketKind::Fup)?,
+            Lead::Bad => return Err(PacketErrorKind::BadOpcode(b0)),
+        };
+        if self.block.is_some() && ends_block(&packet) {
+            self.block = None;
+        }
+        Ok((len, packet))
+    }
+
+    /// TIP, TIP.PGE, TIP.PGD, FUP: IPBytes over the opcode, then the payload.
+    #[inline(always)]
+    fn decode_ip(&mut self, rest: &[u8], b0: u8, kind: PacketKind) -> Result<(usize, Packet), PacketErrorKind> {
+        let ipbytes = b0 >> 5;
+        let compression = IpCompression::from_ipbytes(ipbytes).ok_or(PacketErrorKind::BadIpBytes { packet: kind, ipbytes })?;
+        let n = 1 + compression.payload_len();
+        // With 8 bytes after the header, one load and a mask instead of a copy.
+        let payload = match rest.get(1..9) {
+            Some(eight) => u64::from_le_bytes(eight.try_into().unwrap()) & IP_PAYLOAD_MASK[usize::from(ipbytes)],
+            None => le(&need(rest, n, kind)?[1..]),
+        };
+        let ip = compression.apply(payload, self.last_ip);
+        if let Some(ip) = ip {
+            self.last_ip = ip;
+        }
+        let ip = Ip { compression, payload, ip };
+        let packet = match kind {
+            PacketKind::Tip => Packet::Tip(ip),
+            PacketKind::TipPge => Packet::TipPge(ip),
+            PacketKind::TipPgd => Packet::TipPgd(ip),
+            _ => Packet::Fup(ip),
+        };
+        Ok((n, packet))
+    }
+
+    fn decode_ext(&mut self, rest: &[u8]) -> Result<(usize, Packet), PacketErrorKind> {
+        let Some(&b1) = rest.get(1) else {
+            return Err(PacketErrorKind::Truncated { packet: None, needed: 2, available: rest.len() });
+        };
+        Ok(match b1 {
+            0x82 => {
+                let p = need(rest, PSB.len(), PacketKind::Psb)?;
+                if p[..PSB.len()] != PSB {
+                    return Err(PacketErrorKind::BadPsb);
+                }
+                self.last_ip = 0;
+                self.block = None;
+                (PSB.len(), Packet::Psb)
+            }
+            0x23 => (2, Packet::PsbEnd),
+            0xf3 => (2, Packet::Ovf),
+            0x83 => (2, Packet::Stop),
+            0xa3 => {
+                let payload = le(&need(rest, 8, PacketKind::TntLong)?[2..]);
+                if payload <= 1 {
+                    return Err(PacketErrorKind::EmptyTnt);
+                }
+                let count = 63 - payload.leading_zeros() as u8;
+                (8, Packet::TntLong(Tnt { bits: payload & !(1 << count), count }))
+            }
+            0x43 => {
+                let payload = le(&need(rest, 8, PacketKind::Pip)?[2..]);
+                (8, Packet::Pip { cr3: payload >> 1 << 5, nr: payload & 1 != 0 })
+            }
+            0x03 => (4, Packet::Cbr(need(rest, 4, PacketKind::Cbr)?[2])),
+            0x73 => {
+                let p = need(rest, 7, PacketKind::Tma)?;
+                let ctc = u16::from_le_bytes([p[2], p[3]]);
+                let fast_counter = u16::from_le_bytes([p[5], p[6] & 1]);
+                (7, Packet::Tma { ctc, fast_counter })
+            }
+            0xc8 => (7, Packet::Vmcs(le(&need(rest, 7, PacketKind::Vmcs)?[2..]) << 12)),
+            0xc3 => {
+                let Some(&b2) = rest.get(2) else {
+                    return Err(PacketErrorKind::Truncated { packet: None, needed: 3, available: rest.len() });
+                };
+                if b2 != 0x88 {
+                    return Err(PacketErrorKind::BadExt2Opcode(b2));
+                }
+                (11, Packet::Mnt(le(&need(rest, 11, PacketKind::Mnt)?[3..])))
+            }
+            0x62 | 0xe2 => (2, Packet::Exstop { ip: b1 & 0x80 != 0 }),
+            0xc2 => {
+                let p = need(rest, 10, PacketKind::Mwait)?;
+                (10, Packet::Mwait { hints: p[2], ext: p[6] & 3 })
+            }
+            0x22 => {
+                let p = need(rest, 4, PacketKind::Pwre)?;
+                (4, Packet::Pwre { hw: p[2] & 0x80 != 0, cstate: p[3] >> 4, sub_cstate: p[3] & 0xf })
+            }
+            0xa2 => {
+                let p = need(rest, 7, PacketKind::Pwrx)?;
+                (7, Packet::Pwrx { last_cstate: p[2] >> 4, deepest_cstate: p[2] & 0xf, wake_reason: p[3] & 0xf })
+            }
+            0x13 => {
+                let p = need(rest, 4, PacketKind::Cfe)?;
+                (4, Packet::Cfe { ip: p[2] & 0x80 != 0, event_type: p[2] & 0x1f, vector: p[3] })
+            }
+            0x53 => {
+                let p = need(rest, 11, PacketKind::Evd)?;
+                (11, Packet::Evd { event_type: p[2] & 0x3f, payload: le(&p[3..]) })
+            }
+            0x63 => {
+                let b2 = need(rest, 3, PacketKind::Bbp)?[2];
+                let size = if b2 & 0x80 != 0 { PayloadSize::Four } else { PayloadSize::Eight };
+                self.block = Some(size);
+                return Ok((3, Packet::Bbp { block_type: b2 & 0x1f, size }));
+            }
+            0x33 | 0xb3 => (2, Packet::Bep { ip: b1 & 0x80 != 0 }),
+            _ if b1 & 0x1f == 0x12 => {
+                let size = match (b1 >> 5) & 3 {
+                    0 => PayloadSize::Four,
+                    1 => PayloadSize::Eight,
+                    n => return Err(PacketErrorKind::BadPtwSize(n)),
+                };
+                let n = 2 + size.bytes();
+                (n, Packet::Ptw { payload: le(&need(rest, n, PacketKind::Ptw)?[2..]), size, ip: b1 & 0x80 != 0 })
+            }
+            _ => return Err(PacketErrorKind::BadExtOpcode(b1)),
+        })
+    }
+}
+
+/// CYC: 5 value bits in the header, then 7 per extension byte while bit 0
+/// (bit 2 in the header) says another follows.
+#[inline(always)]
+fn decode_cyc(rest: &[u8], b0: u8) -> Result<(usize, Packet), PacketErrorKind> {
+    let mut value = u64::from(b0 >> 3);
+    let mut more = b0 & 4 != 0;
+    let mut len = 1;
+    while more {
+        let Some(&b) = rest.get(len) else {
+            return Err(PacketErrorKind::Truncated { packet: Some(PacketKind::Cyc), needed: len + 1, available: rest.len() });
+        };
+        if len == 9 {
+            return Err(PacketErrorKind::CycTooLong);
+        }
+        value |= u64::from(b >> 1) << (5 + 7 * (len - 1));
+        more = b & 1 != 0;
+        len += 1;
+    }
+    Ok((len, Packet::Cyc(value)))
+}
+
+/// Which packets close a PEBS block, as Linux perf decides: all but PAD,
+/// timing, FUP, CBR, MNT, EXSTOP, PWRE, PWRX and BIP.
+pub(crate) fn ends_block(packet: &Packet) -> bool {
+    !matches!(
+        packet,
+        Packet::Pad
+            | Packet::Tsc(_)
+            | Packet::Tma { .. }
+            | Packet::Mtc(_)
+            | Packet::Cyc(_)
+            | Packet::Fup(_)
+            | Packet::Cbr(_)
+            | Packet::Mnt(_)
+            | Packet::Exstop { .. }
+            | Packet::Pwre { .. }
+            | Packet::Pwrx { .. }
+            | Packet::Bbp { .. }
+            | Packet::Bip { .. }
+    )
+}
+
+/// What a packet's first byte says it is (outside a PEBS block).
+#[derive(Clone, Copy)]
+enum Lead {
+    Pad,
+    Ext,
+    Tnt,
+    Cyc,
+    Tsc,
+    Mtc,
+    Mode,
+    Tip,
+    TipPge,
+    TipPgd,
+    Fup,
+    Bad,
+}
+
+/// [`Lead`] of every first byte: one indexed load and one jump instead of a
+/// chain of tests.
+static LEAD: [Lead; 256] = {
+    let mut t = [Lead::Bad; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = match b as u8 {
+            0x00 => Lead::Pad,
+            0x02 => Lead::Ext,
+            x if x & 1 == 0 => Lead::Tnt,
+            x if x & 3 == 3 => Lead::Cyc,
+            0x19 => Lead::Tsc,
+            0x59 => Lead::Mtc,
+            0x99 => Lead::Mode,
+            x if x & 0x1f == 0x0d => Lead::Tip,
+            x if x & 0x1f == 0x11 => Lead::TipPge,
+            x if x & 0x1f == 0x01 => Lead::TipPgd,
+            x if x & 0x1f == 0x1d => Lead::Fup,
+            _ => Lead::Bad,
+        };
+        b += 1;
+    }
+    t
+};
+
+/// The payload bits of each IPBytes value (5 and 7 are rejected before use).
+const IP_PAYLOAD_MASK: [u64; 8] = [0, 0xffff, 0xffff_ffff, 0xffff_ffff_ffff, 0xffff_ffff_ffff, 0, u64::MAX, 0];
+
+/// The first `n` bytes of `rest`, or a truncation error for `packet`.
+#[inline(always)]
+fn need(rest: &[u8], n: usize, packet: PacketKind) -> Result<&[u8], PacketErrorKind> {
+    rest.get(..n).ok_or(PacketErrorKind::Truncated { packet: Some(packet), needed: n, available: rest.len() })
+}
+
+/// Up to 8 bytes as a little-endian number.
+#[inline(always)]
+fn le(bytes: &[u8]) -> u64 {
+    let mut v = [0u8; 8];
+    v[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(v)
+}
+
+/// Offset of the first PSB in `buf`: a vectorised search for the 16-byte
+/// pattern, for syncing and for cutting a buffer into independently
+/// decodable segments.
+pub fn find_psb(buf: &[u8]) -> Option<usize> {
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
+    FINDER.get_or_init(|| memchr::memmem::Finder::new(&PSB)).find(buf)
+}
