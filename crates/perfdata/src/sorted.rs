@@ -14,34 +14,14 @@ use crate::error::Result;
 use crate::file::Records;
 use crate::records::{Record, RecordBody};
 
-struct Queued<'a> {
-    time: u64,
-    seq: u64,
-    record: Record<'a>,
-}
-
-impl PartialEq for Queued<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.time, self.seq) == (other.time, other.seq)
-    }
-}
-impl Eq for Queued<'_> {}
-impl PartialOrd for Queued<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued<'_> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.time, self.seq).cmp(&(other.time, other.seq))
-    }
-}
-
 /// Iterator over records in perf's delivery order.
 pub struct SortedRecords<'a> {
     inner: Records<'a>,
-    queue: BinaryHeap<Reverse<Queued<'a>>>,
-    ready: VecDeque<Result<Record<'a>>>,
+    /// (time, seq, slot): the heap moves 24-byte keys, not ~500-byte records.
+    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    slab: Vec<Option<Record<'a>>>,
+    free: Vec<u32>,
+    ready: VecDeque<Ready<'a>>,
     seq: u64,
     max_time: u64,
     next_flush: u64,
@@ -51,11 +31,18 @@ pub struct SortedRecords<'a> {
     exhausted: bool,
 }
 
+enum Ready<'a> {
+    Slot(u32),
+    Direct(Result<Record<'a>>),
+}
+
 impl<'a> SortedRecords<'a> {
     pub(crate) fn new(inner: Records<'a>) -> Self {
         SortedRecords {
             inner,
             queue: BinaryHeap::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
             ready: VecDeque::new(),
             seq: 0,
             max_time: 0,
@@ -73,13 +60,13 @@ impl<'a> SortedRecords<'a> {
     }
 
     fn flush(&mut self, limit: u64) {
-        while let Some(Reverse(q)) = self.queue.peek() {
-            if q.time > limit {
+        while let Some(&Reverse((time, _, slot))) = self.queue.peek() {
+            if time > limit {
                 break;
             }
-            let Reverse(q) = self.queue.pop().expect("peeked");
-            self.last_delivered = q.time;
-            self.ready.push_back(Ok(q.record));
+            self.queue.pop();
+            self.last_delivered = time;
+            self.ready.push_back(Ready::Slot(slot));
         }
     }
 }
@@ -89,8 +76,13 @@ impl<'a> Iterator for SortedRecords<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(r) = self.ready.pop_front() {
-                return Some(r);
+            match self.ready.pop_front() {
+                Some(Ready::Slot(i)) => {
+                    self.free.push(i);
+                    return self.slab[i as usize].take().map(Ok);
+                }
+                Some(Ready::Direct(r)) => return Some(r),
+                None => {}
             }
             if self.exhausted {
                 return None;
@@ -108,12 +100,22 @@ impl<'a> Iterator for SortedRecords<'a> {
                         }
                         self.max_time = self.max_time.max(time);
                         self.seq += 1;
-                        self.queue.push(Reverse(Queued { time, seq: self.seq, record: r }));
+                        let slot = match self.free.pop() {
+                            Some(i) => {
+                                self.slab[i as usize] = Some(r);
+                                i
+                            }
+                            None => {
+                                self.slab.push(Some(r));
+                                (self.slab.len() - 1) as u32
+                            }
+                        };
+                        self.queue.push(Reverse((time, self.seq, slot)));
                     }
                     _ if matches!(r.body, RecordBody::FinishedRound) => {
                         self.flush(self.next_flush);
                         self.next_flush = self.max_time;
-                        self.ready.push_back(Ok(r));
+                        self.ready.push_back(Ready::Direct(Ok(r)));
                     }
                     _ => return Some(Ok(r)),
                 },
