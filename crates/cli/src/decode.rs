@@ -102,7 +102,7 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
     let mut lines: Vec<Out> = Vec::new();
     aux.sort_by_key(|(c, _)| *c);
     for (cpu, trace) in &aux {
-        let mut emit = collector(*cpu, itrace, &mut lines);
+        let mut emit = collector(*cpu, itrace, tl, &mut lines);
         match image {
             "timeline" => FlowDecoder::new(trace, &Interval(tl), cfg.clone()).run(&mut emit),
             "perf" => FlowDecoder::new(trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
@@ -130,18 +130,23 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
 /// instruction before to the one after), instructions, traps, errors.
-fn collector<'a>(cpu: u32, itrace: &'a Itrace, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
+fn collector<'a>(cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
     let mut prev: Option<(u64, u8, BranchClass, u64)> = None;
     let mut tracing = false;
+    // The taken branch of the previous instruction, now that where it went (`to`) is known.
+    let taken = move |prev: Option<(u64, u8, BranchClass, u64)>, to: u64| match prev {
+        Some((from, len, class, t)) if class.is_branch() && (class != BranchClass::CondBranch || to != from + len as u64) => {
+            Some(Out { time: t, cpu, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, tl) } })
+        }
+        _ => None,
+    };
     move |e| match e {
         FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
             if itrace.branches {
-                match prev {
-                    Some((from, plen, pclass, t)) if pclass.is_branch() && (pclass != BranchClass::CondBranch || ip != from + plen as u64) => {
-                        lines.push(Out { time: t, cpu, kind: Kind::Branch { from, to: ip, flags: flags_of(pclass) } })
-                    }
-                    _ if !tracing => lines.push(Out { time: lo, cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt" } }),
-                    _ => {}
+                match taken(prev, ip) {
+                    Some(b) => lines.push(b),
+                    None if !tracing => lines.push(Out { time: lo, cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt" } }),
+                    None => {}
                 }
             }
             tracing = true;
@@ -152,12 +157,16 @@ fn collector<'a>(cpu: u32, itrace: &'a Itrace, lines: &'a mut Vec<Out>) -> impl 
         }
         FlowEvent::Trap { from, to, time } => {
             if itrace.branches {
-                lines.push(Out { time, cpu, kind: Kind::Branch { from, to, flags: "int" } });
+                lines.extend(taken(prev, from));
+                lines.push(Out { time, cpu, kind: Kind::Branch { from, to, flags: "hw int" } });
             }
             prev = None;
         }
-        FlowEvent::End { time } => {
+        FlowEvent::End { time, at } => {
             if itrace.branches && tracing {
+                if let Some(at) = at {
+                    lines.extend(taken(prev, at));
+                }
                 let from = prev.map_or(0, |p| p.0);
                 lines.push(Out { time, cpu, kind: Kind::Branch { from, to: 0, flags: "tr end" } });
             }
@@ -174,14 +183,23 @@ fn collector<'a>(cpu: u32, itrace: &'a Itrace, lines: &'a mut Vec<Out>) -> impl 
     }
 }
 
-/// perf's flag words for a branch from an instruction of this class.
-fn flags_of(class: BranchClass) -> &'static str {
+/// perf's flag words for a branch from an instruction of this class at `ip`.
+fn flags_of(class: BranchClass, ip: u64, t: u64, tl: &CodeTimeline) -> &'static str {
     match class {
         BranchClass::CondBranch => "jcc",
         BranchClass::DirectJump | BranchClass::IndirectJump => "jmp",
         BranchClass::DirectCall | BranchClass::IndirectCall => "call",
         BranchClass::Return => "return",
-        BranchClass::FarTransfer => "far",
+        BranchClass::FarTransfer => {
+            let mut b = [0u8; 3];
+            tl.read_into(ip, &mut b, t);
+            match b {
+                [0xcf, ..] | [0x48, 0xcf, _] => "iret",
+                [0x0f, 0x05, _] => "syscall",
+                [0x0f, 0x07, _] | [0x48, 0x0f, 0x07] => "sysret",
+                _ => "far",
+            }
+        }
         BranchClass::Trap => "int",
         BranchClass::None | BranchClass::Nop => "",
     }

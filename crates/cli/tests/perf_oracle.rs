@@ -500,3 +500,56 @@ fn aux_and_sideband_records_agree_with_perf() {
     let perf_d = perf(&home, &["report", "-D", "-i", dir.to_str().unwrap()]);
     assert!(perf_d.contains("PSBEND"), "perf decoded our AUXTRACE payload as Intel PT:\n{perf_d}");
 }
+
+/// The simulator's Intel PT decodes in Linux perf with no errors, and perf and
+/// `poketrace decode` report the same taken branches, CPU by CPU.
+#[test]
+fn simulated_intel_pt_decodes_the_same_in_perf_and_poketrace() {
+    if !perf_available() {
+        return;
+    }
+    let dir = scratch("sim-pt");
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace"))
+        .args(["simulate", "--cpus", "2", "--pokes", "40", "--instructions", "20000", "--tsc-period", "20", "-o"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let home = scratch("sim-pt-home");
+    let theirs = perf(&home, &["script", "-i", dir.to_str().unwrap(), "--itrace=be", "-F", "time,cpu,ip,addr,flags", "--ns"]);
+    assert!(!theirs.contains("error"), "perf reports decode errors:\n{}", theirs.lines().filter(|l| l.contains("error")).take(5).collect::<Vec<_>>().join("\n"));
+    // [cpu] time: flags from => to; flags may be two words ("hw int").
+    let mut perf_branches: BTreeMap<u32, Vec<(String, u64, u64)>> = BTreeMap::new();
+    for l in theirs.lines() {
+        let Some((head, rest)) = l.split_once(": ") else { continue };
+        let cpu: u32 = head.trim().trim_start_matches('[').split(']').next().unwrap().parse().unwrap();
+        let (left, to) = rest.split_once("=>").unwrap();
+        let words: Vec<&str> = left.split_whitespace().collect();
+        let from = u64::from_str_radix(words.last().unwrap(), 16).unwrap();
+        let flags = words[..words.len() - 1].join(" ");
+        if flags.starts_with("tr ") {
+            continue;
+        }
+        perf_branches.entry(cpu).or_default().push((flags, from, u64::from_str_radix(to.trim(), 16).unwrap()));
+    }
+    let ours = poketrace(&["decode", dir.to_str().unwrap(), "--itrace=be", "--json"]);
+    let mut our_branches: BTreeMap<u32, Vec<(String, u64, u64)>> = BTreeMap::new();
+    for l in ours.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(v.get("error").is_none(), "poketrace decode error: {v}");
+        let flags: Vec<&str> = v["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        if flags.first() == Some(&"tr") {
+            continue;
+        }
+        let cpu = v["cpu"].as_u64().unwrap() as u32;
+        our_branches.entry(cpu).or_default().push((flags.join(" "), v["ip"].as_u64().unwrap(), v["addr"].as_u64().unwrap()));
+    }
+    assert_eq!(perf_branches.keys().collect::<Vec<_>>(), our_branches.keys().collect::<Vec<_>>());
+    for (cpu, theirs) in &perf_branches {
+        let ours = &our_branches[cpu];
+        assert!(theirs.len() > 1000, "cpu {cpu}: only {} branches", theirs.len());
+        let first = theirs.iter().zip(ours).position(|(a, b)| a != b);
+        assert_eq!(first, None, "cpu {cpu}: first difference at branch {first:?}: perf {:?} ours {:?}", first.map(|i| &theirs[i]), first.map(|i| &ours[i]));
+        assert_eq!(theirs.len(), ours.len(), "cpu {cpu}: branch counts");
+    }
+}

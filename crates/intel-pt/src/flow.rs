@@ -74,8 +74,8 @@ pub enum FlowEvent {
     /// poked) or was interrupted, into the handler at `to`. The trapping
     /// instruction is reported here, not as an [`FlowEvent::Insn`].
     Trap { from: u64, to: u64, time: Time },
-    /// Tracing stopped (TIP.PGD) or lost sync.
-    End { time: Time },
+    /// Tracing stopped (TIP.PGD) before the instruction at `at` (when known), or the trace ended.
+    End { time: Time, at: Option<u64> },
     /// The trace and the code disagree; decoding resumes at the next PSB.
     Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
 }
@@ -382,7 +382,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     if !trial {
                         emit(match to {
                             Some(to) => FlowEvent::Trap { from: ip, to, time: st.lo },
-                            None => FlowEvent::End { time: st.lo },
+                            None => FlowEvent::End { time: st.lo, at: Some(ip) },
                         });
                     }
                     st.ip = to;
@@ -391,14 +391,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Some((_, Flow::Pgd(Some(f)))) if f == ip => {
                     st.peeked = None;
                     if !trial {
-                        emit(FlowEvent::End { time: st.lo });
+                        emit(FlowEvent::End { time: st.lo, at: Some(ip) });
                     }
                     st.ip = None;
                     return Ok(true);
                 }
                 None => {
                     if !trial {
-                        emit(FlowEvent::End { time: st.lo });
+                        emit(FlowEvent::End { time: st.lo, at: Some(ip) });
                     }
                     return Ok(false);
                 }
