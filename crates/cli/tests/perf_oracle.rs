@@ -553,3 +553,41 @@ fn simulated_intel_pt_decodes_the_same_in_perf_and_poketrace() {
         assert_eq!(theirs.len(), ours.len(), "cpu {cpu}: branch counts");
     }
 }
+
+/// The poke boundary matches perf's: for every instruction perf decodes from
+/// a simulated trace, the bytes perf shows are what `poketrace image` answers
+/// for that address at the time perf gives it (new bytes from T inclusive).
+#[test]
+fn instruction_bytes_at_perf_times_match_the_timeline() {
+    if !perf_available() {
+        return;
+    }
+    let dir = scratch("sim-insn");
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace"))
+        .args(["simulate", "--cpus", "2", "--pokes", "60", "--instructions", "10000", "--tsc-period", "20", "--seed", "5", "-o"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let home = scratch("sim-insn-home");
+    let theirs = perf(&home, &["script", "-i", dir.to_str().unwrap(), "--itrace=i1i", "-F", "time,ip,insn", "--ns"]);
+    let file = PerfFile::open(&dir).unwrap();
+    let tl = codeimage::from_perf_data(&file, codeimage::BaseImage::new()).unwrap().timeline;
+    let (mut checked, mut poked_sites, mut differ) = (0, 0, Vec::new());
+    for l in theirs.lines() {
+        let Some((time, rest)) = l.split_once(':') else { continue };
+        let Some((ip, insn)) = rest.split_once("insn:") else { continue };
+        let (secs, ns) = time.trim().split_once('.').unwrap();
+        let t: u64 = secs.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+        let ip = u64::from_str_radix(ip.trim(), 16).unwrap();
+        let bytes: Vec<u8> = insn.split_whitespace().map(|b| u8::from_str_radix(b, 16).unwrap()).collect();
+        checked += 1;
+        poked_sites += (tl.pokes_at(ip).count() > 0) as usize;
+        match tl.read(ip, bytes.len(), t) {
+            codeimage::Read::Exact(b) if b == bytes => {}
+            other => differ.push((t, ip, bytes, other)),
+        }
+    }
+    assert!(checked > 15_000 && poked_sites > 100, "{checked} instructions, {poked_sites} at poked sites");
+    assert!(differ.is_empty(), "{} of {checked} differ, first: {:x?}", differ.len(), differ.first());
+}
