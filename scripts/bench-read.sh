@@ -8,19 +8,21 @@
 # Environment:
 #   N          records in the big file (default 10000000)
 #   RUNS       timed runs of each reader (default 5); perf report -D gets
-#              PERF_RUNS (default 3) since one run takes about a minute
+#              PERF_RUNS (default 3): at 10M records one run takes 1.5-2.5 min
 #   SMALL_N    records in the callgrind file (default 100000)
-#   BENCH_DIR  where the files go (default /work/bench-tmp if /work exists,
-#              else target/bench-tmp); they are deleted at the end unless KEEP=1
+#   BENCH_DIR  where the files go (default target/bench-tmp); they are
+#              deleted at the end unless KEEP=1
 #   SKIP_PERF=1      leave out perf report -D (timing and callgrind)
 #   SKIP_CALLGRIND=1 leave out the callgrind instruction counts
 #   SKIP_DUMP=1      leave out `poketrace dump` (a text dump of every record,
 #                    the closer analogue of perf report -D; also left out when
 #                    the poketrace binary does not build)
 #
-# Timing: hyperfine when installed (median of the runs), else bash with the
-# median of the runs. The page cache is warmed first; every reader opens the
-# file and walks all records. MB = 10^6 bytes of the whole file.
+# Timing: the median of RUNS runs, interleaved across the readers (see
+# time_all; TIMER=hyperfine to use hyperfine). Wall time, and user+sys CPU
+# time which other load on the machine disturbs less. The page cache is
+# warmed first; every reader opens the file and walks all records.
+# MB = 10^6 bytes of the whole file.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
@@ -29,9 +31,7 @@ N="${N:-10000000}"
 RUNS="${RUNS:-5}"
 PERF_RUNS="${PERF_RUNS:-3}"
 SMALL_N="${SMALL_N:-100000}"
-if [[ -z "${BENCH_DIR:-}" ]]; then
-	if [[ -d /work ]]; then BENCH_DIR=/work/bench-tmp; else BENCH_DIR="$root/target/bench-tmp"; fi
-fi
+BENCH_DIR="${BENCH_DIR:-$root/target/bench-tmp}"
 case "$(realpath -m "$BENCH_DIR")/" in
 /tmp/perf-*)
 	echo "$0: BENCH_DIR must not start with /tmp/perf- (perf takes those for JIT maps)" >&2
@@ -122,32 +122,53 @@ if ((have_dump)); then
 	cmds+=("poketrace dump|$ex/../poketrace dump $big > /dev/null")
 fi
 
-# Prints "name<TAB>median seconds<TAB>min<TAB>max" for each command.
+# Prints "name<TAB>median wall s<TAB>min<TAB>max<TAB>median user+sys s" for
+# each command. Runs are interleaved (round 1: every command once, round 2:
+# ...), so that load from other processes on a shared machine falls on every
+# reader alike; perf report -D takes part in the first PERF_RUNS rounds.
+# TIMER=hyperfine times each command with hyperfine instead (all its runs in a
+# row).
 time_all() {
-	local entry name cmd runs
-	for entry in "${cmds[@]}"; do
-		name="${entry%%|*}"
-		cmd="${entry#*|}"
-		runs=$RUNS
-		[[ "$name" == "perf report -D" ]] && runs=$PERF_RUNS
-		if command -v hyperfine >/dev/null; then
+	if [[ "${TIMER:-}" == hyperfine ]] && command -v hyperfine >/dev/null; then
+		local entry name cmd runs
+		for entry in "${cmds[@]}"; do
+			name="${entry%%|*}"
+			cmd="${entry#*|}"
+			runs=$RUNS
+			[[ "$name" == "perf report -D" ]] && runs=$PERF_RUNS
 			hyperfine --style basic --warmup 0 --runs "$runs" --export-json "$work/h.json" -n "$name" "$cmd" >&2
 			python3 - "$work/h.json" "$name" <<-'EOF'
-				import json, sys
+				import json, statistics, sys
 				r = json.load(open(sys.argv[1]))["results"][0]
-				print(f"{sys.argv[2]}\t{r['median']}\t{r['min']}\t{r['max']}")
+				cpu = statistics.median(u + s for u, s in zip(r["user"], r["system"]))
+				print(f"{sys.argv[2]}\t{r['median']}\t{r['min']}\t{r['max']}\t{cpu}")
 			EOF
-		else
-			local i t0 t1 ts=()
-			for ((i = 0; i < runs; i++)); do
-				t0=$(date +%s.%N)
-				bash -c "$cmd" >/dev/null
-				t1=$(date +%s.%N)
-				ts+=("$(echo "$t1 - $t0" | bc -l)")
-			done
-			printf '%s\n' "${ts[@]}" | sort -g | awk -v n="$name" '{a[NR] = $1} END {printf "%s\t%s\t%s\t%s\n", n, a[int((NR + 1) / 2)], a[1], a[NR]}'
-		fi
-	done
+		done
+		return
+	fi
+	printf '%s\n' "${cmds[@]}" | python3 -c '
+import os, statistics, subprocess, sys, time
+runs, perf_runs = int(sys.argv[1]), int(sys.argv[2])
+cmds = [l.rstrip("\n").split("|", 1) for l in sys.stdin if l.strip()]
+wall = {n: [] for n, _ in cmds}
+cpu = {n: [] for n, _ in cmds}
+for r in range(max(runs, perf_runs)):
+    for name, cmd in cmds:
+        if r >= (perf_runs if name == "perf report -D" else runs):
+            continue
+        t0 = time.perf_counter()
+        p = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, ru = os.wait4(p.pid, 0)
+        t = time.perf_counter() - t0
+        if status != 0:
+            sys.exit(f"failed: {cmd}")
+        wall[name].append(t)
+        cpu[name].append(ru.ru_utime + ru.ru_stime)
+        print(f"  round {r + 1}: {name}: {t:.3f} s wall, {ru.ru_utime + ru.ru_stime:.3f} s cpu", file=sys.stderr)
+for name, _ in cmds:
+    w = wall[name]
+    print(f"{name}\t{statistics.median(w)}\t{min(w)}\t{max(w)}\t{statistics.median(cpu[name])}")
+' "$RUNS" "$PERF_RUNS"
 }
 
 echo "== time ($RUNS runs each, perf report -D $PERF_RUNS)" >&2
@@ -178,15 +199,16 @@ python3 - "$work/times.tsv" "$work/callgrind.tsv" "$bytes" "$N" "$SMALL_N" <<'EO
 import sys
 times_path, cg_path, size, n, small_n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 rows = [l.rstrip("\n").split("\t") for l in open(times_path) if l.strip()]
-t = {r[0]: (float(r[1]), float(r[2]), float(r[3])) for r in rows}
-perf = t.get("perf report -D", (None,))[0]
-lpd = t["linux-perf-data (BufReader)"][0]
+t = {r[0]: tuple(float(x) for x in r[1:5]) for r in rows}
+perf = t.get("perf report -D")
+lpd = t["linux-perf-data (BufReader)"]
 print(f"\nfile: {n} records, {size} bytes ({size / 1e6:.0f} MB)\n")
-print("| reader | median s (min-max) | MB/s | Mrecords/s | vs perf report -D | vs linux-perf-data |")
-print("|---|---|---|---|---|---|")
-for name, (med, lo, hi) in t.items():
-    vp = f"{perf / med:.2f}x" if perf else "-"
-    print(f"| {name} | {med:.3f} ({lo:.3f}-{hi:.3f}) | {size / med / 1e6:.0f} | {n / med / 1e6:.2f} | {vp} | {lpd / med:.2f}x |")
+print("| reader | wall s, median (min-max) | CPU s, median | MB/s wall / CPU | Mrecords/s wall / CPU | vs perf report -D, wall / CPU | vs linux-perf-data, wall / CPU |")
+print("|---|---|---|---|---|---|---|")
+for name, (med, lo, hi, cpu) in t.items():
+    vp = f"{perf[0] / med:.1f}x / {perf[3] / cpu:.1f}x" if perf else "-"
+    vl = f"{lpd[0] / med:.2f}x / {lpd[3] / cpu:.2f}x"
+    print(f"| {name} | {med:.3f} ({lo:.3f}-{hi:.3f}) | {cpu:.3f} | {size / med / 1e6:.0f} / {size / cpu / 1e6:.0f} | {n / med / 1e6:.2f} / {n / cpu / 1e6:.2f} | {vp} | {vl} |")
 cg = [l.rstrip("\n").split("\t") for l in open(cg_path) if l.strip()]
 if cg:
     ref = dict(cg).get("linux-perf-data (BufReader)")
