@@ -1,0 +1,93 @@
+//! Arm CoreSight ETMv4 instruction trace: the input and packet layers.
+//!
+//! - [`snapshot`]: OpenCSD trace snapshots (devices, registers, memory dump
+//!   descriptions, trace buffers and which source writes where).
+//! - [`frame`]: CoreSight formatter frames: splitting a buffer shared by
+//!   several sources per trace ID (memory-aligned frames, TPIU/DSTREAM port
+//!   captures with FSYNC/HSYNC), and writing such buffers.
+//! - [`decode`] / [`encode`]: ETMv4 instruction-trace packets, every packet
+//!   of the architecture, both ways.
+//! - [`stream`]: a whole buffer's packets in buffer order, every source
+//!   interleaved as OpenCSD interleaves them.
+//! - [`opencsd`]: packet lines in `trc_pkt_lister`'s layout, to diff against it.
+//!
+//! Decoding borrows the trace and never allocates per packet. Bad trace is
+//! never an `Err` that stops decoding: a fault becomes an error packet (or a
+//! [`FrameError`]) at its byte offset, and decoding resynchronises at the
+//! next A-sync. Following atoms through code (the flow) is built on these
+//! packets elsewhere.
+//!
+//! ```no_run
+//! use etm::{snapshot::Snapshot, stream::PacketReader, ErrorRecovery};
+//! let snap = Snapshot::load("juno_r1_1")?;
+//! let setup = snap.buffer_setup(&snap.buffers[0].name)?;
+//! let data = snap.read_buffer(&setup.buffer)?;
+//! let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
+//! let mut reader = PacketReader::new(&data, setup.framing, &configs, ErrorRecovery::Resync);
+//! while let Some(item) = reader.next() {
+//!     match item {
+//!         Ok(p) => println!("{:#x} {:x} {:?}", p.index, p.trace_id, p.packet),
+//!         Err(e) => eprintln!("{e}"),
+//!     }
+//! }
+//! # Ok::<(), etm::Error>(())
+//! ```
+
+pub mod config;
+pub mod decode;
+pub mod encode;
+mod error;
+pub mod frame;
+pub mod opencsd;
+pub mod packet;
+pub mod snapshot;
+pub mod stream;
+
+pub use config::{EtmV4Config, Profile};
+pub use decode::{ErrorRecovery, PacketDecoder};
+pub use encode::{EncodeError, Encoder};
+pub use error::{Error, Result};
+pub use frame::{Container, FrameError, FrameErrorKind, FrameWriter, Framing};
+pub use packet::{Packet, PacketType};
+pub use stream::{Input, PacketReader, PacketStream};
+
+/// A decoded packet of one trace source, where it was, and its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracePacket<'a> {
+    pub trace_id: u8,
+    /// Trace index of the packet's first byte: its offset in the buffer for
+    /// unframed data; for frames, OpenCSD's index (the start of the run of
+    /// this ID's bytes in the frame, plus the bytes of the run before it).
+    pub index: u64,
+    pub packet: Packet,
+    /// The packet's bytes (for frames: with their bit 0 restored, IDs removed).
+    pub raw: &'a [u8],
+}
+
+impl TracePacket<'_> {
+    /// The fault this packet reports, if it is an error packet.
+    pub fn error(&self) -> Option<PacketError> {
+        self.packet.is_error().then_some(PacketError { trace_id: self.trace_id, index: self.index, packet: self.packet })
+    }
+}
+
+/// Bad trace found by the packet decoder: where, and what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("trace ID {trace_id:#04x}, trace index {index:#x}: {}", describe(packet))]
+pub struct PacketError {
+    pub trace_id: u8,
+    pub index: u64,
+    pub packet: Packet,
+}
+
+fn describe(p: &Packet) -> String {
+    match *p {
+        Packet::Reserved { header } => format!("reserved packet header {header:#04x}"),
+        Packet::ReservedConfig { header, would_be } => {
+            format!("header {header:#04x} ({}) is not produced by this source's configuration", would_be.name())
+        }
+        Packet::BadSequence { during } => format!("invalid byte sequence in a {} packet", during.name()),
+        Packet::IncompleteEot { during } => format!("trace ends inside a {} packet", during.name()),
+        other => format!("{other:?}"),
+    }
+}
