@@ -8,7 +8,9 @@ set -euo pipefail
 # libopencsd-bin: trc_pkt_lister, the CoreSight oracle; gcc, libc6-dev and
 # linux-libc-dev (<linux/bpf.h>): scripts/bpf-load.c for scripts/record-real.sh;
 # python3: scripts/mkperf.py.
-packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3)
+# qemu-system-x86, busybox-static, cpio: the guest kernel of the `poketrace record`
+# test (scripts/qemu-guest/); bpftool: its JIT length and tag, beside the recorder's.
+packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3 qemu-system-x86 busybox-static cpio bpftool cmake libclang-dev)
 
 missing=()
 for p in "${packages[@]}"; do
