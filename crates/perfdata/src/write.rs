@@ -162,6 +162,23 @@ impl<W: Write + Seek> Writer<W> {
         Ok(offset)
     }
 
+    /// Appends one record exactly as given (header, body, sample_id trailer),
+    /// as the kernel wrote it into a ring buffer; returns its file offset.
+    /// Its header.size must be its length. AUXTRACE, whose payload follows
+    /// the record, goes through [`Writer::write`].
+    pub fn write_raw(&mut self, record: &[u8]) -> Result<u64> {
+        let size = record.get(6..8).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
+        let ty = record.get(0..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        if size != Some(record.len()) || ty == Some(rt::AUXTRACE) {
+            let reason = format!("{} bytes with header type {ty:?} size {size:?}", record.len());
+            return Err(Error::Unwritable { what: "raw record", reason });
+        }
+        let offset = self.pos;
+        self.out.write_all(record)?;
+        self.pos += record.len() as u64;
+        Ok(offset)
+    }
+
     /// Writes the feature sections and the final header; returns the output.
     pub fn finish(mut self) -> Result<W> {
         let data_size = self.pos - self.data_offset;

@@ -10,12 +10,20 @@
 //!   parsed from exactly `size` bytes and the next record starts right after it.
 //! - Errors found while *opening* may name the offset a header field declares
 //!   (e.g. "attrs section at 0xffff0000: needs 144 bytes, 0 left"), which can be
-//!   past the end of the file; such an error is always `Truncated` and says how
-//!   many bytes were left. Errors found while *iterating* records always name an
-//!   offset inside the file (at most its length).
+//!   past the end of the file; such an error is `Truncated` with 0 bytes left,
+//!   or `Invalid` for the attrs section at the offset the header gives it. Errors
+//!   found while *iterating* records always name an offset inside the file (at
+//!   most its length).
 //! - `sorted_records()` yields a record-level error at once, while records with
 //!   timestamps may still be queued; those queued records are delivered after the
 //!   error, so nothing read before the error is lost.
+//! - COMPRESSED records form one zstd stream whose frame perf never ends, so a
+//!   stream stopping inside a frame is not an error by itself; a record cut at
+//!   the end of it is ("record in COMPRESSED data"). After one COMPRESSED record
+//!   fails, every later one is an error too (the stream cannot resynchronise).
+//! - Inputs with lying counts run under `bounded`, which watches the largest
+//!   single allocation (a counting global allocator) and the time taken: a lying
+//!   count must not turn into an allocation of its size.
 //!
 //! `fuzz_stable` (ignored by default) is a stable-toolchain mutation fuzzer over
 //! the same files; crashers it finds go to `tests/regressions/`, which
@@ -117,7 +125,11 @@ fn varied_attrs() -> Vec<AttrWithIds> {
     ]
 }
 
-fn write_records(attrs: Vec<AttrWithIds>, records: &[(u16, RecordBody<'_>, SampleId)], features: FeatureData) -> Vec<u8> {
+fn write_records(
+    attrs: Vec<AttrWithIds>,
+    records: &[(u16, RecordBody<'_>, SampleId)],
+    features: FeatureData,
+) -> Vec<u8> {
     let mut w = Writer::new(Cursor::new(Vec::new()), attrs).unwrap();
     w.features = features;
     for (m, body, s) in records {
@@ -276,8 +288,34 @@ fn check_open_error(e: &Error, len: usize, ctx: &str) {
     }
 }
 
+/// Bytes a record takes in the file: header.size plus an AUXTRACE or
+/// TRACING_DATA payload.
+fn extent(r: &Record<'_>) -> u64 {
+    r.size as u64
+        + match &r.body {
+            RecordBody::Auxtrace(a) => a.data.len() as u64,
+            RecordBody::Other { record_type: rt::HEADER_TRACING_DATA, data } => {
+                (u32::from_le_bytes(data[..4].try_into().unwrap()) as u64 + 7) & !7
+            }
+            _ => 0,
+        }
+}
+
+/// Where records are read from: the data section clamped to the file, or
+/// everything after the pipe header.
+fn data_range(file: &PerfFile) -> (u64, u64) {
+    let len = file.bytes().len() as u64;
+    match file.header() {
+        Some(h) => (h.data_offset.min(len), h.data_offset.saturating_add(h.data_size).min(len)),
+        None => (PIPE_HEADER_SIZE, len),
+    }
+}
+
 /// Opens `bytes` and reads everything a user could: no panic, iteration ends,
-/// errors have offsets. Returns the records() items count (0 if it did not open).
+/// errors have offsets, and nothing is skipped silently (records outside
+/// COMPRESSED ones follow each other without gaps unless an error comes
+/// between them, and without errors they cover the data section exactly).
+/// Returns the records() items count (0 if it did not open).
 fn exercise(bytes: Vec<u8>, ctx: &str) -> usize {
     let len = bytes.len();
     let file = match PerfFile::from_vec(bytes) {
@@ -291,12 +329,21 @@ fn exercise(bytes: Vec<u8>, ctx: &str) -> usize {
     // Records are at least 8 bytes; COMPRESSED ones can hold more, up to 256 MiB.
     let cap = len / 8 + (64 << 20) / 8;
     let mut n = 0;
+    let (start, end) = data_range(&file);
+    let mut expect = Some(start);
+    let mut clean = true;
     for r in file.records() {
         n += 1;
         assert!(n <= cap, "{ctx}: records() did not end");
         match r {
             Ok(r) => {
                 let _ = format!("{r:?}");
+                if r.inner_offset.is_none() {
+                    if let Some(e) = expect {
+                        assert_eq!(r.offset, e, "{ctx}: bytes {e:#x}..{:#x} skipped without an error", r.offset);
+                    }
+                    expect = Some(r.offset + extent(&r));
+                }
                 if let RecordBody::AuxtraceInfo(info) = &r.body {
                     let _ = IntelPtInfo::parse(info).map(|i| i.tsc_to_perf_time(u64::MAX));
                     let _ = CsEtmInfo::parse(info);
@@ -305,8 +352,15 @@ fn exercise(bytes: Vec<u8>, ctx: &str) -> usize {
                     let _ = s.callchain_ips().count();
                 }
             }
-            Err(e) => check_iter_error(&e, len, ctx),
+            Err(e) => {
+                check_iter_error(&e, len, ctx);
+                expect = None;
+                clean = false;
+            }
         }
+    }
+    if clean {
+        assert_eq!(expect, Some(end), "{ctx}: records end before the data section does, without an error");
     }
     let mut m = 0;
     for r in file.sorted_records() {
@@ -332,7 +386,8 @@ fn varied() -> Varied {
     let chain = le(&[0xffff_ffff_8100_0010, 0x0040_1000, 0x0040_2000]);
     let text_old = [0x0f, 0x1f, 0x44, 0x00, 0x00];
     let text_new = [0xe9, 0x01, 0x02, 0x03, 0x04];
-    let pt = IntelPtInfo { pmu_type: 8, time_shift: 10, time_mult: 600, tsc_bit: 10, ..IntelPtInfo::default() }.to_priv_bytes();
+    let pt = IntelPtInfo { pmu_type: 8, time_shift: 10, time_mult: 600, tsc_bit: 10, ..IntelPtInfo::default() }
+        .to_priv_bytes();
     let aux_a: Vec<u8> = (0u8..24).collect();
     let aux_b: Vec<u8> = (100u8..113).collect();
     let sample_a = Sample {
@@ -378,10 +433,16 @@ fn varied() -> Varied {
     let compressed_2 = zstd::bulk::compress(&split[..cut], 1).unwrap();
     let compressed_3 = zstd_raw_frame(&split[cut..]);
     let id_index = IdIndex {
-        entries: (0..5).map(|i| IdIndexEntry { id: [11, 12, 21, 31, 32][i], idx: i as u64, cpu: i as u64 % 2, tid: 8 }).collect(),
+        entries: (0..5)
+            .map(|i| IdIndexEntry { id: [11, 12, 21, 31, 32][i], idx: i as u64, cpu: i as u64 % 2, tid: 8 })
+            .collect(),
     };
     let records: Vec<(u16, RecordBody<'_>, SampleId)> = vec![
-        (0, RecordBody::TimeConv(TimeConv { time_shift: 10, time_mult: 600, time_zero: 5, extended: None }), SampleId::default()),
+        (
+            0,
+            RecordBody::TimeConv(TimeConv { time_shift: 10, time_mult: 600, time_zero: 5, extended: None }),
+            SampleId::default(),
+        ),
         (misc::USER, RecordBody::Comm(Comm { pid: 7, tid: 8, comm: b"prog" }), sid(100, 11)),
         (misc::USER, RecordBody::Fork(ForkExit { pid: 7, ppid: 1, tid: 8, ptid: 1, time: 99 }), sid(99, 31)),
         (
@@ -416,7 +477,13 @@ fn varied() -> Varied {
         ),
         (
             misc::KERNEL,
-            RecordBody::Ksymbol(Ksymbol { addr: 0xffff_ffff_c000_0000, len: 0x100, ksym_type: 1, flags: 0, name: b"bpf_prog_x" }),
+            RecordBody::Ksymbol(Ksymbol {
+                addr: 0xffff_ffff_c000_0000,
+                len: 0x100,
+                ksym_type: 1,
+                flags: 0,
+                name: b"bpf_prog_x",
+            }),
             sid(130, 12),
         ),
         (
@@ -427,11 +494,23 @@ fn varied() -> Varied {
         (misc::USER, RecordBody::Sample(sample_a.clone()), SampleId::default()),
         (misc::KERNEL, RecordBody::Sample(sample_b), SampleId::default()),
         (0, RecordBody::FinishedRound, SampleId::default()),
-        (0, RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::INTEL_PT, priv_data: &pt }), SampleId::default()),
+        (
+            0,
+            RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::INTEL_PT, priv_data: &pt }),
+            SampleId::default(),
+        ),
         (0, RecordBody::IdIndex(id_index), SampleId::default()),
-        (0, RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 77, idx: 0, tid: 8, cpu: 0, data: &aux_a }), SampleId::default()),
+        (
+            0,
+            RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 77, idx: 0, tid: 8, cpu: 0, data: &aux_a }),
+            SampleId::default(),
+        ),
         (misc::KERNEL, RecordBody::Aux(Aux { aux_offset: 0, aux_size: 24, flags: 0 }), sid(155, 11)),
-        (0, RecordBody::Auxtrace(Auxtrace { offset: 24, reference: 78, idx: 1, tid: 8, cpu: 1, data: &aux_b }), SampleId::default()),
+        (
+            0,
+            RecordBody::Auxtrace(Auxtrace { offset: 24, reference: 78, idx: 1, tid: 8, cpu: 1, data: &aux_b }),
+            SampleId::default(),
+        ),
         (misc::KERNEL, RecordBody::Lost(Lost { id: 12, lost: 5 }), sid(160, 12)),
         (0, RecordBody::Compressed(Compressed { data: &compressed_1 }), SampleId::default()),
         (0, RecordBody::Compressed(Compressed { data: &compressed_2 }), SampleId::default()),
@@ -445,7 +524,12 @@ fn varied() -> Varied {
         osrelease: Some("6.1.0".into()),
         nrcpus: Some(NrCpus { available: 2, online: 2 }),
         cmdline: Some(vec!["perf".into(), "record".into(), "-e".into(), "intel_pt//".into()]),
-        build_ids: vec![BuildIdEntry { misc: misc::USER, pid: 7, build_id: vec![0xab; 20], filename: "/lib/libc.so.6".into() }],
+        build_ids: vec![BuildIdEntry {
+            misc: misc::USER,
+            pid: 7,
+            build_id: vec![0xab; 20],
+            filename: "/lib/libc.so.6".into(),
+        }],
         event_names: Some(vec!["cycles".into(), "instructions".into(), "dummy".into()]),
         ..FeatureData::default()
     };
@@ -536,7 +620,11 @@ fn truncated_at_every_offset() {
             assert!(items.last().unwrap().is_err(), "{ctx}: the error must come last");
             let off = bad[0].offset().unwrap();
             let last_good = good.last().map_or(h.data_offset, |r| r.offset);
-            assert!(last_good <= off && off <= cut as u64, "{ctx}: error at {off:#x}, last good record at {last_good:#x}: {}", bad[0]);
+            assert!(
+                last_good <= off && off <= cut as u64,
+                "{ctx}: error at {off:#x}, last good record at {last_good:#x}: {}",
+                bad[0]
+            );
         } else {
             assert!(bad.is_empty(), "{ctx}: {bad:?}");
             assert_eq!(good, full);
@@ -714,7 +802,8 @@ fn size_past_end_of_data() {
     bad[6..8].copy_from_slice(&0xfff8u16.to_le_bytes());
     data.extend(bad);
     // Bytes after the data section (the feature table) must not be read as the record.
-    let bytes = build(&[AttrWithIds { attr: plain_attr(0), ids: vec![1] }], &data, &[(feature::HOSTNAME, perf_string("h"))]);
+    let bytes =
+        build(&[AttrWithIds { attr: plain_attr(0), ids: vec![1] }], &data, &[(feature::HOSTNAME, perf_string("h"))]);
     let base = data_offset(&bytes) as u64;
     let file = PerfFile::from_vec(bytes).unwrap();
     let items = read(&file);
@@ -795,7 +884,8 @@ fn feature_sections_past_the_end() {
 
 #[test]
 fn attr_sizes_inconsistent() {
-    let attrs = [AttrWithIds { attr: plain_attr(0), ids: vec![1, 2] }, AttrWithIds { attr: plain_attr(0), ids: vec![3] }];
+    let attrs =
+        [AttrWithIds { attr: plain_attr(0), ids: vec![1, 2] }, AttrWithIds { attr: plain_attr(0), ids: vec![3] }];
     let good = build(&attrs, &comm(b"x"), &[]);
     assert_eq!(PerfFile::from_vec(good.clone()).unwrap().attrs().len(), 2);
     let attrs_off = u64::from_le_bytes(good[24..32].try_into().unwrap());
@@ -836,7 +926,8 @@ fn many_attrs_sharing_one_big_id_array() {
     // 3000 attrs, each claiming the whole file as its id array: without a
     // bound the ids would take 3000 x the file size.
     let n = 3000;
-    let attrs: Vec<AttrWithIds> = (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER), ids: vec![i] }).collect();
+    let attrs: Vec<AttrWithIds> =
+        (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER), ids: vec![i] }).collect();
     let mut b = build(&attrs, &comm(b"x"), &[]);
     let len = b.len() as u64;
     let first_entry = u64::from_le_bytes(b[24..32].try_into().unwrap()) as usize;
@@ -855,7 +946,8 @@ fn many_attrs_are_not_quadratic() {
     // built in linear time, for the file and for pipe-mode HEADER_ATTRs
     // (quadratic, each took over 2 s in a debug build).
     let n = 40_000u64;
-    let attrs: Vec<AttrWithIds> = (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER | st::IP), ids: vec![i] }).collect();
+    let attrs: Vec<AttrWithIds> =
+        (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER | st::IP), ids: vec![i] }).collect();
     let data = [rec(rt::SAMPLE, 0, &le(&[n - 1, 0x1234])), comm(b"x")].concat();
     let file = PerfFile::from_vec(build(&attrs, &data, &[])).unwrap();
     let t = Instant::now();
@@ -994,7 +1086,9 @@ fn magic_and_empty() {
     b[..8].copy_from_slice(b"GARBAGE!");
     assert!(matches!(PerfFile::from_vec(b.clone()), Err(Error::BadMagic { magic }) if &magic == b"GARBAGE!"));
     for n in 0..16 {
-        let e = PerfFile::from_vec(MAGIC[..n.min(8)].iter().copied().chain(std::iter::repeat_n(0, n.saturating_sub(8))).collect());
+        let e = PerfFile::from_vec(
+            MAGIC[..n.min(8)].iter().copied().chain(std::iter::repeat_n(0, n.saturating_sub(8))).collect(),
+        );
         let e = e.err().unwrap_or_else(|| panic!("{n} bytes opened"));
         assert!(matches!(e, Error::Truncated { what: "perf.data header", offset: 0 | 8, .. }), "{n} bytes: {e:?}");
     }
@@ -1029,7 +1123,11 @@ fn pipe_file() -> Vec<u8> {
     b.extend(rec(rt::SAMPLE, misc::USER, &le(&[1, 0x4000, (8 << 32) | 7, 500])));
     b.extend(rec(rt::SAMPLE, misc::USER, &le(&[3, (8 << 32) | 7, 400, 12345])));
     // COMM with the trailer TID, TIME, IDENTIFIER.
-    b.extend(rec(rt::COMM, misc::USER, &[le(&[(8 << 32) | 7]), b"pipe\0\0\0\0".to_vec(), le(&[(8 << 32) | 7, 300, 2])].concat()));
+    b.extend(rec(
+        rt::COMM,
+        misc::USER,
+        &[le(&[(8 << 32) | 7]), b"pipe\0\0\0\0".to_vec(), le(&[(8 << 32) | 7, 300, 2])].concat(),
+    ));
     b.extend(rec(rt::FINISHED_ROUND, 0, &[]));
     b.extend(rec(rt::HEADER_FEATURE, 0, &le(&[3, 0])));
     b
@@ -1173,7 +1271,11 @@ fn compressed_stream_ending_mid_frame() {
     assert_eq!(names, vec![&b"before"[..], b"whole", b"after"]);
     let errors = errs(&items);
     assert_eq!(errors.len(), 1, "{items:?}");
-    assert!(matches!(errors[0], Error::Truncated { what: "record in COMPRESSED data", available: 27, .. }), "{:?}", errors[0]);
+    assert!(
+        matches!(errors[0], Error::Truncated { what: "record in COMPRESSED data", available: 27, .. }),
+        "{:?}",
+        errors[0]
+    );
     assert!(errors[0].offset().unwrap() > offs[0]);
     // Only a frame header, no block: nothing to decode and nothing reported.
     let (bytes, _) = compressed_file(&[vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x38]]);
@@ -1221,7 +1323,8 @@ fn compressed_frames_yield_their_records() {
     for (name, frame) in [("by hand", zstd_raw_frame(&inner)), ("zstd level 1", fast), ("zstd level 19", best)] {
         let (bytes, offs) = compressed_file(std::slice::from_ref(&frame));
         let file = PerfFile::from_vec(bytes).unwrap();
-        let items: Vec<Record<'_>> = read(&file).into_iter().collect::<Result<_>>().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let items: Vec<Record<'_>> =
+            read(&file).into_iter().collect::<Result<_>>().unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(items.len(), 6, "{name}");
         assert!(matches!(items[1].body, RecordBody::Compressed(_)));
         assert!(matches!(&items[2].body, RecordBody::Comm(c) if c.comm == b"one"), "{name}");
@@ -1253,7 +1356,16 @@ fn compressed_frames_yield_their_records() {
         })
         .collect();
     let base = offs[0] - 24;
-    assert_eq!(names, vec![(&b"before"[..], base), (b"one", offs[0]), (b"two", offs[1]), (b"three", offs[1]), (b"after", offs[1] + 8 + b.len() as u64)]);
+    assert_eq!(
+        names,
+        vec![
+            (&b"before"[..], base),
+            (b"one", offs[0]),
+            (b"two", offs[1]),
+            (b"three", offs[1]),
+            (b"after", offs[1] + 8 + b.len() as u64)
+        ]
+    );
 }
 
 #[test]
@@ -1359,10 +1471,30 @@ fn zstd_bomb_undeclared() {
 /// A SAMPLE with every sample_type field, variable-size ones included.
 fn every_sample_field_file() -> Vec<u8> {
     use abi::read_format as rf;
-    let all = st::IP | st::TID | st::TIME | st::ADDR | st::READ | st::CALLCHAIN | st::ID | st::CPU | st::PERIOD
-        | st::STREAM_ID | st::RAW | st::BRANCH_STACK | st::REGS_USER | st::STACK_USER | st::WEIGHT | st::DATA_SRC
-        | st::IDENTIFIER | st::TRANSACTION | st::REGS_INTR | st::PHYS_ADDR | st::AUX | st::CGROUP
-        | st::DATA_PAGE_SIZE | st::CODE_PAGE_SIZE;
+    let all = st::IP
+        | st::TID
+        | st::TIME
+        | st::ADDR
+        | st::READ
+        | st::CALLCHAIN
+        | st::ID
+        | st::CPU
+        | st::PERIOD
+        | st::STREAM_ID
+        | st::RAW
+        | st::BRANCH_STACK
+        | st::REGS_USER
+        | st::STACK_USER
+        | st::WEIGHT
+        | st::DATA_SRC
+        | st::IDENTIFIER
+        | st::TRANSACTION
+        | st::REGS_INTR
+        | st::PHYS_ADDR
+        | st::AUX
+        | st::CGROUP
+        | st::DATA_PAGE_SIZE
+        | st::CODE_PAGE_SIZE;
     let a = EventAttr {
         read_format: rf::TOTAL_TIME_ENABLED | rf::ID | rf::GROUP,
         branch_sample_type: abi::BRANCH_SAMPLE_HW_INDEX,
@@ -1370,7 +1502,8 @@ fn every_sample_field_file() -> Vec<u8> {
         sample_regs_intr: 0b1,
         ..attr(all)
     };
-    let other = EventAttr { read_format: rf::TOTAL_TIME_RUNNING | rf::LOST, ..attr(SIDE_BAND | st::READ | st::REGS_USER) };
+    let other =
+        EventAttr { read_format: rf::TOTAL_TIME_RUNNING | rf::LOST, ..attr(SIDE_BAND | st::READ | st::REGS_USER) };
     let attrs = vec![AttrWithIds { attr: a, ids: vec![1] }, AttrWithIds { attr: other, ids: vec![2] }];
     let read = le(&[1, 100, 5, 1]);
     let chain = le(&[0x1000, 0x2000]);
@@ -1409,7 +1542,16 @@ fn every_sample_field_file() -> Vec<u8> {
     };
     let read2 = le(&[50, 60, 0]);
     let regs0 = le(&[0]);
-    let small = Sample { identifier: Some(2), pid: Some(7), tid: Some(8), time: Some(9), cpu: Some(0), read: Some(&read2), regs_user: Some(&regs0), ..Sample::default() };
+    let small = Sample {
+        identifier: Some(2),
+        pid: Some(7),
+        tid: Some(8),
+        time: Some(9),
+        cpu: Some(0),
+        read: Some(&read2),
+        regs_user: Some(&regs0),
+        ..Sample::default()
+    };
     let cs = CsEtmInfo {
         version: 1,
         pmu_type: 9,
@@ -1422,7 +1564,11 @@ fn every_sample_field_file() -> Vec<u8> {
         &[
             (misc::USER, RecordBody::Sample(full), SampleId::default()),
             (misc::USER, RecordBody::Sample(small), SampleId::default()),
-            (0, RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::CS_ETM, priv_data: &cs }), SampleId::default()),
+            (
+                0,
+                RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::CS_ETM, priv_data: &cs }),
+                SampleId::default(),
+            ),
             (misc::KERNEL, RecordBody::Throttle(Throttle { time: 11, id: 1, stream_id: 1 }), sid(11, 2)),
             (misc::KERNEL, RecordBody::BpfEvent(BpfEvent { event_type: 1, flags: 0, id: 3, tag: [1; 8] }), sid(12, 2)),
             (misc::KERNEL | misc::SWITCH_OUT, RecordBody::Switch, sid(13, 2)),
@@ -1435,7 +1581,13 @@ fn every_sample_field_file() -> Vec<u8> {
             ),
             (0, RecordBody::FinishedInit, SampleId::default()),
         ],
-        FeatureData { arch: Some("x86_64".into()), cpudesc: Some("cpu".into()), cpuid: Some("GenuineIntel,6,85,4".into()), version: Some("6.1".into()), ..FeatureData::default() },
+        FeatureData {
+            arch: Some("x86_64".into()),
+            cpudesc: Some("cpu".into()),
+            cpuid: Some("GenuineIntel,6,85,4".into()),
+            version: Some("6.1".into()),
+            ..FeatureData::default()
+        },
     )
 }
 
@@ -1447,7 +1599,9 @@ fn compressed_stream_file() -> Vec<u8> {
     let records: Vec<(u16, RecordBody<'_>, SampleId)> = names
         .iter()
         .enumerate()
-        .map(|(i, n)| (misc::USER, RecordBody::Comm(Comm { pid: i as u32, tid: i as u32, comm: n }), sid(1000 + i as u64, 31)))
+        .map(|(i, n)| {
+            (misc::USER, RecordBody::Comm(Comm { pid: i as u32, tid: i as u32, comm: n }), sid(1000 + i as u64, 31))
+        })
         .collect();
     let raw = raw_records(attrs.clone(), &records);
     let stream = zstd::bulk::compress(&raw, 3).unwrap();
@@ -1537,15 +1691,22 @@ fn regressions_replay() {
 #[ignore]
 fn fuzz_stable() {
     let iters: u64 = std::env::var("PERFDATA_FUZZ_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let seed: u64 = std::env::var("PERFDATA_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x2545_f491_4f6c_dd1d);
+    let seed: u64 =
+        std::env::var("PERFDATA_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x2545_f491_4f6c_dd1d);
     let mut corpus: Vec<Vec<u8>> = seed_files().into_iter().map(|(_, b)| b).collect();
-    if let Ok(dir) = std::fs::read_dir(regressions_dir()) {
-        for e in dir.flatten() {
-            if e.path().extension().is_none_or(|x| x != "md") {
-                corpus.push(std::fs::read(e.path()).unwrap());
+    // Regression inputs, and a libFuzzer corpus if given (PERFDATA_FUZZ_CORPUS=fuzz/corpus/read).
+    let extra = std::env::var_os("PERFDATA_FUZZ_CORPUS").map(std::path::PathBuf::from);
+    for dir in std::iter::once(regressions_dir()).chain(extra) {
+        if let Ok(dir) = std::fs::read_dir(dir) {
+            for e in dir.flatten() {
+                if e.path().is_file() && e.path().extension().is_none_or(|x| x != "md") {
+                    corpus.push(std::fs::read(e.path()).unwrap());
+                }
             }
         }
     }
+    let seeds = corpus.len();
+    eprintln!("fuzz_stable: {seeds} seed inputs");
     let mut rng = XorShift(seed | 1);
     std::panic::set_hook(Box::new(|_| {}));
     let mut crashes = Vec::new();
@@ -1557,12 +1718,13 @@ fn fuzz_stable() {
         let r = std::panic::catch_unwind(move || exercise(copy, "fuzz"));
         if let Err(p) = r {
             let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
-            let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            let hash =
+                input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
             let path = regressions_dir().join(format!("crash-{hash:016x}"));
             std::fs::create_dir_all(regressions_dir()).unwrap();
             std::fs::write(&path, &input).unwrap();
             crashes.push(format!("{}: {msg:?}", path.display()));
-        } else if rng.below(50) == 0 && corpus.len() < 64 {
+        } else if rng.below(50) == 0 && corpus.len() < seeds + 64 {
             corpus.push(input);
         }
         if i % 20_000 == 0 {
