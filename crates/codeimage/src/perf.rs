@@ -7,6 +7,9 @@ use crate::base::BaseImage;
 use crate::error::Result;
 use crate::timeline::{CodeTimeline, Poke, TimelineBuilder};
 
+/// Pair begins waiting for their end: (addr, old, new) -> (time, cpu).
+type OpenPairs = std::collections::HashMap<(u64, Vec<u8>, Vec<u8>), (u64, Option<u32>)>;
+
 /// A timeline built from perf.data, with what was read and what was not.
 pub struct PerfTimeline {
     pub timeline: CodeTimeline,
@@ -46,7 +49,7 @@ pub fn from_perf_data_with(file: &PerfFile, mut extra: BaseImage, events: PokeEv
     let mut b = TimelineBuilder::new(extra);
     let (mut pokes, mut non_kernel) = (0, 0);
     // Pairs: begins waiting for their end, by (addr, old, new).
-    let mut open: std::collections::HashMap<(u64, Vec<u8>, Vec<u8>), (u64, Option<u32>)> = Default::default();
+    let mut open: OpenPairs = Default::default();
     let mut errors = Vec::new();
     for r in file.sorted_records() {
         let r = match r {

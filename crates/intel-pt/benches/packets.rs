@@ -39,6 +39,8 @@ fn fixture() -> &'static (Vec<u8>, usize) {
 }
 
 /// Decodes every packet and uses its main fields, as a flow decoder would.
+/// (Each decoder runs in a function of its own, for `callgrind --toggle-collect`.)
+#[inline(never)]
 fn ours(trace: &[u8]) -> usize {
     let mut dec = PacketDecoder::new(trace);
     let (mut n, mut acc) = (0, 0u64);
@@ -56,6 +58,7 @@ fn ours(trace: &[u8]) -> usize {
     n
 }
 
+#[inline(never)]
 fn libipt(trace: &[u8]) -> usize {
     use libipt_sys::*;
     let mut n = 0;
@@ -130,6 +133,7 @@ impl iptr_decoder::HandlePacket for Count {
     }
 }
 
+#[inline(never)]
 fn iptr(trace: &[u8]) -> usize {
     let mut count = Count(0);
     iptr_decoder::decode(trace, iptr_decoder::DecodeOptions::default(), &mut count).unwrap();

@@ -101,11 +101,6 @@ impl<'a> PacketDecoder<'a> {
         self.pos
     }
 
-    /// The last IP, which compressed IPs of later packets build on.
-    pub fn last_ip(&self) -> u64 {
-        self.last_ip
-    }
-
     /// The next packet and its offset, or `None` at the end of the buffer.
     /// On error the position does not move.
     #[inline]
@@ -124,14 +119,13 @@ impl<'a> PacketDecoder<'a> {
         }
     }
 
-    /// Moves to the next PSB strictly after the current position (so that it
-    /// always makes progress after an error), resetting the last IP and the
-    /// block state, and reports the bytes skipped. Without a PSB it moves to
-    /// the end of the buffer.
+    /// Moves to the first PSB at or after the current position, resetting
+    /// the last IP and the block state, and reports the bytes skipped;
+    /// without a PSB it moves to the end of the buffer. A decode error never
+    /// stands on a PSB, so after one this always moves forward.
     pub fn sync_forward(&mut self) -> Resync {
         let start = self.pos;
-        let from = (start + 1).min(self.buf.len());
-        let found = find_psb(&self.buf[from..]).map(|at| from + at);
+        let found = find_psb(&self.buf[start..]).map(|at| start + at);
         self.pos = found.unwrap_or(self.buf.len());
         self.last_ip = 0;
         self.block = None;

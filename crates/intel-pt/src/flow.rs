@@ -275,11 +275,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                         self.next_tsc(st, offset);
                     }
                 }
-                Packet::Fup(ip) => {
-                    if ip.ip.is_some() {
-                        st.ip = ip.ip;
-                    }
-                }
+                Packet::Fup(ip) if ip.ip.is_some() => st.ip = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
                 _ => {}
             }

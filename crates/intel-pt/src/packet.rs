@@ -212,6 +212,7 @@ pub enum PayloadSize {
 }
 
 impl PayloadSize {
+    /// Payload bytes: 4 or 8.
     pub fn bytes(self) -> usize {
         match self {
             PayloadSize::Four => 4,
@@ -338,6 +339,7 @@ impl std::fmt::Display for PacketKind {
 }
 
 impl Packet {
+    /// The packet's kind, without its fields.
     pub fn kind(&self) -> PacketKind {
         match self {
             Packet::Pad => PacketKind::Pad,
@@ -371,14 +373,6 @@ impl Packet {
             Packet::Bep { .. } => PacketKind::Bep,
             Packet::Cfe { .. } => PacketKind::Cfe,
             Packet::Evd { .. } => PacketKind::Evd,
-        }
-    }
-
-    /// The IP field of a TIP, TIP.PGE, TIP.PGD or FUP.
-    pub fn ip(&self) -> Option<&Ip> {
-        match self {
-            Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => Some(ip),
-            _ => None,
         }
     }
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{decode_all, every_kind, Rng};
-use intel_pt::{find_psb, Packet, PacketDecoder, PacketErrorKind, PSB};
+use intel_pt::{find_psb, Packet, PacketDecoder, PacketErrorKind, Resync, PSB};
 
 #[test]
 fn every_kind_stream_decodes_back() {
@@ -81,10 +81,14 @@ fn sync_forward_reports_the_skipped_range() {
     buf.extend_from_slice(&PSB);
     buf.extend_from_slice(&[0x02, 0x23, 0xd9, 0x00]);
     let mut dec = PacketDecoder::new(&buf);
+    let r = dec.sync_forward();
+    assert_eq!((r.start, r.end, r.psb_found), (0, 4, true), "the initial sync");
+    let mut dec = PacketDecoder::new(&buf);
     let e = dec.next_packet().unwrap_err();
     assert_eq!((e.offset, e.kind), (0, PacketErrorKind::BadOpcode(0xd9)));
     let r = dec.sync_forward();
     assert_eq!((r.start, r.end, r.psb_found), (0, 4, true));
+    assert_eq!(dec.sync_forward(), Resync { start: 4, end: 4, psb_found: true }, "standing on a PSB, syncing stays");
     assert_eq!(dec.next_packet().unwrap(), Some((4, Packet::Psb)));
     assert_eq!(dec.next_packet().unwrap(), Some((20, Packet::PsbEnd)));
     assert_eq!(dec.next_packet().unwrap_err().offset, 22);

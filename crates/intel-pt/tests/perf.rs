@@ -55,7 +55,9 @@ fn write_perf_data(path: &Path, trace: &[u8]) {
 
 /// perf's packet lines: (offset, bytes, description).
 fn perf_packets(path: &Path) -> Vec<(usize, Vec<u8>, String)> {
-    let home = scratch("home");
+    // A private HOME per file (the tests run in parallel).
+    let home = path.with_extension("home");
+    std::fs::create_dir_all(&home).unwrap();
     let out = Command::new("perf")
         .args(["report", "-D", "-i"])
         .arg(path)

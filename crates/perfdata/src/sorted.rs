@@ -33,7 +33,8 @@ pub struct SortedRecords<'a> {
 
 enum Ready<'a> {
     Slot(u32),
-    Direct(Result<Record<'a>>),
+    /// Rare (FINISHED_ROUND): boxed so that the queue stays small.
+    Direct(Box<Result<Record<'a>>>),
 }
 
 impl<'a> SortedRecords<'a> {
@@ -81,7 +82,7 @@ impl<'a> Iterator for SortedRecords<'a> {
                     self.free.push(i);
                     return self.slab[i as usize].take().map(Ok);
                 }
-                Some(Ready::Direct(r)) => return Some(r),
+                Some(Ready::Direct(r)) => return Some(*r),
                 None => {}
             }
             if self.exhausted {
@@ -115,7 +116,7 @@ impl<'a> Iterator for SortedRecords<'a> {
                     _ if matches!(r.body, RecordBody::FinishedRound) => {
                         self.flush(self.next_flush);
                         self.next_flush = self.max_time;
-                        self.ready.push_back(Ready::Direct(Ok(r)));
+                        self.ready.push_back(Ready::Direct(Box::new(Ok(r))));
                     }
                     _ => return Some(Ok(r)),
                 },

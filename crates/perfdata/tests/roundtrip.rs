@@ -127,7 +127,7 @@ fn body(o: &Owned) -> (u16, RecordBody<'_>) {
                 time_shift: o.a,
                 time_mult: o.b,
                 time_zero: o.c,
-                extended: (o.x % 2 == 0).then_some(TimeConvExt {
+                extended: o.x.is_multiple_of(2).then_some(TimeConvExt {
                     time_cycles: o.a,
                     time_mask: o.b,
                     cap_user_time_zero: true,

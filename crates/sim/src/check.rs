@@ -65,9 +65,10 @@ impl Score {
         self.missing += o.missing;
         self.errors += o.errors;
         self.uncertain += o.uncertain;
-        if self.first_divergence.as_ref().is_none_or(|d| o.first_divergence.as_ref().is_some_and(|e| e.time < d.time)) {
-            if o.first_divergence.is_some() {
-                self.first_divergence.clone_from(&o.first_divergence);
+        // Keep the earliest divergence of all CPUs.
+        if let Some(e) = &o.first_divergence {
+            if self.first_divergence.as_ref().is_none_or(|d| e.time < d.time) {
+                self.first_divergence = Some(e.clone());
             }
         }
     }

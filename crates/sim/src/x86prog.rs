@@ -86,7 +86,7 @@ impl Asm {
         }
     }
     fn align(&mut self, to: usize) {
-        while self.code.len() % to != 0 {
+        while !self.code.len().is_multiple_of(to) {
             self.code.push(INT3);
         }
     }
@@ -164,10 +164,10 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
     // function i only calls functions j > i, so the call depth is bounded.
     let mut entries = vec![0u64; n];
     let mut calls: Vec<(u64, usize)> = Vec::new(); // (call insn addr, callee index)
-    for i in 0..n {
+    for (i, entry) in entries.iter_mut().enumerate() {
         a.align(16);
         let f = a.here();
-        entries[i] = f;
+        *entry = f;
         symbols.push((f, format!("func_{i}")));
         // ftrace site at entry.
         let at = a.bytes(&NOP5);
