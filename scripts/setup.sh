@@ -10,7 +10,7 @@ set -euo pipefail
 # python3: scripts/mkperf.py.
 # qemu-system-x86, busybox-static, cpio: the guest kernel of the `poketrace record`
 # test (scripts/qemu-guest/); bpftool: its JIT length and tag, beside the recorder's.
-packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3 qemu-system-x86 busybox-static cpio bpftool cmake libclang-dev)
+packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3 qemu-system-x86 busybox-static cpio bpftool cmake libclang-dev qemu-utils)
 
 missing=()
 for p in "${packages[@]}"; do

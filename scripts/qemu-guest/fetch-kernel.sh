@@ -48,9 +48,18 @@ fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-echo "fetch-kernel: downloading $pkg" >&2
-(cd "$work" && apt-get -qq download "$pkg" 2>&1 | grep -v 'Download is performed unsandboxed' >&2 || true)
-deb="$(ls "$work"/*.deb 2>/dev/null | head -n 1)"
+download() {
+	echo "fetch-kernel: downloading $pkg" >&2
+	(cd "$work" && apt-get -qq download "$pkg" 2>&1 | grep -v 'Download is performed unsandboxed' >&2 || true)
+	deb="$(ls "$work"/*.deb 2>/dev/null | head -n 1)"
+}
+download
+if [[ -z "$deb" && -z "${KERNEL_PKG:-}" ]]; then
+	# stale lists name a version the archive no longer has
+	apt-get -qq update >&2
+	pkg="$(newest_package)"
+	download
+fi
 if [[ -z "$deb" ]]; then
 	echo "fetch-kernel: apt-get download $pkg produced no package" >&2
 	exit 1

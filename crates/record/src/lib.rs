@@ -2,15 +2,18 @@
 //! about its own code while it runs, and the code itself.
 //!
 //! [`record`] opens one dummy software event per online CPU that carries
-//! TEXT_POKE, KSYMBOL and BPF_EVENT records (code changes, out-of-line code,
-//! BPF programs) and MMAP2, COMM, FORK/EXIT and context switches, each with
-//! TID, TIME, CPU and IDENTIFIER; it drains their ring buffers into
-//! `DIR/data` until the command exits, SIGINT or SIGTERM arrives, or the
+//! TEXT_POKE and KSYMBOL records (code changes, out-of-line code, BPF
+//! programs) and MMAP2, COMM, FORK/EXIT and context switches, and a second
+//! one per CPU for BPF_EVENT, read by a thread that opens every new BPF
+//! program at once so its JIT code cannot vanish before it is saved; all
+//! records carry TID, TIME, CPU and IDENTIFIER. It drains the ring buffers
+//! into `DIR/data` until the command exits, SIGINT or SIGTERM arrives, or the
 //! time is up. Around that it saves what a decoder needs to walk kernel code
 //! as it was:
 //!
-//! - `DIR/data`: the perf.data file; kernel records exactly as the kernel
-//!   wrote them (PERF_RECORD_LOST included), one FINISHED_ROUND per pass
+//! - `DIR/data`: the perf.data file (two attrs: `dummy:HG`, `dummy:bpf`);
+//!   kernel records as the kernel wrote them (PERF_RECORD_LOST included;
+//!   sizes the kernel grew are cut back, see `true_size`), one FINISHED_ROUND per pass
 //!   over the rings, and at the start the records perf synthesizes (kernel
 //!   and module maps, thread names, KSYMBOL and BPF_EVENT for BPF programs
 //!   already loaded); header features hostname, osrelease, version, arch,

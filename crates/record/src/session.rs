@@ -15,10 +15,10 @@ use perfdata::abi::{attr_flag as flag, read_format, record_type as rt, sample_ty
 use perfdata::{AttrWithIds, EventAttr, FeatureData, NrCpus, RecordBody, SampleId, Writer, ATTR_SIZE_VER7};
 
 use crate::bpf::{self, BpfStore};
-use crate::watch::{bpf_load, Load, Watched, Watcher};
 use crate::error::{Error, Result};
 use crate::summary::{Options, Summary};
 use crate::sys::{self, Event};
+use crate::watch::{bpf_load, Load, Watched, Watcher};
 use crate::{kernel, synth};
 
 /// `perf_event_attr.watermark`: wake the reader after `wakeup_watermark` bytes.
@@ -90,7 +90,7 @@ pub fn record(opts: &Options) -> Result<Summary> {
     prepare_output(&opts.output)?;
     let mut warnings = Vec::new();
     let cpus = sys::online_cpus()?;
-    let (watch_attr, watch) = match sys::open_all(&watch_attr(), &cpus, WATCH_PAGES) {
+    let (bpf_attr, watch) = match sys::open_all(&watch_attr(), &cpus, WATCH_PAGES) {
         Ok(w) => w,
         Err(e) => {
             warnings.push(format!(
@@ -100,11 +100,12 @@ pub fn record(opts: &Options) -> Result<Summary> {
             (watch_attr(), Vec::new())
         }
     };
-    let (attr, mut events) = sys::open_all(&sideband_attr(opts.mmap_pages * sys::page_size(), watch.is_empty()), &cpus, opts.mmap_pages)?;
+    let (attr, mut events) =
+        sys::open_all(&sideband_attr(opts.mmap_pages * sys::page_size(), watch.is_empty()), &cpus, opts.mmap_pages)?;
     let kernel = kernel::snapshot(&opts.output.join("kcore_dir"), opts.vmlinux.as_deref(), &mut warnings)?;
     let mut attrs = vec![AttrWithIds { attr, ids: events.iter().map(|e| e.id).collect() }];
     if !watch.is_empty() {
-        attrs.push(AttrWithIds { attr: watch_attr, ids: watch.iter().map(|e| e.id).collect() });
+        attrs.push(AttrWithIds { attr: bpf_attr, ids: watch.iter().map(|e| e.id).collect() });
     }
     let mut writer = Writer::create(opts.output.join("data"), attrs)?;
     writer.features = features(cpus.len(), !watch.is_empty());
@@ -118,7 +119,18 @@ pub fn record(opts: &Options) -> Result<Summary> {
     let started = Instant::now();
     let mut bpf = BpfStore::create(&opts.output.join("bpf"))?;
     synthesized += bpf.capture_loaded(&mut writer, &mut warnings)?;
-    let mut sink = Sink { writer, counts: [0; 64], lost: 0, reported: HashMap::new(), skipped: 0, resized: 0, loads: Vec::new(), collect_loads, any: false, fixed: Vec::new() };
+    let mut sink = Sink {
+        writer,
+        counts: [0; 64],
+        lost: 0,
+        reported: HashMap::new(),
+        skipped: 0,
+        resized: 0,
+        loads: Vec::new(),
+        collect_loads,
+        any: false,
+        fixed: Vec::new(),
+    };
     let signals = sys::catch_signals()?;
     let looped = run(opts, started, &mut events, watcher, &mut sink, &mut bpf);
     sys::restore_signals(&signals);
@@ -127,11 +139,13 @@ pub fn record(opts: &Options) -> Result<Summary> {
 
     let Sink { writer, counts, lost, skipped, resized, reported, .. } = sink;
     let (exit_code, watch_unreported) = looped;
-    let lost_unreported = watch_unreported + events.iter().filter_map(|e| Some(e.lost()?.saturating_sub(*reported.get(&e.id).unwrap_or(&0)))).sum::<u64>();
+    let lost_unreported = watch_unreported
+        + events.iter().filter_map(|e| Some(e.lost()?.saturating_sub(*reported.get(&e.id).unwrap_or(&0)))).sum::<u64>();
     let bytes = writer.position();
     writer.finish()?;
     let bpf = bpf.finish()?;
-    let records = counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(ty, &n)| (ty as u32, n)).collect::<BTreeMap<_, _>>();
+    let records =
+        counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(ty, &n)| (ty as u32, n)).collect::<BTreeMap<_, _>>();
     Ok(Summary {
         output: opts.output.clone(),
         elapsed,
@@ -151,9 +165,8 @@ pub fn record(opts: &Options) -> Result<Summary> {
 }
 
 /// The loop: starts the command, drains the rings until it is time to stop,
-/// disables the events and drains what is left. Returns the command's exit code.
-/// Returns the command's exit code and the records the BPF watch rings lost
-/// that no LOST record reported.
+/// disables the events and drains what is left. Returns the command's exit
+/// code and the records the BPF watch rings lost that no LOST record reported.
 fn run(
     opts: &Options,
     started: Instant,
@@ -305,12 +318,12 @@ impl Sink {
 /// The length of what the kernel wrote for a KSYMBOL, BPF_EVENT or
 /// TEXT_POKE record. Linux's perf_event_{ksymbol,bpf,text_poke}_output add
 /// the sample_id size to header.size for each event they write the record
-/// to and never take it back off, so when two events on one CPU take these
-/// records (poketrace beside `perf record`, say) all but the first get a
-/// header.size 32 bytes (one trailer) too long per event before them: the
-/// record, then stale ring bytes, which a reader would take for the trailer.
-/// The trailer written follows the body at once, so cutting the record to
-/// this length repairs it.
+/// to, and never take it back off: when several events on one CPU take
+/// these records (poketrace beside `perf record`, say), each gets a
+/// header.size grown by the trailers of the events served before it (the
+/// newest first): its record, then stale ring bytes that a reader would take
+/// for the trailer. The trailer written follows the body at once, so cutting
+/// the record to this length repairs it.
 fn true_size(r: &[u8]) -> Option<usize> {
     let body = match record_type(r) {
         rt::BPF_EVENT => 24,
@@ -344,7 +357,8 @@ fn prepare_output(dir: &Path) -> Result<()> {
             dir.join("data").is_file() || std::fs::read_dir(dir).map_err(Error::io(dir))?.next().is_none()
         } else {
             let mut magic = [0u8; 8];
-            File::open(dir).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && &magic == perfdata::MAGIC
+            File::open(dir).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok()
+                && &magic == perfdata::MAGIC
         };
         if !is_recording {
             return Err(Error::Environment(format!(
@@ -371,7 +385,10 @@ fn features(online: usize, watch: bool) -> FeatureData {
     // SAFETY: sysconf has no preconditions.
     let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(online as i64) as u32;
     let cpudesc = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|t| {
-        t.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string())
+        t.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
     });
     FeatureData {
         hostname: Some(u.nodename),
@@ -412,7 +429,7 @@ impl Progress {
         }
         self.last = Some(Instant::now());
         let records: u64 = sink.counts.iter().sum();
-        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        let secs = started.elapsed().as_secs_f64().max(0.1);
         bar.set_message(format!(
             "{records} records ({:.0}/s), {} text pokes, {} lost, {:.1} MiB, {} BPF images",
             records as f64 / secs,
@@ -438,7 +455,9 @@ mod tests {
     #[test]
     fn attr_asks_for_every_side_band_record() {
         let a = sideband_attr(1 << 20, true);
-        for f in [flag::TEXT_POKE, flag::KSYMBOL, flag::BPF_EVENT, flag::MMAP2, flag::COMM, flag::TASK, flag::CONTEXT_SWITCH] {
+        for f in
+            [flag::TEXT_POKE, flag::KSYMBOL, flag::BPF_EVENT, flag::MMAP2, flag::COMM, flag::TASK, flag::CONTEXT_SWITCH]
+        {
             assert!(a.has(f));
         }
         assert!(!sideband_attr(1 << 20, false).has(flag::BPF_EVENT));

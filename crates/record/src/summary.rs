@@ -6,7 +6,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-
 /// What [`crate::record`] does.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -28,7 +27,14 @@ pub struct Options {
 impl Options {
     /// Defaults: `perf.data`, no time limit, no command, 256 pages (1 MiB) per CPU.
     pub fn new(output: impl Into<PathBuf>) -> Options {
-        Options { output: output.into(), duration: None, command: Vec::new(), vmlinux: None, mmap_pages: 256, progress: false }
+        Options {
+            output: output.into(),
+            duration: None,
+            command: Vec::new(),
+            vmlinux: None,
+            mmap_pages: 256,
+            progress: false,
+        }
     }
 }
 
@@ -93,10 +99,18 @@ impl fmt::Display for Summary {
         }
         writeln!(f, "  lost             {:>10}", self.lost)?;
         if self.lost_unreported > 0 {
-            writeln!(f, "  lost at the end  {:>10} (dropped, and not yet reported by a LOST record when recording stopped)", self.lost_unreported)?;
+            writeln!(
+                f,
+                "  lost at the end  {:>10} (dropped, and not yet reported by a LOST record when recording stopped)",
+                self.lost_unreported
+            )?;
         }
         if self.resized > 0 {
-            writeln!(f, "  resized          {:>10} (header.size grown by the kernel: another side-band reader was running)", self.resized)?;
+            writeln!(
+                f,
+                "  resized          {:>10} (header.size grown by the kernel: another side-band reader was running)",
+                self.resized
+            )?;
         }
         if self.skipped_bytes > 0 {
             writeln!(f, "  skipped bytes    {:>10} (ring data after a bad header)", self.skipped_bytes)?;

@@ -33,7 +33,8 @@ impl Event {
         let n = bytes.len().min(std::mem::size_of::<pe::bindings::perf_event_attr>());
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut kattr as *mut _ as *mut u8, n) };
         // SAFETY: kattr is a valid attr that outlives the call.
-        let fd = unsafe { pe::perf_event_open(&mut kattr, -1, cpu as i32, -1, pe::bindings::PERF_FLAG_FD_CLOEXEC as _) };
+        let fd =
+            unsafe { pe::perf_event_open(&mut kattr, -1, cpu as i32, -1, pe::bindings::PERF_FLAG_FD_CLOEXEC as _) };
         if fd < 0 {
             return Err(open_error(cpu, io::Error::last_os_error()));
         }
@@ -43,7 +44,11 @@ impl Event {
         // SAFETY: PERF_EVENT_IOC_ID writes one u64 through the pointer.
         if unsafe { pe::ioctls::ID(fd.as_raw_fd(), &mut id) } < 0 {
             let source = io::Error::last_os_error();
-            return Err(Error::Sys { call: format!("ioctl(PERF_EVENT_IOC_ID) on CPU {cpu}"), source, fix: String::new() });
+            return Err(Error::Sys {
+                call: format!("ioctl(PERF_EVENT_IOC_ID) on CPU {cpu}"),
+                source,
+                fix: String::new(),
+            });
         }
         let ring = MmapRing::map(&fd, pages).map_err(|source| Error::Sys {
             call: format!("mmap of a {} KiB ring buffer for CPU {cpu}", pages * page_size() / 1024),
@@ -58,7 +63,7 @@ impl Event {
     /// next record that fits). None when the kernel does not count them.
     pub fn lost(&self) -> Option<u64> {
         let mut v = [0u64; 2]; // { value, lost }
-        // SAFETY: reads at most 16 bytes into v from our own fd.
+                               // SAFETY: reads at most 16 bytes into v from our own fd.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), v.as_mut_ptr() as *mut libc::c_void, 16) };
         (self.counts_lost && n == 16).then_some(v[1])
     }
@@ -118,7 +123,14 @@ impl MmapRing {
         let len = (pages + 1) * page_size();
         // SAFETY: a fresh shared mapping of the event's ring; checked below.
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -178,7 +190,8 @@ pub(crate) fn page_size() -> usize {
 pub(crate) fn online_cpus() -> Result<Vec<u32>> {
     let path = "/sys/devices/system/cpu/online";
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
-    parse_cpu_list(&text).ok_or_else(|| Error::Environment(format!("{path}: cannot read the CPU list {:?}", text.trim())))
+    parse_cpu_list(&text)
+        .ok_or_else(|| Error::Environment(format!("{path}: cannot read the CPU list {:?}", text.trim())))
 }
 
 fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {

@@ -40,7 +40,8 @@ pub(crate) struct Watched {
 /// The running thread.
 pub(crate) struct Watcher {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<u64>>,
+    /// Taken by [`Watcher::finish`].
+    thread: Option<JoinHandle<Result<u64>>>,
     pub queue: Receiver<Watched>,
     /// An eventfd the thread signals when it queued something: poll it
     /// beside the side-band rings, and [`Watcher::woken`] resets it.
@@ -67,7 +68,7 @@ impl Watcher {
             .name("bpf-watch".into())
             .spawn(move || watch(events, &flag, &tx, &signal))
             .map_err(Error::io("the BPF watch thread"))?;
-        Ok(Watcher { stop, thread, queue, wake })
+        Ok(Watcher { stop, thread: Some(thread), queue, wake })
     }
 
     /// Resets the wake-up eventfd.
@@ -80,13 +81,24 @@ impl Watcher {
     /// Disables the events, drains them one last time and ends the thread,
     /// handing every record still on its way to `f`. Returns the records
     /// the watch rings lost that no LOST record reported.
-    pub fn finish(self, mut f: impl FnMut(Watched) -> Result<()>) -> Result<u64> {
+    pub fn finish(mut self, mut f: impl FnMut(Watched) -> Result<()>) -> Result<u64> {
         self.stop.store(true, Ordering::SeqCst);
         // ends when the thread is done and drops its sender
         for w in self.queue.iter() {
             f(w)?;
         }
-        self.thread.join().unwrap_or_else(|_| Err(Error::Environment("the BPF watch thread panicked".into())))
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            _ => Err(Error::Environment("the BPF watch thread panicked".into())),
+        }
+    }
+}
+
+impl Drop for Watcher {
+    /// A recording that failed: the thread stops within one poll timeout,
+    /// or at once when it next sends into the dropped queue.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -136,7 +148,10 @@ const TIME_FROM_END: usize = 24;
 /// A BPF_EVENT load's program id and time.
 pub(crate) fn bpf_load(r: &[u8]) -> Option<(u32, Option<u64>)> {
     let ty = u32::from_le_bytes(r.get(..4)?.try_into().ok()?);
-    if ty != rt::BPF_EVENT || r.len() < 24 + TIME_FROM_END || u16::from_le_bytes([r[8], r[9]]) != bpf_event_type::PROG_LOAD {
+    if ty != rt::BPF_EVENT
+        || r.len() < 24 + TIME_FROM_END
+        || u16::from_le_bytes([r[8], r[9]]) != bpf_event_type::PROG_LOAD
+    {
         return None;
     }
     let id = u32::from_le_bytes([r[12], r[13], r[14], r[15]]);

@@ -24,7 +24,8 @@ use record::{Options, Summary};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn ready() -> bool {
-    have(is_root(), "not root: recording needs CAP_PERFMON and CAP_BPF") && have(command_works("perf", "--version"), "perf missing")
+    have(is_root(), "not root: recording needs CAP_PERFMON and CAP_BPF")
+        && have(command_works("perf", "--version"), "perf missing")
 }
 
 /// Taken by each recording test for its whole run.
@@ -40,7 +41,10 @@ fn record_helper(name: &str, helper: &str, arg: &str) -> (Summary, std::path::Pa
     opts.command = vec![
         "/bin/sh".into(),
         "-c".into(),
-        format!("POKETRACE_HELPER='{arg}' exec \"$0\" --exact {helper} --ignored --nocapture --test-threads=1 >/dev/null").into(),
+        format!(
+            "POKETRACE_HELPER='{arg}' exec \"$0\" --exact {helper} --ignored --nocapture --test-threads=1 >/dev/null"
+        )
+        .into(),
         exe.into(),
     ];
     let summary = record::record(&opts).unwrap();
@@ -183,9 +187,54 @@ fn bpf_program_loaded_while_recording() {
     let (_, stderr) = perf(&home, &["report", "-D", "-i", rec_s]);
     assert!(!stderr.contains("failed"), "perf report -D: {stderr}");
     let (script, _) = perf(&home, &["script", "-i", rec_s, "--show-bpf-events", "--ns"]);
-    let ours: Vec<&str> = script.lines().filter(|l| l.contains("poketrace_test") || l.contains("PERF_RECORD_BPF_EVENT")).collect();
+    let ours: Vec<&str> =
+        script.lines().filter(|l| l.contains("poketrace_test") || l.contains("PERF_RECORD_BPF_EVENT")).collect();
     assert!(ours.iter().any(|l| l.contains("PERF_RECORD_KSYMBOL") && l.contains("flags 0x0")), "{script}");
     assert!(ours.iter().any(|l| l.contains("PERF_RECORD_BPF_EVENT type 1")), "{script}");
+}
+
+/// Linux grows header.size of KSYMBOL, BPF_EVENT and TEXT_POKE for each
+/// side-band event on a CPU it writes them to, newest event first: a
+/// `perf record` started after ours makes our records too long (and ours
+/// makes its records too long when it starts first). We cut them back.
+#[test]
+fn records_grown_by_a_later_perf_record_are_repaired() {
+    if !ready() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let dir = scratch("beside-perf");
+    let exe = std::env::current_exe().unwrap();
+    let mut opts = Options::new(dir.join("rec"));
+    opts.command = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!(
+            "HOME='{0}' PERF_CONFIG=/dev/null perf record -q -e dummy -a -o '{0}/perf.data' -- \
+             env POKETRACE_HELPER=bpf:/dev/null \"$0\" --exact helper --ignored >/dev/null",
+            dir.display()
+        )
+        .into(),
+        exe.into(),
+    ];
+    let summary = record::record(&opts).unwrap();
+    eprintln!("{summary}");
+    assert_eq!(summary.exit_code, Some(0));
+    assert!(summary.resized >= 4, "KSYMBOL and BPF_EVENT of the load and the unload: {} resized", summary.resized);
+    let file = PerfFile::open(dir.join("rec")).unwrap();
+    let mut ours = 0;
+    for r in file.records() {
+        let r = r.unwrap();
+        match &r.body {
+            RecordBody::Ksymbol(k) if k.name.ends_with(b"_poketrace_test") => ours += 1,
+            RecordBody::BpfEvent(_) => {}
+            _ => continue,
+        }
+        assert!(r.time().is_some_and(|t| t > 0) && r.sample_id.pid.is_some_and(|p| p > 0), "{r:?}");
+    }
+    assert_eq!(ours, 2);
+    let home = scratch("beside-perf-home");
+    perf(&home, &["report", "-D", "-i", dir.join("rec").to_str().unwrap()]);
 }
 
 #[test]
@@ -234,7 +283,13 @@ fn context_switch_flood_is_drained_and_accounted() {
 /// Peak resident memory of this process, in KiB.
 fn peak_rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()).unwrap().parse().unwrap()
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -250,7 +305,10 @@ fn memory_stays_bounded_under_a_bpf_flood() {
     let (summary, rec) = record_helper("bpf-flood", "helper", &format!("bpf-flood:{loads}"));
     let growth = peak_rss_kib().saturating_sub(before);
     let b = &summary.bpf;
-    eprintln!("{loads} loads: {} images, {} gone before capture, {} lost; peak RSS grew {growth} KiB", b.during, b.gone, summary.lost);
+    eprintln!(
+        "{loads} loads: {} images, {} gone before capture, {} lost; peak RSS grew {growth} KiB",
+        b.during, b.gone, summary.lost
+    );
     assert_eq!(b.failed, 0, "{:?}", b.reasons);
     // every load is saved, or counted: unloaded first, or its BPF_EVENT lost
     assert!(b.during + b.gone + summary.lost >= loads, "{b:?}, {} lost", summary.lost);
@@ -274,7 +332,8 @@ fn helper_unprivileged() {
 #[test]
 fn unprivileged_user_is_told_the_fix() {
     use std::os::unix::process::CommandExt;
-    let paranoid: i64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
+    let paranoid: i64 =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
     if !is_root() || paranoid < 1 {
         eprintln!("skipping: needs root to become another user, and perf_event_paranoid >= 1");
         return;

@@ -61,7 +61,10 @@ fn jit_dump(dmesg: &str, comm: &str) -> Vec<u8> {
 #[test]
 fn guest_kernel_pokes_recorded_and_read_back() {
     let tools = ["qemu-system-x86_64", "cpio", "perf", "cc"].into_iter().all(|t| command_works(t, "--version"));
-    if !have(tools && Path::new("/bin/busybox").exists(), "qemu-system-x86, busybox-static, cpio, perf or cc missing (scripts/setup.sh installs them)") {
+    if !have(
+        tools && Path::new("/bin/busybox").exists(),
+        "qemu-system-x86, busybox-static, cpio, perf or cc missing (scripts/setup.sh installs them)",
+    ) {
         return;
     }
     let started = Instant::now();
@@ -119,8 +122,11 @@ fn guest_kernel_pokes_recorded_and_read_back() {
 
     // The BPF program's JIT image, where its KSYMBOL says it ran.
     let index = std::fs::read_to_string(rec.join("bpf/index.jsonl")).unwrap();
-    let prog: serde_json::Value =
-        index.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["name"] == "poketrace_test").expect("no JIT image of poketrace_test");
+    let prog: serde_json::Value = index
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["name"] == "poketrace_test")
+        .expect("no JIT image of poketrace_test");
     assert_eq!(prog["loaded"], "during");
     let ksym = file
         .records()
@@ -139,5 +145,9 @@ fn guest_kernel_pokes_recorded_and_read_back() {
     assert!(!printed.is_empty(), "the guest kernel printed no JIT code (bpf_jit_enable=2)");
     assert_eq!(region.bytes(), &printed[..], "the saved image differs from the JIT code the kernel printed");
 
-    eprintln!("qemu cycle {:.1} s (boot, record, power-off), whole test {:.1} s", cycle.as_secs_f64(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "qemu cycle {:.1} s (boot, record, power-off), whole test {:.1} s",
+        cycle.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
 }
