@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches a real x86-64 Linux kernel for the isa crate's real-code tests and
 # benchmark (crates/isa/tests/real_code.rs, crates/isa/benches/classify.rs):
-# Debian's newest linux-image-*-cloud-amd64-unsigned package, its bzImage
+# Debian's newest linux-image-*-cloud-amd64-unsigned package (fetched by
+# scripts/qemu-guest/fetch-kernel.sh), its bzImage
 # decompressed to an ELF vmlinux the way the kernel's scripts/extract-vmlinux
 # does it (find the compression magic, decompress from there, keep the first
 # output that is an ELF file). Debian's System.map is a stub (the symbols are
@@ -34,31 +35,12 @@ if [[ -s "$dest/vmlinux-x86_64" ]]; then
 fi
 mkdir -p "$dest"
 
-newest_package() {
-	apt-cache search --names-only '^linux-image-[0-9.]+-[0-9]+-cloud-amd64-unsigned$' |
-		awk '{print $1}' | sort -V | tail -n 1
-}
-pkg="${KERNEL_PKG:-$(newest_package)}"
-if [[ -z "$pkg" ]]; then
-	# apt's lists may never have been fetched on a fresh machine.
-	apt-get -qq update >&2
-	pkg="$(newest_package)"
-fi
-if [[ -z "$pkg" ]]; then
-	echo "fetch-test-kernels: no linux-image-*-cloud-amd64-unsigned package in apt's lists" >&2
-	exit 1
-fi
-
+# The Debian kernel package is downloaded and cached once, by the qemu guest's
+# fetch script (which also copes with stale apt lists); only vmlinux is extracted here.
+guest="$(scripts/qemu-guest/fetch-kernel.sh)"
+vmlinuz="$guest/vmlinuz"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-echo "fetch-test-kernels: downloading $pkg" >&2
-(cd "$work" && apt-get -qq download "$pkg" >&2)
-dpkg-deb -x "$work"/*.deb "$work/root"
-vmlinuz="$(find "$work/root/boot" -name 'vmlinuz-*' | head -n 1)"
-if [[ -z "$vmlinuz" ]]; then
-	echo "fetch-test-kernels: $pkg has no /boot/vmlinuz-*" >&2
-	exit 1
-fi
 
 # extract-vmlinux: try every offset where a compression magic occurs.
 is_elf() { [[ "$(head -c 4 "$1" | od -An -tx1 | tr -d ' \n')" == 7f454c46 ]]; }
@@ -81,7 +63,7 @@ if ! { try_decompress '\xfd7zXZ\x00' xz -dc ||
 	exit 1
 fi
 
-dpkg-deb -f "$work"/*.deb Package Version | tr '\n' ' ' >"$dest/PACKAGE"
+cp "$guest/PACKAGE" "$dest/PACKAGE"
 mv "$work/vmlinux" "$dest/vmlinux-x86_64.tmp"
 mv "$dest/vmlinux-x86_64.tmp" "$dest/vmlinux-x86_64"
 echo "$dest"
