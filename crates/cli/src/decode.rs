@@ -92,9 +92,7 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
     let tl: &CodeTimeline = &built.timeline;
     let bare = if image == "static" {
         let mut base = BaseImage::new();
-        if let Some(d) = file.kcore_dir() {
-            base.add_elf(&d.join("kcore"))?;
-        }
+        codeimage::add_base(&file, &mut base)?;
         Some(codeimage::TimelineBuilder::new(base).build())
     } else {
         None

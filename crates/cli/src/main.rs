@@ -98,6 +98,10 @@ enum Command {
         /// ns between TSC packets.
         #[arg(long, default_value_t = 200)]
         tsc_period: u64,
+        /// Instead of the generated kernel: random walks through this ELF
+        /// file's real code, as a user program (no code changes).
+        #[arg(long, value_name = "ELF", conflicts_with_all = ["protocol", "pokes"])]
+        elf: Option<PathBuf>,
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -124,9 +128,9 @@ fn main() {
         Command::Image { input, at, history, addr, len, vmlinux, json } => {
             image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
         }
-        Command::Simulate { arch: _, cpus, protocol, pokes, instructions, seed, tsc_period, output } => {
+        Command::Simulate { arch: _, cpus, protocol, pokes, instructions, seed, tsc_period, elf, output } => {
             let cfg = sim::SimConfig { cpus, protocol, pokes, instructions, seed, tsc_period, ..sim::SimConfig::default() };
-            simulate(&cfg, &output, &mut out)
+            simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
         Command::Decode { input, itrace, image, json } => {
@@ -151,8 +155,11 @@ fn main() {
     }
 }
 
-fn simulate(cfg: &sim::SimConfig, dir: &std::path::Path, out: &mut impl Write) -> Result<i32> {
-    let s = sim::simulate(cfg, dir)?;
+fn simulate(cfg: &sim::SimConfig, elf: Option<&std::path::Path>, dir: &std::path::Path, out: &mut impl Write) -> Result<i32> {
+    let s = match elf {
+        Some(elf) => sim::simulate_elf(&sim::SimConfig { pokes: 0, protocol: "none".into(), ..cfg.clone() }, elf, dir)?,
+        None => sim::simulate(cfg, dir)?,
+    };
     writeln!(
         out,
         "{}: {} CPUs, protocol {}, {} instructions, {} pokes, {} ksymbols, {} bytes of Intel PT",

@@ -516,34 +516,7 @@ fn simulated_intel_pt_decodes_the_same_in_perf_and_poketrace() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let home = scratch("sim-pt-home");
-    let theirs = perf(&home, &["script", "-i", dir.to_str().unwrap(), "--itrace=be", "-F", "time,cpu,ip,addr,flags", "--ns"]);
-    assert!(!theirs.contains("error"), "perf reports decode errors:\n{}", theirs.lines().filter(|l| l.contains("error")).take(5).collect::<Vec<_>>().join("\n"));
-    // [cpu] time: flags from => to; flags may be two words ("hw int").
-    let mut perf_branches: BTreeMap<u32, Vec<(String, u64, u64)>> = BTreeMap::new();
-    for l in theirs.lines() {
-        let Some((head, rest)) = l.split_once(": ") else { continue };
-        let cpu: u32 = head.trim().trim_start_matches('[').split(']').next().unwrap().parse().unwrap();
-        let (left, to) = rest.split_once("=>").unwrap();
-        let words: Vec<&str> = left.split_whitespace().collect();
-        let from = u64::from_str_radix(words.last().unwrap(), 16).unwrap();
-        let flags = words[..words.len() - 1].join(" ");
-        if flags.starts_with("tr ") {
-            continue;
-        }
-        perf_branches.entry(cpu).or_default().push((flags, from, u64::from_str_radix(to.trim(), 16).unwrap()));
-    }
-    let ours = poketrace(&["decode", dir.to_str().unwrap(), "--itrace=be", "--json"]);
-    let mut our_branches: BTreeMap<u32, Vec<(String, u64, u64)>> = BTreeMap::new();
-    for l in ours.lines() {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        assert!(v.get("error").is_none(), "poketrace decode error: {v}");
-        let flags: Vec<&str> = v["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-        if flags.first() == Some(&"tr") {
-            continue;
-        }
-        let cpu = v["cpu"].as_u64().unwrap() as u32;
-        our_branches.entry(cpu).or_default().push((flags.join(" "), v["ip"].as_u64().unwrap(), v["addr"].as_u64().unwrap()));
-    }
+    let (perf_branches, our_branches) = (perf_branches(&home, &dir), our_branches(&dir));
     assert_eq!(perf_branches.keys().collect::<Vec<_>>(), our_branches.keys().collect::<Vec<_>>());
     for (cpu, theirs) in &perf_branches {
         let ours = &our_branches[cpu];
@@ -590,4 +563,88 @@ fn instruction_bytes_at_perf_times_match_the_timeline() {
     }
     assert!(checked > 15_000 && poked_sites > 100, "{checked} instructions, {poked_sites} at poked sites");
     assert!(differ.is_empty(), "{} of {checked} differ, first: {:x?}", differ.len(), differ.first());
+}
+
+/// perf script's branch lines, per CPU, without trace start/end lines.
+fn perf_branches(home: &Path, dir: &Path) -> BTreeMap<u32, Vec<(String, u64, u64)>> {
+    let theirs = perf(home, &["script", "-i", dir.to_str().unwrap(), "--itrace=be", "-F", "time,cpu,ip,addr,flags", "--ns"]);
+    assert!(!theirs.contains("error"), "perf reports decode errors:\n{}", theirs.lines().filter(|l| l.contains("error")).take(5).collect::<Vec<_>>().join("\n"));
+    let mut out: BTreeMap<u32, Vec<(String, u64, u64)>> = BTreeMap::new();
+    for l in theirs.lines() {
+        let Some((head, rest)) = l.split_once(": ") else { continue };
+        let cpu: u32 = head.trim().trim_start_matches('[').split(']').next().unwrap().parse().unwrap();
+        let (left, to) = rest.split_once("=>").unwrap();
+        let words: Vec<&str> = left.split_whitespace().collect();
+        let from = u64::from_str_radix(words.last().unwrap(), 16).unwrap();
+        let flags = words[..words.len() - 1].join(" ");
+        if !flags.starts_with("tr ") {
+            out.entry(cpu).or_default().push((flags, from, u64::from_str_radix(to.trim(), 16).unwrap()));
+        }
+    }
+    out
+}
+
+/// `poketrace decode --json` branches, per CPU, without trace start/end lines.
+fn our_branches(dir: &Path) -> BTreeMap<u32, Vec<(String, u64, u64)>> {
+    let mut out: BTreeMap<u32, Vec<(String, u64, u64)>> = BTreeMap::new();
+    for l in poketrace(&["decode", dir.to_str().unwrap(), "--itrace=be", "--json"]).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(v.get("error").is_none(), "poketrace decode error: {v}");
+        let flags: Vec<&str> = v["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        if flags.first() != Some(&"tr") {
+            out.entry(v["cpu"].as_u64().unwrap() as u32).or_default().push((flags.join(" "), v["ip"].as_u64().unwrap(), v["addr"].as_u64().unwrap()));
+        }
+    }
+    out
+}
+
+/// A user program compiled here with gcc, traced through its calls, returns,
+/// loops, calls through function pointers and a jump table (random walks of
+/// its real code): perf and poketrace agree branch for branch, and both agree
+/// with what ran.
+#[test]
+fn gcc_program_trace_decodes_the_same_in_perf_and_poketrace() {
+    if !perf_available() {
+        return;
+    }
+    let dir = scratch("gcc-walk");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/walkme.c");
+    let exe = dir.join("walkme");
+    let cc = Command::new("gcc").args(["-O2", "-fno-inline-functions", "-o"]).arg(&exe).arg(&src).output();
+    match cc {
+        Ok(o) if o.status.success() => {}
+        other => {
+            assert!(std::env::var_os("POKETRACE_REQUIRE_PERF").is_none(), "gcc failed: {other:?}");
+            eprintln!("skipping: no gcc");
+            return;
+        }
+    }
+    let trace = dir.join("trace");
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace"))
+        .args(["simulate", "--elf"])
+        .arg(&exe)
+        .args(["--cpus", "2", "--instructions", "30000", "--tsc-period", "50", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let home = scratch("gcc-walk-home");
+    let (theirs, ours) = (perf_branches(&home, &trace), our_branches(&trace));
+    assert_eq!(theirs.keys().collect::<Vec<_>>(), ours.keys().collect::<Vec<_>>());
+    let mut kinds = std::collections::BTreeSet::new();
+    for (cpu, t) in &theirs {
+        let o = &ours[cpu];
+        let first = t.iter().zip(o).position(|(a, b)| a != b);
+        assert_eq!(first, None, "cpu {cpu}: perf {:?} ours {:?}", first.map(|i| &t[i]), first.map(|i| &o[i]));
+        assert_eq!(t.len(), o.len(), "cpu {cpu}");
+        kinds.extend(t.iter().map(|b| b.0.clone()));
+    }
+    for k in ["call", "return", "jcc", "jmp"] {
+        assert!(kinds.contains(k), "no {k} branch in {kinds:?}");
+    }
+    // And both are what ran.
+    let check = poketrace(&["check", trace.to_str().unwrap(), "--json"]);
+    let timeline: serde_json::Value = check.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["mode"] == "timeline").unwrap();
+    assert_eq!(timeline["correct"], timeline["instructions"], "{timeline}");
+    assert_eq!(timeline["errors"], 0);
 }

@@ -40,12 +40,7 @@ pub fn from_perf_data(file: &PerfFile, extra: BaseImage) -> Result<PerfTimeline>
 
 /// [`from_perf_data`] for a given way of announcing changes.
 pub fn from_perf_data_with(file: &PerfFile, mut extra: BaseImage, events: PokeEvents) -> Result<PerfTimeline> {
-    if let Some(dir) = file.kcore_dir() {
-        let kcore = dir.join("kcore");
-        if kcore.is_file() {
-            extra.add_elf(&kcore)?;
-        }
-    }
+    add_base(file, &mut extra)?;
     let mut b = TimelineBuilder::new(extra);
     let (mut pokes, mut non_kernel) = (0, 0);
     // Pairs: begins waiting for their end, by (addr, old, new).
@@ -93,4 +88,42 @@ pub fn from_perf_data_with(file: &PerfFile, mut extra: BaseImage, events: PokeEv
         b.poke(Poke { time, settled: Some(u64::MAX), addr, old: &old, new: &new, cpu });
     }
     Ok(PerfTimeline { timeline: b.build(), pokes, non_kernel_pokes: non_kernel, errors })
+}
+
+/// The code of a perf.data before any change: `kcore_dir/kcore` and the
+/// executable file mappings of user programs, added to `base`.
+pub fn add_base(file: &PerfFile, base: &mut BaseImage) -> Result<()> {
+    if let Some(dir) = file.kcore_dir() {
+        let kcore = dir.join("kcore");
+        if kcore.is_file() {
+            base.add_elf(&kcore)?;
+        }
+    }
+    add_user_mappings(file, base);
+    Ok(())
+}
+
+/// User code: every executable file mapping (MMAP2 with PROT_EXEC, MMAP
+/// without MAP_DATA) whose file is on disk is added as the kernel mapped it,
+/// file bytes from `pgoff` at `addr`. One address space for all processes:
+/// where mappings of different processes overlap, the first one wins (and
+/// is listed in [`BaseImage::overlaps`]).
+fn add_user_mappings(file: &PerfFile, base: &mut BaseImage) {
+    for r in file.records().flatten() {
+        let (addr, len, pgoff, name) = match r.body {
+            RecordBody::Mmap2(m) if m.prot & 4 != 0 => (m.addr, m.len, m.pgoff, m.filename),
+            RecordBody::Mmap(m) if r.misc & misc::MMAP_DATA == 0 => (m.addr, m.len, m.pgoff, m.filename),
+            _ => continue,
+        };
+        if !name.starts_with(b"/") {
+            continue;
+        }
+        let path = std::path::Path::new(std::str::from_utf8(name).unwrap_or(""));
+        let Ok(meta) = std::fs::metadata(path) else { continue };
+        let avail = meta.len().saturating_sub(pgoff);
+        if avail > 0 {
+            // A mapping whose file changed since recording: skip what does not fit.
+            let _ = base.add_raw_file(path, pgoff, Some(len.min(avail)), addr);
+        }
+    }
 }

@@ -112,9 +112,7 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
     let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
     let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline;
     let mut base = BaseImage::new();
-    if let Some(k) = file.kcore_dir() {
-        base.add_elf(&k.join("kcore")).map_err(|e| SimError::Config(e.to_string()))?;
-    }
+    codeimage::add_base(&file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
     let bare = TimelineBuilder::new(base).build();
     let mut reports = Vec::new();
     for mode in Mode::ALL {

@@ -18,6 +18,7 @@ mod machine;
 mod pt;
 mod rng;
 mod truth;
+mod walk;
 mod x86prog;
 
 use std::path::Path;
@@ -25,11 +26,14 @@ use std::path::Path;
 use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::kcore::{write_kcore_dir, Machine, Segment};
-use perfdata::{AttrWithIds, Auxtrace, AuxtraceInfo, EventAttr, IdIndex, IdIndexEntry, ItraceStart, Ksymbol, Mmap, NrCpus, RecordBody, SampleId, TextPoke, Writer, ATTR_SIZE_VER7};
+use perfdata::{
+    AttrWithIds, Auxtrace, AuxtraceInfo, Comm, EventAttr, IdIndex, IdIndexEntry, ItraceStart, Ksymbol, Mmap, Mmap2, Mmap2FileId, NrCpus, RecordBody, SampleId, TextPoke, Writer, ATTR_SIZE_VER7,
+};
 use serde::{Deserialize, Serialize};
 
 pub use machine::Protocol;
 pub use truth::TruthReader;
+pub use walk::RealCode;
 
 /// Everything that defines a run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -128,6 +132,50 @@ impl machine::Sink for Collect {
 /// Runs the simulation and writes the perf.data directory `dir` with the truth beside it.
 pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     let protocol = parse_protocol(&cfg.protocol).ok_or_else(|| SimError::Protocol(cfg.protocol.clone()))?;
+    let mut rng = rng::Rng::new(cfg.seed);
+    let prog = x86prog::generate(&mut rng, cfg.functions);
+    let run = machine::RunConfig {
+        cpus: cfg.cpus,
+        protocol,
+        pokes: cfg.pokes,
+        instructions: cfg.instructions,
+        sync_ticks: cfg.sync_ns,
+        time_zero: TIME_ZERO,
+    };
+    let summary = record_run(cfg, dir, Space::Kernel(&prog), |sink| {
+        machine::run(&prog, &run, &mut rng, sink);
+    })?;
+    // kcore_dir: the code as it was before any change, and its symbols.
+    let kallsyms: String = prog.symbols.iter().map(|(a, n)| format!("{a:016x} T {n}\n")).collect();
+    write_kcore_dir(&dir.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: x86prog::TEXT_BASE, bytes: prog.text.clone() }], &kallsyms, "")?;
+    Ok(summary)
+}
+
+/// Where a user program's code is placed when it is position-independent.
+pub const PIE_BASE: u64 = 0x5555_5555_4000;
+
+/// Random walks of `cfg.cpus` CPUs through the real code of the ELF file
+/// `elf` (a user program, traced as one process with a thread per CPU):
+/// the same outputs as [`simulate`], without changes to the code.
+pub fn simulate_elf(cfg: &SimConfig, elf: &Path, dir: &Path) -> Result<Summary, SimError> {
+    let code = walk::RealCode::load(elf, PIE_BASE)?;
+    let mut rng = rng::Rng::new(cfg.seed);
+    record_run(cfg, dir, Space::User(&code), |sink| {
+        walk::walk(&code, cfg.cpus, cfg.instructions, TIME_ZERO, &mut rng, sink);
+    })
+}
+
+/// The code a run executes: the generated kernel, or a user program's file.
+enum Space<'a> {
+    Kernel(&'a x86prog::Program),
+    User(&'a walk::RealCode),
+}
+
+/// The process and first thread id of a user-program run (one thread per CPU).
+const USER_PID: u32 = 4242;
+
+/// Runs `execute` into per-CPU truth files and Intel PT, then writes perf.data and the summary.
+fn record_run(cfg: &SimConfig, dir: &Path, space: Space<'_>, execute: impl FnOnce(&mut Collect)) -> Result<Summary, SimError> {
     if cfg.cpus == 0 || cfg.cpus > 256 {
         return Err(SimError::Config(format!("--cpus {} (1 to 256)", cfg.cpus)));
     }
@@ -137,23 +185,13 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     };
     let truth_dir = dir.join("truth");
     std::fs::create_dir_all(&truth_dir).map_err(io(&truth_dir))?;
-    let mut rng = rng::Rng::new(cfg.seed);
-    let prog = x86prog::generate(&mut rng, cfg.functions);
     let mut sink = Collect { truth: Vec::new(), pt: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None };
     for c in 0..cfg.cpus {
         let p = truth_dir.join(format!("cpu{c}.bin"));
         sink.truth.push(truth::TruthWriter::create(&p).map_err(io(&p))?);
         sink.pt.push(pt::PtEmitter::new(cfg.tsc_period, cfg.psb_period));
     }
-    let run = machine::RunConfig {
-        cpus: cfg.cpus,
-        protocol,
-        pokes: cfg.pokes,
-        instructions: cfg.instructions,
-        sync_ticks: cfg.sync_ns,
-        time_zero: TIME_ZERO,
-    };
-    machine::run(&prog, &run, &mut rng, &mut sink);
+    execute(&mut sink);
     if let Some(e) = sink.error.take() {
         return Err(SimError::Io { path: truth_dir, source: e });
     }
@@ -165,11 +203,7 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     for p in &mut sink.pt {
         p.finish();
     }
-
-    // kcore_dir: the code as it was before any change, and its symbols.
-    let kallsyms: String = prog.symbols.iter().map(|(a, n)| format!("{a:016x} T {n}\n")).collect();
-    write_kcore_dir(&dir.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: x86prog::TEXT_BASE, bytes: prog.text.clone() }], &kallsyms, "")?;
-    write_perf_data(cfg, dir, &prog, &sink)?;
+    write_perf_data(cfg, dir, &space, &sink)?;
     let summary = Summary {
         config: cfg.clone(),
         instructions: counts,
@@ -191,6 +225,15 @@ pub fn read_summary(dir: &Path) -> Result<Summary, SimError> {
 
 /// Target size of one AUXTRACE buffer of Intel PT data.
 const AUX_CHUNK: usize = 1 << 16;
+
+/// The (pid, tid) running on CPU `cpu`: the idle task, or the user program's thread for that CPU.
+fn pid_tid(cpu: u32, user: bool) -> (u32, u32) {
+    if user {
+        (USER_PID, USER_PID + cpu)
+    } else {
+        (0, 0)
+    }
+}
 
 /// Splits a PT stream into buffers of at most `max` bytes where PSBs allow,
 /// each cut just before a PSB so that no packet straddles two buffers (a
@@ -215,7 +258,8 @@ fn split_before_psb(data: &[u8], max: usize) -> Vec<&[u8]> {
     out
 }
 
-fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &Collect) -> Result<(), SimError> {
+fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, sink: &Collect) -> Result<(), SimError> {
+    let user = matches!(space, Space::User(_));
     let n = cfg.cpus as u64;
     let sample_type = st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER;
     let pt_attr = EventAttr {
@@ -224,7 +268,9 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &
         config: 0x400 | 0x800, // tsc, noretcomp
         sample_period: 1,
         sample_type,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::DISABLED,
+        flags: attr_flag::SAMPLE_ID_ALL
+            | attr_flag::DISABLED
+            | if user { attr_flag::EXCLUDE_KERNEL | attr_flag::EXCLUDE_HV } else { attr_flag::EXCLUDE_USER },
         ..EventAttr::default()
     };
     let side_attr = EventAttr {
@@ -244,7 +290,7 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &
     w.features.arch = Some("x86_64".into());
     w.features.nrcpus = Some(NrCpus { available: cfg.cpus, online: cfg.cpus });
     w.features.cmdline = Some(vec!["poketrace".into(), "simulate".into(), format!("--seed={}", cfg.seed)]);
-    w.features.event_names = Some(vec!["intel_pt//k".into(), "dummy:k".into()]);
+    w.features.event_names = Some(if user { vec!["intel_pt//u".into(), "dummy:u".into()] } else { vec!["intel_pt//k".into(), "dummy:k".into()] });
     let info = IntelPtInfo {
         pmu_type: PT_PMU_TYPE as u64,
         time_shift: 0,
@@ -264,16 +310,50 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &
         })
         .collect();
     w.write(0, &RecordBody::IdIndex(IdIndex { entries }), &SampleId::default())?;
-    let sid = |time: u64, cpu: u32| SampleId { pid: Some(0), tid: Some(0), time: Some(time), cpu: Some(cpu), identifier: Some(1001 + cpu as u64), ..SampleId::default() };
-    let text_len = prog.text.len() as u64;
-    w.write(
-        misc::KERNEL,
-        &RecordBody::Mmap(Mmap { pid: u32::MAX, tid: 0, addr: x86prog::TEXT_BASE, len: text_len, pgoff: x86prog::TEXT_BASE, filename: b"[kernel.kallsyms]_text" }),
-        &sid(0, 0),
-    )?;
+    let sid = |time: u64, cpu: u32| {
+        let (p, t) = pid_tid(cpu, user);
+        SampleId { pid: Some(p), tid: Some(t), time: Some(time), cpu: Some(cpu), identifier: Some(1001 + cpu as u64), ..SampleId::default() }
+    };
+    match space {
+        Space::Kernel(prog) => {
+            let text_len = prog.text.len() as u64;
+            w.write(
+                misc::KERNEL,
+                &RecordBody::Mmap(Mmap { pid: u32::MAX, tid: 0, addr: x86prog::TEXT_BASE, len: text_len, pgoff: x86prog::TEXT_BASE, filename: b"[kernel.kallsyms]_text" }),
+                &sid(0, 0),
+            )?;
+        }
+        Space::User(code) => {
+            let name = code.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let comm = name.as_bytes()[..name.len().min(15)].to_vec();
+            let path = std::fs::canonicalize(&code.path).unwrap_or_else(|_| code.path.clone());
+            let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).map_err(|source| SimError::Io { path: path.clone(), source })?);
+            let filename = path.to_string_lossy().into_owned();
+            for c in 0..cfg.cpus {
+                let (p, t) = pid_tid(c, true);
+                w.write(misc::USER, &RecordBody::Comm(Comm { pid: p, tid: t, comm: &comm }), &sid(TIME_ZERO - 2, c))?;
+            }
+            for s in &code.segments {
+                let m = Mmap2 {
+                    pid: USER_PID,
+                    tid: USER_PID,
+                    addr: s.addr,
+                    len: s.bytes.len() as u64,
+                    pgoff: s.file_offset,
+                    file_id: Mmap2FileId::Inode { maj: 0, min: 0, ino, ino_generation: 0 },
+                    prot: 5,
+                    flags: 2,
+                    filename: filename.as_bytes(),
+                };
+                w.write(misc::USER, &RecordBody::Mmap2(m), &sid(TIME_ZERO - 1, 0))?;
+            }
+        }
+    }
     for c in 0..cfg.cpus {
+        let (p, t) = pid_tid(c, user);
         let s = SampleId { identifier: Some(1 + c as u64), ..sid(TIME_ZERO, c) };
-        w.write(misc::KERNEL, &RecordBody::ItraceStart(ItraceStart { pid: 0, tid: 0 }), &s)?;
+        let cpumode = if user { misc::USER } else { misc::KERNEL };
+        w.write(cpumode, &RecordBody::ItraceStart(ItraceStart { pid: p, tid: t }), &s)?;
     }
     // The trace first, so that perf has it queued before the changes come.
     // `reference` is not a sequence number: perf record stores the TSC read
@@ -298,7 +378,7 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, prog: &x86prog::Program, sink: &
         let copied_out = p.last_time().max(TIME_ZERO) + 1;
         let mut offset = 0;
         for chunk in split_before_psb(&p.out, AUX_CHUNK) {
-            let a = Auxtrace { offset: offset as u64, reference: copied_out, idx: c as u32, tid: 0, cpu: c as u32, data: chunk };
+            let a = Auxtrace { offset: offset as u64, reference: copied_out, idx: c as u32, tid: pid_tid(c as u32, user).1, cpu: c as u32, data: chunk };
             w.write(0, &RecordBody::Auxtrace(a), &SampleId::default())?;
             offset += chunk.len();
         }

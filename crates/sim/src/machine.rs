@@ -70,7 +70,7 @@ pub trait Sink {
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Next,
     Cond(u64),
     Jmp(u64),
@@ -80,12 +80,14 @@ enum Kind {
     Ret,
     Int3,
     Iret,
+    /// Not code the walker can follow (invalid bytes, system calls, far transfers).
+    Stop,
 }
 
 #[derive(Clone, Copy)]
-struct Decoded {
-    len: u8,
-    kind: Kind,
+pub(crate) struct Decoded {
+    pub(crate) len: u8,
+    pub(crate) kind: Kind,
 }
 
 /// The code as it is now: the kernel text plus out-of-line code.
@@ -232,7 +234,7 @@ pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink)
                 cpu.pc = to;
                 Flow::Indirect { to }
             }
-            Kind::Ret => {
+            Kind::Ret | Kind::Stop => {
                 let to = cpu.stack.pop().unwrap_or(prog.entry);
                 cpu.pc = to;
                 Flow::Indirect { to }
@@ -266,25 +268,26 @@ fn invalidate(cache: &mut HashMap<u64, Decoded>, addr: u64, len: usize) {
     }
 }
 
-fn decode(bytes: &[u8], pc: u64) -> Decoded {
+pub(crate) fn decode(bytes: &[u8], pc: u64) -> Decoded {
     let mut dec = Decoder::with_ip(64, bytes, pc, DecoderOptions::NONE);
     let mut insn = Instruction::default();
     dec.decode_out(&mut insn);
     if insn.is_invalid() {
-        // Not code the program generates: treat as a return to the dispatcher.
-        return Decoded { len: 1, kind: Kind::Ret };
+        return Decoded { len: 1, kind: Kind::Stop };
     }
     let kind = match insn.flow_control() {
         FlowControl::Next => Kind::Next,
         FlowControl::ConditionalBranch => Kind::Cond(insn.near_branch_target()),
         FlowControl::UnconditionalBranch => Kind::Jmp(insn.near_branch_target()),
+        // iced calls SYSCALL and VMCALL calls: far transfers, not followed.
+        FlowControl::Call if insn.near_branch_target() == 0 => Kind::Stop,
         FlowControl::Call => Kind::Call(insn.near_branch_target()),
         FlowControl::IndirectCall => Kind::IndCall,
         FlowControl::IndirectBranch => Kind::IndJmp,
         FlowControl::Return if insn.code() == Code::Iretq => Kind::Iret,
         FlowControl::Return => Kind::Ret,
         FlowControl::Interrupt if insn.code() == Code::Int3 => Kind::Int3,
-        _ => Kind::Next,
+        FlowControl::Interrupt | FlowControl::Exception | FlowControl::XbeginXabortXend => Kind::Stop,
     };
     Decoded { len: insn.len() as u8, kind }
 }
