@@ -97,17 +97,27 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
     } else {
         None
     };
-    let mut lines: Vec<Out> = Vec::new();
-    aux.sort_by_key(|(c, _)| *c);
-    for (cpu, trace) in &aux {
-        let mut emit = collector(*cpu, itrace, tl, &mut lines);
-        match image {
-            "timeline" => FlowDecoder::new(trace, &Interval(tl), cfg.clone()).run(&mut emit),
-            "perf" => FlowDecoder::new(trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
-            "static" => FlowDecoder::new(trace, &Static(bare.as_ref().expect("built above")), cfg.clone()).run(&mut emit),
-            other => bail!("--image {other}: timeline, perf or static"),
-        }
+    if !matches!(image, "timeline" | "perf" | "static") {
+        bail!("--image {image}: timeline, perf or static");
     }
+    aux.sort_by_key(|(c, _)| *c);
+    // Each CPU's buffer decodes on its own core.
+    use rayon::prelude::*;
+    let per_cpu: Vec<Vec<Out>> = aux
+        .par_iter()
+        .map(|(cpu, trace)| {
+            let mut lines = Vec::new();
+            let mut emit = collector(*cpu, itrace, tl, &mut lines);
+            match image {
+                "timeline" => FlowDecoder::new(trace, &Interval(tl), cfg.clone()).run(&mut emit),
+                "perf" => FlowDecoder::new(trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
+                _ => FlowDecoder::new(trace, &Static(bare.as_ref().expect("built above")), cfg.clone()).run(&mut emit),
+            }
+            drop(emit);
+            lines
+        })
+        .collect();
+    let mut lines: Vec<Out> = per_cpu.into_iter().flatten().collect();
     // All CPUs in time order, as perf merges its queues.
     lines.sort_by_key(|l| (l.time, l.cpu));
     let mut errors = 0;

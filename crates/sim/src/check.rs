@@ -116,17 +116,23 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
     let bare = TimelineBuilder::new(base).build();
     let mut reports = Vec::new();
     for mode in Mode::ALL {
+        // Each CPU's buffer decodes on its own core.
+        use rayon::prelude::*;
+        let cpus = aux
+            .par_iter()
+            .enumerate()
+            .map(|(cpu, trace)| {
+                let truth = dir.join(format!("truth/cpu{cpu}.bin"));
+                match mode {
+                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, &truth),
+                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, &truth),
+                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, &truth),
+                }
+            })
+            .collect::<Result<Vec<Score>, SimError>>()?;
         let mut total = Score::default();
-        let mut cpus = Vec::new();
-        for (cpu, trace) in aux.iter().enumerate() {
-            let truth = dir.join(format!("truth/cpu{cpu}.bin"));
-            let score = match mode {
-                Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, &truth)?,
-                Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, &truth)?,
-                Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, &truth)?,
-            };
-            total.add(&score);
-            cpus.push(score);
+        for s in &cpus {
+            total.add(s);
         }
         reports.push(ModeReport { mode, total, cpus });
     }
