@@ -39,6 +39,57 @@ impl Itrace {
     }
 }
 
+/// Which task ran on each CPU when: from ITRACE_START, context switches and
+/// COMM records, as perf attributes samples.
+#[derive(Default)]
+struct Threads {
+    /// Per CPU: (from time, pid, tid), in time order once finished.
+    runs: std::collections::HashMap<u32, Vec<(u64, i32, i32)>>,
+    comms: std::collections::HashMap<i32, String>,
+}
+
+impl Threads {
+    fn observe(&mut self, r: &perfdata::Record<'_>) {
+        use perfdata::abi::misc;
+        let (Some(cpu), time) = (r.sample_id.cpu, r.sample_id.time.unwrap_or(0)) else {
+            if let RecordBody::Comm(c) = &r.body {
+                self.comms.insert(c.tid as i32, crate::hex::text(c.comm));
+            }
+            return;
+        };
+        let run = match &r.body {
+            RecordBody::ItraceStart(i) => Some((i.pid as i32, i.tid as i32)),
+            RecordBody::SwitchCpuWide(sw) if r.misc & misc::SWITCH_OUT != 0 => Some((sw.next_prev_pid as i32, sw.next_prev_tid as i32)),
+            RecordBody::SwitchCpuWide(_) | RecordBody::Switch if r.misc & misc::SWITCH_OUT == 0 => {
+                r.sample_id.pid.zip(r.sample_id.tid).map(|(p, t)| (p as i32, t as i32))
+            }
+            RecordBody::Comm(c) => {
+                self.comms.insert(c.tid as i32, crate::hex::text(c.comm));
+                None
+            }
+            _ => None,
+        };
+        if let Some((pid, tid)) = run {
+            self.runs.entry(cpu).or_default().push((time, pid, tid));
+        }
+    }
+
+    fn finish(&mut self) {
+        for v in self.runs.values_mut() {
+            v.sort_by_key(|r| r.0);
+        }
+    }
+
+    /// (pid, tid, comm) running on `cpu` at `time`, if known.
+    fn at(&self, cpu: u32, time: u64) -> Option<(i32, i32, &str)> {
+        let v = self.runs.get(&cpu)?;
+        let i = v.partition_point(|r| r.0 <= time).checked_sub(1)?;
+        let (_, pid, tid) = v[i];
+        let comm = self.comms.get(&tid).map_or(if tid == 0 { "swapper" } else { "" }, String::as_str);
+        Some((pid, tid, comm))
+    }
+}
+
 /// One line of output, from one CPU.
 struct Out {
     time: u64,
@@ -56,8 +107,11 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
     let file = PerfFile::open(input)?;
     let mut info = None;
     let mut aux: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut threads = Threads::default();
     for r in file.records() {
-        match r?.body {
+        let r = r?;
+        threads.observe(&r);
+        match r.body {
             RecordBody::AuxtraceInfo(i) if i.auxtrace_type == perfdata::abi::auxtrace_type::INTEL_PT => {
                 info = Some(IntelPtInfo::parse(&i)?)
             }
@@ -120,16 +174,24 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
     let mut lines: Vec<Out> = per_cpu.into_iter().flatten().collect();
     // All CPUs in time order, as perf merges its queues.
     lines.sort_by_key(|l| (l.time, l.cpu));
+    threads.finish();
     let mut errors = 0;
     for l in &lines {
         if matches!(l.kind, Kind::Error { .. }) {
             errors += 1;
         }
+        let who = threads.at(l.cpu, l.time);
         if json {
-            serde_json::to_writer(&mut *out, &line_json(l, &symbols, tl))?;
+            let mut v = line_json(l, &symbols, tl);
+            if let (Some((pid, tid, comm)), Some(m)) = (who, v.as_object_mut()) {
+                m.insert("pid".into(), json!(pid));
+                m.insert("tid".into(), json!(tid));
+                m.insert("comm".into(), json!(comm));
+            }
+            serde_json::to_writer(&mut *out, &v)?;
             writeln!(out)?;
         } else {
-            write_line(out, l, &symbols)?;
+            write_line(out, l, who, &symbols)?;
         }
     }
     eprintln!("poketrace decode: {} CPUs, {} lines, {errors} decode errors, image {image}", aux.len(), lines.len());
@@ -217,8 +279,12 @@ fn seconds(t: u64) -> String {
     format!("{}.{:09}", t / 1_000_000_000, t % 1_000_000_000)
 }
 
-fn write_line(out: &mut impl Write, l: &Out, symbols: &Symbolizer) -> Result<()> {
-    let head = format!("[{:03}] {:>20}:", l.cpu, seconds(l.time));
+fn write_line(out: &mut impl Write, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) -> Result<()> {
+    let task = match who {
+        Some((_, tid, comm)) => format!("{comm:>16} {tid:>6} "),
+        None => String::new(),
+    };
+    let head = format!("{task}[{:03}] {:>20}:", l.cpu, seconds(l.time));
     match &l.kind {
         Kind::Branch { from, to, flags } => writeln!(
             out,

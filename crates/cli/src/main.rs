@@ -146,7 +146,12 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+            // A reader that stops early (`| head`) is not an error.
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                    || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+            });
+            if broken_pipe {
                 std::process::exit(0);
             }
             eprintln!("poketrace: {e:#}");
