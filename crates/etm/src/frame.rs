@@ -88,7 +88,12 @@ pub(crate) fn unpack(f: &[u8; 16], sof: u64, cur_id: &mut Option<u8>, out: &mut 
     let aux = f[15];
     let mut n = 0usize;
     let mut c = 0usize;
-    out.chunks[0] = Chunk { id: *cur_id, index: sof, start: 0, end: 0 };
+    out.chunks[0] = Chunk {
+        id: *cur_id,
+        index: sof,
+        start: 0,
+        end: 0,
+    };
     for k in 0..7 {
         let i = 2 * k;
         let flag = (aux >> k) & 1;
@@ -106,7 +111,12 @@ pub(crate) fn unpack(f: &[u8; 16], sof: u64, cur_id: &mut Option<u8>, out: &mut 
                 if n > out.chunks[c].start as usize {
                     out.chunks[c].end = n as u8;
                     c += 1;
-                    out.chunks[c] = Chunk { id: Some(id), index: sof + i as u64, start: n as u8, end: 0 };
+                    out.chunks[c] = Chunk {
+                        id: Some(id),
+                        index: sof + i as u64,
+                        start: n as u8,
+                        end: 0,
+                    };
                 } else {
                     out.chunks[c].id = Some(id);
                 }
@@ -132,7 +142,10 @@ pub(crate) fn unpack(f: &[u8; 16], sof: u64, cur_id: &mut Option<u8>, out: &mut 
 }
 
 pub(crate) enum DfEvent {
-    Frame { frame: [u8; 16], sof: u64 },
+    Frame {
+        frame: [u8; 16],
+        sof: u64,
+    },
     /// Four FSYNCs: every decoder starts over.
     Reset,
     Error(FrameError),
@@ -183,6 +196,9 @@ pub(crate) struct Deformatter {
     frame: [u8; 16],
     frame_len: usize,
     sof: u64,
+    /// FSYNC words seen between aligned frames, and where the run began.
+    fsync_run: u32,
+    fsync_at: u64,
     /// Bytes before the first FSYNC of a port capture.
     pub unsynced_bytes: u64,
 }
@@ -198,6 +214,8 @@ impl Deformatter {
             frame: [0; 16],
             frame_len: 0,
             sof: 0,
+            fsync_run: 0,
+            fsync_at: 0,
             unsynced_bytes: 0,
         }
     }
@@ -206,10 +224,18 @@ impl Deformatter {
     pub fn next(&mut self, data: &[u8], base: u64, pos: &mut usize) -> Option<DfEvent> {
         match self.framing {
             Framing::Raw { .. } => None,
-            Framing::Aligned { reset_on_4x_fsync } => self.next_aligned(data, base, pos, reset_on_4x_fsync),
+            Framing::Aligned { reset_on_4x_fsync } => {
+                self.next_aligned(data, base, pos, reset_on_4x_fsync)
+            }
             Framing::Synced { hsyncs } => {
                 let pend = self.pend;
-                let mut c = Cursor { a: &pend[..self.pend_len], a_index: self.pend_index, b: &data[*pos..], b_index: base + *pos as u64, pos: 0 };
+                let mut c = Cursor {
+                    a: &pend[..self.pend_len],
+                    a_index: self.pend_index,
+                    b: &data[*pos..],
+                    b_index: base + *pos as u64,
+                    pos: 0,
+                };
                 let ev = self.next_synced(&mut c, hsyncs);
                 // Keep what could not be used yet (less than a sync word or pair).
                 if ev.is_none() {
@@ -237,46 +263,72 @@ impl Deformatter {
         }
     }
 
-    fn next_aligned(&mut self, data: &[u8], base: u64, pos: &mut usize, reset_on_4x_fsync: bool) -> Option<DfEvent> {
-        if self.pend_len > 0 {
-            let take = (16 - self.pend_len).min(data.len() - *pos);
-            self.pend[self.pend_len..self.pend_len + take].copy_from_slice(&data[*pos..*pos + take]);
-            self.pend_len += take;
-            *pos += take;
-            if self.pend_len < 16 {
-                return None;
-            }
-            self.pend_len = 0;
-            return Some(DfEvent::Frame { frame: self.pend, sof: self.pend_index });
-        }
-        if reset_on_4x_fsync {
-            let start = *pos;
-            while data.len() - *pos >= 4 && data[*pos..*pos + 4] == FSYNC {
-                *pos += 4;
-            }
-            let n = ((*pos - start) / 4) as u32;
-            if n > 0 {
-                return Some(if n.is_multiple_of(4) {
-                    DfEvent::Reset
-                } else {
-                    DfEvent::Error(FrameError { offset: base + start as u64, kind: FrameErrorKind::FsyncCount(n) })
-                });
-            }
-        }
-        let left = data.len() - *pos;
-        if left >= 16 {
-            let frame: [u8; 16] = data[*pos..*pos + 16].try_into().unwrap_or([0; 16]);
+    fn next_aligned(
+        &mut self,
+        data: &[u8],
+        base: u64,
+        pos: &mut usize,
+        reset: bool,
+    ) -> Option<DfEvent> {
+        // The usual case: a whole frame in the input, not an FSYNC.
+        let left = &data[*pos..];
+        if self.pend_len == 0
+            && self.fsync_run == 0
+            && left.len() >= 16
+            && !(reset && left[..4] == FSYNC)
+        {
+            let frame: [u8; 16] = left[..16].try_into().unwrap_or([0; 16]);
             let sof = base + *pos as u64;
             *pos += 16;
             return Some(DfEvent::Frame { frame, sof });
         }
-        if left > 0 {
-            self.pend[..left].copy_from_slice(&data[*pos..]);
-            self.pend_len = left;
-            self.pend_index = base + *pos as u64;
-            *pos = data.len();
+        // Otherwise gather bytes in `pend`, across inputs: 4 at a frame
+        // start to tell an FSYNC (when they count) from a frame, then 16.
+        loop {
+            let need = if reset && self.pend_len < 4 { 4 } else { 16 };
+            if self.pend_len == 0 {
+                self.pend_index = base + *pos as u64;
+            }
+            let take = (need - self.pend_len).min(data.len() - *pos);
+            self.pend[self.pend_len..self.pend_len + take]
+                .copy_from_slice(&data[*pos..*pos + take]);
+            self.pend_len += take;
+            *pos += take;
+            if self.pend_len < need {
+                return None;
+            }
+            if need == 4 {
+                if self.pend[..4] == FSYNC {
+                    if self.fsync_run == 0 {
+                        self.fsync_at = self.pend_index;
+                    }
+                    self.fsync_run += 1;
+                    self.pend_len = 0;
+                } else if let Some(ev) = self.end_fsync_run() {
+                    return Some(ev);
+                }
+                continue;
+            }
+            self.pend_len = 0;
+            return Some(DfEvent::Frame {
+                frame: self.pend,
+                sof: self.pend_index,
+            });
         }
-        None
+    }
+
+    /// After a run of FSYNCs between frames: four (or a multiple) reset the
+    /// sources, other counts are a fault.
+    fn end_fsync_run(&mut self) -> Option<DfEvent> {
+        let n = std::mem::take(&mut self.fsync_run);
+        match n {
+            0 => None,
+            n if n.is_multiple_of(4) => Some(DfEvent::Reset),
+            n => Some(DfEvent::Error(FrameError {
+                offset: self.fsync_at,
+                kind: FrameErrorKind::FsyncCount(n),
+            })),
+        }
     }
 
     fn next_synced(&mut self, c: &mut Cursor<'_>, hsyncs: bool) -> Option<DfEvent> {
@@ -332,7 +384,10 @@ impl Deformatter {
             c.pos += 2;
         }
         self.frame_len = 0;
-        Some(DfEvent::Frame { frame: self.frame, sof: self.sof })
+        Some(DfEvent::Frame {
+            frame: self.frame,
+            sof: self.sof,
+        })
     }
 
     fn lost_sync(&mut self, offset: u64, kind: FrameErrorKind) -> DfEvent {
@@ -341,18 +396,27 @@ impl Deformatter {
         DfEvent::Error(FrameError { offset, kind })
     }
 
-    /// End of the trace: a frame cut short.
+    /// End of the trace: an FSYNC run of the wrong length, a frame cut
+    /// short. Call until it returns None.
     pub fn finish(&mut self) -> Option<FrameError> {
+        if let Some(DfEvent::Error(e)) = self.end_fsync_run() {
+            return Some(e);
+        }
         let (len, offset) = match self.framing {
             Framing::Raw { .. } => return None,
             Framing::Aligned { .. } => (self.pend_len, self.pend_index),
-            Framing::Synced { .. } if self.frame_len > 0 => (self.frame_len + self.pend_len, self.sof),
+            Framing::Synced { .. } if self.frame_len > 0 => {
+                (self.frame_len + self.pend_len, self.sof)
+            }
             // Fewer than four bytes that might still have been an FSYNC.
             Framing::Synced { .. } => (self.pend_len * self.synced as usize, self.pend_index),
         };
         self.pend_len = 0;
         self.frame_len = 0;
-        (len > 0).then_some(FrameError { offset, kind: FrameErrorKind::PartialFrame(len) })
+        (len > 0).then_some(FrameError {
+            offset,
+            kind: FrameErrorKind::PartialFrame(len),
+        })
     }
 }
 
@@ -376,7 +440,10 @@ impl FrameWriter {
 
     /// A port capture: an FSYNC before the first frame and after every `n` frames.
     pub fn with_fsync_every(n: u32) -> FrameWriter {
-        FrameWriter { fsync_every: Some(n.max(1)), ..FrameWriter::default() }
+        FrameWriter {
+            fsync_every: Some(n.max(1)),
+            ..FrameWriter::default()
+        }
     }
 
     /// Appends `data` of source `id` (1..=0x6F).
@@ -408,7 +475,10 @@ impl FrameWriter {
     fn advance(&mut self, n: usize, out: &mut Vec<u8>) {
         self.slot += n;
         if self.slot == 15 {
-            if self.fsync_every.is_some_and(|k| self.frames.is_multiple_of(k as u64)) {
+            if self
+                .fsync_every
+                .is_some_and(|k| self.frames.is_multiple_of(k as u64))
+            {
                 out.extend_from_slice(&FSYNC);
             }
             self.frame[15] = self.aux;

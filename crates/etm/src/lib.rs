@@ -14,8 +14,20 @@
 //! Decoding borrows the trace and never allocates per packet. Bad trace is
 //! never an `Err` that stops decoding: a fault becomes an error packet (or a
 //! [`FrameError`]) at its byte offset, and decoding resynchronises at the
-//! next A-sync. Following atoms through code (the flow) is built on these
-//! packets elsewhere.
+//! next A-sync ([`ErrorRecovery::Continue`] instead carries on byte by byte,
+//! as OpenCSD does, for listings that diff against `trc_pkt_lister`).
+//!
+//! For the flow decoder (following atoms through code, not here yet): each
+//! [`TracePacket`] is one source's packet, in buffer order, with compressed
+//! fields already expanded as the architecture defines them (full addresses
+//! from the address history and exact-match stack, full timestamps, cycle
+//! counts with the TRACE_INFO threshold added). Per trace ID it is a state
+//! machine over [`Packet`]: `Async`/`TraceInfo` (re)start, `Context` and
+//! `AddressContext` set the PE context, `Address`/`ExactMatch`/`Q` give
+//! targets, `Atom` E/N resolve branches, `Exception`/`ExceptionReturn`,
+//! `Commit`/`Cancel*`/`Mispredict` resolve speculation, `Timestamp` and
+//! `CycleCount` give time; an error packet or `NotSync`, or a
+//! [`FrameError`] (every source), is a discontinuity.
 //!
 //! ```no_run
 //! use etm::{snapshot::Snapshot, stream::PacketReader, ErrorRecovery};
@@ -67,13 +79,20 @@ pub struct TracePacket<'a> {
 impl TracePacket<'_> {
     /// The fault this packet reports, if it is an error packet.
     pub fn error(&self) -> Option<PacketError> {
-        self.packet.is_error().then_some(PacketError { trace_id: self.trace_id, index: self.index, packet: self.packet })
+        self.packet.is_error().then_some(PacketError {
+            trace_id: self.trace_id,
+            index: self.index,
+            packet: self.packet,
+        })
     }
 }
 
 /// Bad trace found by the packet decoder: where, and what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("trace ID {trace_id:#04x}, trace index {index:#x}: {}", describe(packet))]
+#[error(
+    "trace ID {trace_id:#04x}, trace index {index:#x}: {}",
+    describe(packet)
+)]
 pub struct PacketError {
     pub trace_id: u8,
     pub index: u64,
@@ -84,9 +103,14 @@ fn describe(p: &Packet) -> String {
     match *p {
         Packet::Reserved { header } => format!("reserved packet header {header:#04x}"),
         Packet::ReservedConfig { header, would_be } => {
-            format!("header {header:#04x} ({}) is not produced by this source's configuration", would_be.name())
+            format!(
+                "header {header:#04x} ({}) is not produced by this source's configuration",
+                would_be.name()
+            )
         }
-        Packet::BadSequence { during } => format!("invalid byte sequence in a {} packet", during.name()),
+        Packet::BadSequence { during } => {
+            format!("invalid byte sequence in a {} packet", during.name())
+        }
         Packet::IncompleteEot { during } => format!("trace ends inside a {} packet", during.name()),
         other => format!("{other:?}"),
     }

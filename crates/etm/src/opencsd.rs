@@ -10,10 +10,12 @@
 //! in hex, then the packet's raw bytes, OpenCSD's packet name, description
 //! and fields.
 
-use std::fmt::{self, Write};
+use std::io::Write;
 
 use crate::packet::*;
 use crate::TracePacket;
+
+const HEX: [u8; 16] = *b"0123456789abcdef";
 
 /// Which `trc_pkt_lister` listing to reproduce.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,77 +40,146 @@ pub struct OpenCsdPrinter {
 
 impl OpenCsdPrinter {
     pub fn new(listing: Listing) -> OpenCsdPrinter {
-        OpenCsdPrinter { listing, cc_threshold: [0; 128], in_not_sync: [false; 128] }
+        OpenCsdPrinter {
+            listing,
+            cc_threshold: [0; 128],
+            in_not_sync: [false; 128],
+        }
     }
 
-    /// Writes `p`'s line with a trailing newline. In the packets-only
-    /// listing, NOT_SYNC packets after the first of a run write nothing.
-    pub fn write_packet(&mut self, out: &mut impl Write, p: &TracePacket<'_>) -> fmt::Result {
+    /// Appends `p`'s line and a newline to `out` (ASCII text). In the
+    /// packets-only listing, NOT_SYNC packets after the first of a run add
+    /// nothing. Writes into bytes, not a `fmt::Write`: a listing of a
+    /// million lines is mostly these few dozen bytes each.
+    pub fn write_packet(&mut self, out: &mut Vec<u8>, p: &TracePacket<'_>) {
         let id = (p.trace_id & 0x7F) as usize;
         let not_sync = matches!(p.packet, Packet::NotSync { .. });
         let repeat = not_sync && self.in_not_sync[id];
         self.in_not_sync[id] = not_sync;
-        if let Packet::TraceInfo(TraceInfo { cc_threshold: Some(t), .. }) = p.packet {
+        if let Packet::TraceInfo(TraceInfo {
+            cc_threshold: Some(t),
+            ..
+        }) = p.packet
+        {
             self.cc_threshold[id] = t;
         }
-        match self.listing {
-            Listing::Decode => {
-                write!(out, "Idx:{}; ID:{:x}; [", p.index, p.trace_id)?;
-                for b in p.raw {
-                    write!(out, "0x{b:02x} ")?;
-                }
-                out.write_str("];\t")?;
-            }
-            Listing::PacketsOnly if repeat => return Ok(()),
-            Listing::PacketsOnly => write!(out, "Idx:{}; ID:{:x};\t", p.index, p.trace_id)?,
+        if self.listing == Listing::PacketsOnly && repeat {
+            return;
         }
-        write_description(out, &p.packet, self.cc_threshold[id])?;
-        out.write_char('\n')
+        out.extend_from_slice(b"Idx:");
+        write_decimal(out, p.index);
+        out.extend_from_slice(b"; ID:");
+        if p.trace_id >= 16 {
+            out.push(HEX[(p.trace_id >> 4) as usize]);
+        }
+        out.push(HEX[(p.trace_id & 0xF) as usize]);
+        if self.listing == Listing::Decode {
+            out.extend_from_slice(b"; [");
+            for b in p.raw {
+                out.extend_from_slice(&[
+                    b'0',
+                    b'x',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 0xF) as usize],
+                    b' ',
+                ]);
+            }
+            out.extend_from_slice(b"];\t");
+        } else {
+            out.extend_from_slice(b";\t");
+        }
+        write_description(out, &p.packet, self.cc_threshold[id]);
+        out.push(b'\n');
     }
 }
 
-/// OpenCSD's text for a packet: `NAME : description` and its fields.
-/// `cc_threshold` is printed for TRACE_INFO packets with cycle counting on.
-pub fn write_description(out: &mut impl Write, packet: &Packet, cc_threshold: u32) -> fmt::Result {
+fn write_decimal(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Appends OpenCSD's text for a packet: `NAME : description` and its
+/// fields. `cc_threshold` is printed for TRACE_INFO packets with cycle
+/// counting on.
+pub fn write_description(out: &mut Vec<u8>, packet: &Packet, cc_threshold: u32) {
     let t = packet.packet_type();
-    write!(out, "{} : {}", t.name(), t.description())?;
+    out.extend_from_slice(t.name().as_bytes());
+    out.extend_from_slice(b" : ");
+    out.extend_from_slice(t.description().as_bytes());
+    // Writing to a Vec cannot fail.
+    let _ = fields(out, packet, cc_threshold);
+}
+
+fn fields(out: &mut Vec<u8>, packet: &Packet, cc_threshold: u32) -> std::io::Result<()> {
     match *packet {
-        Packet::BadSequence { during } | Packet::IncompleteEot { during } | Packet::ReservedConfig { would_be: during, .. } => {
+        Packet::BadSequence { during }
+        | Packet::IncompleteEot { during }
+        | Packet::ReservedConfig {
+            would_be: during, ..
+        } => {
             write!(out, "[{}]", during.name())
         }
         Packet::Address(a) => {
-            out.write_str("; Addr=")?;
+            out.extend_from_slice(b"; Addr=");
             match a.form {
                 AddrForm::Short => write_val(out, &a, a.update_bits),
                 AddrForm::Long32 | AddrForm::Long64 => {
                     let limit = if a.form == AddrForm::Long64 { 64 } else { 32 };
-                    write_val(out, &a, if a.update_bits < limit { a.update_bits } else { 0 })?;
-                    out.write_str("; ")
+                    write_val(
+                        out,
+                        &a,
+                        if a.update_bits < limit {
+                            a.update_bits
+                        } else {
+                            0
+                        },
+                    );
+                    out.extend_from_slice(b"; ");
                 }
             }
+            Ok(())
         }
         Packet::AddressContext(a, c) => {
-            out.write_str("; Addr=")?;
+            out.extend_from_slice(b"; Addr=");
             let limit = if a.form == AddrForm::Long64 { 64 } else { 32 };
-            write_val(out, &a, if a.update_bits < limit { a.update_bits } else { 0 })?;
-            out.write_str("; ")?;
+            write_val(
+                out,
+                &a,
+                if a.update_bits < limit {
+                    a.update_bits
+                } else {
+                    0
+                },
+            );
+            out.extend_from_slice(b"; ");
             write_context(out, Some(&c))
         }
         Packet::Context(c) => {
-            out.write_str("; ")?;
+            out.extend_from_slice(b"; ");
             write_context(out, c.as_ref())
         }
         Packet::ExactMatch { index, addr } => {
             write!(out, ", [{index}]; Addr=")?;
-            write_val(out, &addr, 0)?;
-            out.write_str("; ")
+            write_val(out, &addr, 0);
+            out.extend_from_slice(b"; ");
+            Ok(())
         }
         Packet::Atom { atoms, .. } => {
-            out.write_str("; ")?;
-            write_atoms(out, &atoms)
+            out.extend_from_slice(b"; ");
+            write_atoms(out, &atoms);
+            Ok(())
         }
         Packet::Exception(e) => {
-            out.write_str("; ")?;
+            out.extend_from_slice(b"; ");
             write_exception(out, &e)
         }
         Packet::Timestamp(ts) => {
@@ -129,32 +200,34 @@ pub fn write_description(out: &mut impl Write, packet: &Packet, cc_threshold: u3
         Packet::CancelF1 { count, mispredict } => {
             write!(out, "; Cancel({count})")?;
             if mispredict {
-                out.write_str(", Mispredict")?;
+                out.extend_from_slice(b", Mispredict");
             }
             Ok(())
         }
         Packet::Mispredict(a) => {
-            out.write_str("; ")?;
+            out.extend_from_slice(b"; ");
             if a.count > 0 {
-                out.write_str("Atom: ")?;
-                write_atoms(out, &a)?;
-                out.write_str(", ")?;
+                out.extend_from_slice(b"Atom: ");
+                write_atoms(out, &a);
+                out.extend_from_slice(b", ");
             }
-            out.write_str("Mispredict")
+            out.extend_from_slice(b"Mispredict");
+            Ok(())
         }
         Packet::CancelF2(a) => {
-            out.write_str("; ")?;
+            out.extend_from_slice(b"; ");
             if a.count > 0 {
-                out.write_str("Atom: ")?;
-                write_atoms(out, &a)?;
-                out.write_str(", ")?;
+                out.extend_from_slice(b"Atom: ");
+                write_atoms(out, &a);
+                out.extend_from_slice(b", ");
             }
-            out.write_str("Cancel(1), Mispredict")
+            out.extend_from_slice(b"Cancel(1), Mispredict");
+            Ok(())
         }
         Packet::CancelF3 { e_atom, count } => {
-            out.write_str("; ")?;
+            out.extend_from_slice(b"; ");
             if e_atom {
-                out.write_str("Atom: E, ")?;
+                out.extend_from_slice(b"Atom: E, ");
             }
             write!(out, "Cancel({count}), Mispredict")
         }
@@ -162,62 +235,82 @@ pub fn write_description(out: &mut impl Write, packet: &Packet, cc_threshold: u3
         Packet::Q(q) => {
             match q.count {
                 Some(n) => write!(out, "; Count({n})")?,
-                None => out.write_str("; Count(Unknown)")?,
+                None => out.extend_from_slice(b"; Count(Unknown)"),
             }
             // Q addresses show the bits their register was last updated by, 64 excepted.
-            let (prefix, a) = match q.addr {
+            let a = match q.addr {
                 QAddress::None => return Ok(()),
                 QAddress::ExactMatch { index, addr } => {
                     write!(out, "; [{index}]")?;
-                    ("; Addr=", addr)
+                    addr
                 }
-                QAddress::Address(a) => ("; Addr=", a),
+                QAddress::Address(a) => a,
             };
-            out.write_str(prefix)?;
-            write_val(out, &a, if a.update_bits < 64 { a.update_bits } else { 0 })
+            out.extend_from_slice(b"; Addr=");
+            write_val(out, &a, if a.update_bits < 64 { a.update_bits } else { 0 });
+            Ok(())
         }
         _ => Ok(()),
     }
 }
 
-fn write_atoms(out: &mut impl Write, a: &Atoms) -> fmt::Result {
-    for e in a.iter() {
-        out.write_char(if e { 'E' } else { 'N' })?;
-    }
-    Ok(())
+fn write_atoms(out: &mut Vec<u8>, a: &Atoms) {
+    out.extend(a.iter().map(|e| if e { b'E' } else { b'N' }));
+}
+
+/// `v` in upper-case hex, at least `width` digits (zero-padded), like `%0*llX`.
+fn write_hex(out: &mut Vec<u8>, v: u64, width: usize) {
+    let digits = (64 - v.leading_zeros() as usize).div_ceil(4).max(1);
+    out.extend(std::iter::repeat_n(b'0', width.saturating_sub(digits)));
+    out.extend(
+        (0..digits)
+            .rev()
+            .map(|k| b"0123456789ABCDEF"[((v >> (4 * k)) & 0xF) as usize]),
+    );
 }
 
 /// OpenCSD's address text: `0x` and hex digits for the valid bits, `?` for
 /// unknown digits with `(N:0)`, and ` ~[0x..]` for the bits the packet updated.
-fn write_val(out: &mut impl Write, a: &Address, update_bits: u8) -> fmt::Result {
+fn write_val(out: &mut Vec<u8>, a: &Address, update_bits: u8) {
     let total = if a.is64 { 64 } else { 32 };
-    let hex_chars = total / 4;
     let valid_chars = (a.valid_bits as usize).div_ceil(4);
-    out.write_str("0x")?;
-    for _ in valid_chars..hex_chars {
-        out.write_char('?')?;
-    }
-    if a.valid_bits > 32 {
-        write!(out, "{:0w$X}", a.value, w = valid_chars)?;
-    } else {
-        write!(out, "{:0w$X}", a.value as u32, w = valid_chars)?;
-    }
+    out.extend_from_slice(b"0x");
+    out.extend(std::iter::repeat_n(
+        b'?',
+        (total / 4usize).saturating_sub(valid_chars),
+    ));
+    write_hex(
+        out,
+        if a.valid_bits > 32 {
+            a.value
+        } else {
+            a.value as u32 as u64
+        },
+        valid_chars,
+    );
     if (a.valid_bits as usize) < total {
-        write!(out, " ({}:0)", a.valid_bits as i32 - 1)?;
+        let _ = write!(out, " ({}:0)", a.valid_bits as i32 - 1);
     }
     if update_bits > 0 {
-        let mask = u64::MAX >> (64 - update_bits as u32);
-        write!(out, " ~[0x{:X}]", a.value & mask)?;
+        out.extend_from_slice(b" ~[0x");
+        write_hex(out, a.value & (u64::MAX >> (64 - update_bits as u32)), 0);
+        out.push(b']');
     }
-    Ok(())
 }
 
-fn write_context(out: &mut impl Write, c: Option<&Context>) -> fmt::Result {
-    let Some(c) = c else { return out.write_str("Ctxt: Same") };
+fn write_context(out: &mut Vec<u8>, c: Option<&Context>) -> std::io::Result<()> {
+    let Some(c) = c else {
+        out.extend_from_slice(b"Ctxt: Same");
+        return Ok(());
+    };
+    out.extend_from_slice(if c.aarch64 {
+        b"Ctxt: AArch64,EL"
+    } else {
+        b"Ctxt: AArch32, EL"
+    });
     write!(
         out,
-        "Ctxt: {}EL{}, {}",
-        if c.aarch64 { "AArch64," } else { "AArch32, " },
+        "{}, {}",
         c.el,
         if c.non_secure { "NS; " } else { "S; " }
     )?;
@@ -231,17 +324,60 @@ fn write_context(out: &mut impl Write, c: Option<&Context>) -> fmt::Result {
 }
 
 const A_EXCEPTIONS: [&str; 16] = [
-    "PE Reset", "Debug Halt", "Call", "Trap", "System Error", "Reserved", "Inst Debug", "Data Debug", "Reserved", "Reserved", "Alignment",
-    "Inst Fault", "Data Fault", "Reserved", "IRQ", "FIQ",
+    "PE Reset",
+    "Debug Halt",
+    "Call",
+    "Trap",
+    "System Error",
+    "Reserved",
+    "Inst Debug",
+    "Data Debug",
+    "Reserved",
+    "Reserved",
+    "Alignment",
+    "Inst Fault",
+    "Data Fault",
+    "Reserved",
+    "IRQ",
+    "FIQ",
 ];
 
 const M_EXCEPTIONS: [&str; 32] = [
-    "Reserved", "PE Reset", "NMI", "HardFault", "MemManage", "BusFault", "UsageFault", "Reserved", "Reserved", "Reserved", "Reserved",
-    "SVC", "DebugMonitor", "Reserved", "PendSV", "SysTick", "IRQ0", "IRQ1", "IRQ2", "IRQ3", "IRQ4", "IRQ5", "IRQ6", "IRQ7", "DebugHalt",
-    "LazyFP Push", "Lockup", "Reserved", "Reserved", "Reserved", "Reserved", "Reserved",
+    "Reserved",
+    "PE Reset",
+    "NMI",
+    "HardFault",
+    "MemManage",
+    "BusFault",
+    "UsageFault",
+    "Reserved",
+    "Reserved",
+    "Reserved",
+    "Reserved",
+    "SVC",
+    "DebugMonitor",
+    "Reserved",
+    "PendSV",
+    "SysTick",
+    "IRQ0",
+    "IRQ1",
+    "IRQ2",
+    "IRQ3",
+    "IRQ4",
+    "IRQ5",
+    "IRQ6",
+    "IRQ7",
+    "DebugHalt",
+    "LazyFP Push",
+    "Lockup",
+    "Reserved",
+    "Reserved",
+    "Reserved",
+    "Reserved",
+    "Reserved",
 ];
 
-fn write_exception(out: &mut impl Write, e: &Exception) -> fmt::Result {
+fn write_exception(out: &mut Vec<u8>, e: &Exception) -> std::io::Result<()> {
     let n = e.number as usize;
     if !e.m_profile {
         write!(out, " {};", A_EXCEPTIONS.get(n).unwrap_or(&"Reserved"))?;
@@ -249,15 +385,16 @@ fn write_exception(out: &mut impl Write, e: &Exception) -> fmt::Result {
         match n {
             0..=0x1F => write!(out, " {};", M_EXCEPTIONS[n])?,
             0x208..=0x3EF => write!(out, " IRQ{};", n - 0x200)?,
-            _ => out.write_str(" Reserved;")?,
+            _ => out.extend_from_slice(b" Reserved;"),
         }
         if e.fault_pending {
-            out.write_str(" Fault Pending;")?;
+            out.extend_from_slice(b" Fault Pending;");
         }
     }
     match e.addr_interp {
-        1 => out.write_str(" Ret Addr Follows;"),
-        2 => out.write_str(" Ret Addr Follows, Match Prev;"),
-        _ => Ok(()),
+        1 => out.extend_from_slice(b" Ret Addr Follows;"),
+        2 => out.extend_from_slice(b" Ret Addr Follows, Match Prev;"),
+        _ => {}
     }
+    Ok(())
 }

@@ -89,7 +89,10 @@ impl PacketType {
             IncompleteEot => ("I_INCOMPLETE_EOT", "Incomplete packet at end of trace."),
             BadSequence => ("I_BAD_SEQUENCE", "Invalid Sequence in packet."),
             Reserved => ("I_RESERVED", "Reserved Packet Header"),
-            ReservedCfg => ("I_RESERVED_CFG", "Reserved header for current configuration."),
+            ReservedCfg => (
+                "I_RESERVED_CFG",
+                "Reserved header for current configuration.",
+            ),
             Extension => ("I_EXTENSION", "Extension packet header."),
             Async => ("I_ASYNC", "Alignment Synchronisation."),
             Discard => ("I_DISCARD", "Discard."),
@@ -104,7 +107,10 @@ impl PacketType {
             CcntF2 => ("I_CCNT_F2", "Cycle Count format 2."),
             CcntF3 => ("I_CCNT_F3", "Cycle Count format 3."),
             NumDsMkr => ("I_NUM_DS_MKR", "Data Synchronisation Marker - Numbered."),
-            UnnumDsMkr => ("I_UNNUM_DS_MKR", "Data Synchronisation Marker - Unnumbered."),
+            UnnumDsMkr => (
+                "I_UNNUM_DS_MKR",
+                "Data Synchronisation Marker - Unnumbered.",
+            ),
             Commit => ("I_COMMIT", "Commit"),
             CancelF1 => ("I_CANCEL_F1", "Cancel Format 1."),
             CancelF1Mispred => ("I_CANCEL_F1_MISPRED", "Cancel Format 1 + Mispredict."),
@@ -123,11 +129,22 @@ impl PacketType {
             Event => ("I_EVENT", "Trace Event."),
             Context => ("I_CTXT", "Context Packet."),
             // OpenCSD's text says IS0 for the IS1 form too; kept so lines diff cleanly.
-            AddrCtxtL32Is0 | AddrCtxtL32Is1 => {
-                (if self == AddrCtxtL32Is0 { "I_ADDR_CTXT_L_32IS0" } else { "I_ADDR_CTXT_L_32IS1" }, "Address & Context, Long, 32 bit, IS0.")
-            }
-            AddrCtxtL64Is0 => ("I_ADDR_CTXT_L_64IS0", "Address & Context, Long, 64 bit, IS0."),
-            AddrCtxtL64Is1 => ("I_ADDR_CTXT_L_64IS1", "Address & Context, Long, 64 bit, IS1."),
+            AddrCtxtL32Is0 | AddrCtxtL32Is1 => (
+                if self == AddrCtxtL32Is0 {
+                    "I_ADDR_CTXT_L_32IS0"
+                } else {
+                    "I_ADDR_CTXT_L_32IS1"
+                },
+                "Address & Context, Long, 32 bit, IS0.",
+            ),
+            AddrCtxtL64Is0 => (
+                "I_ADDR_CTXT_L_64IS0",
+                "Address & Context, Long, 64 bit, IS0.",
+            ),
+            AddrCtxtL64Is1 => (
+                "I_ADDR_CTXT_L_64IS1",
+                "Address & Context, Long, 64 bit, IS1.",
+            ),
             AddrMatch => ("I_ADDR_MATCH", "Exact Address Match."),
             AddrSIs0 => ("I_ADDR_S_IS0", "Address, Short, IS0."),
             AddrSIs1 => ("I_ADDR_S_IS1", "Address, Short, IS1."),
@@ -293,10 +310,20 @@ pub enum CondInstr {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CondResult {
     /// One or two (key, result) pairs.
-    F1 { results: [Option<(u32, u8)>; 2], ci: [bool; 2] },
-    F2 { key_incr: u8, token: u8 },
-    F3 { tokens: u16 },
-    F4 { token: u8 },
+    F1 {
+        results: [Option<(u32, u8)>; 2],
+        ci: [bool; 2],
+    },
+    F2 {
+        key_incr: u8,
+        token: u8,
+    },
+    F3 {
+        tokens: u16,
+    },
+    F4 {
+        token: u8,
+    },
 }
 
 /// One decoded packet. See the module documentation for what is resolved.
@@ -305,7 +332,9 @@ pub enum Packet {
     /// Bytes skipped while looking for an A-sync (raw bytes are the skipped
     /// ones). `in_async`: a zero byte dropped from the front of a run of
     /// zeros longer than an A-sync; OpenCSD names such a piece I_ASYNC.
-    NotSync { in_async: bool },
+    NotSync {
+        in_async: bool,
+    },
     Async,
     Discard,
     Overflow,
@@ -318,16 +347,25 @@ pub enum Packet {
     ExceptionReturn,
     CycleCount(CycleCount),
     /// Data synchronisation marker (numbered or unnumbered) and its 3-bit value.
-    DataSync { numbered: bool, value: u8 },
+    DataSync {
+        numbered: bool,
+        value: u8,
+    },
     Commit(u32),
     /// Cancel format 1: `count` P0 elements cancelled, optionally with a mispredict.
-    CancelF1 { count: u32, mispredict: bool },
+    CancelF1 {
+        count: u32,
+        mispredict: bool,
+    },
     /// Mispredict with 0 to 2 atoms.
     Mispredict(Atoms),
     /// Cancel 1 element, mispredict, then 0 to 2 atoms.
     CancelF2(Atoms),
     /// Cancel `count` (2..=5) elements, mispredict, then optionally one E atom.
-    CancelF3 { e_atom: bool, count: u8 },
+    CancelF3 {
+        e_atom: bool,
+        count: u8,
+    },
     CondInstr(CondInstr),
     CondFlush,
     CondResult(CondResult),
@@ -338,18 +376,33 @@ pub enum Packet {
     Address(Address),
     AddressContext(Address, Context),
     /// Exact match: the address is history entry `index` (0 = most recent).
-    ExactMatch { index: u8, addr: Address },
+    ExactMatch {
+        index: u8,
+        addr: Address,
+    },
     Q(QPacket),
     /// Atom packet of `format` 1..=6.
-    Atom { format: u8, atoms: Atoms },
+    Atom {
+        format: u8,
+        atoms: Atoms,
+    },
     /// A header byte with no meaning in ETMv4.
-    Reserved { header: u8 },
+    Reserved {
+        header: u8,
+    },
     /// A header this source's configuration does not produce (e.g. data trace markers when data trace is off).
-    ReservedConfig { header: u8, would_be: PacketType },
+    ReservedConfig {
+        header: u8,
+        would_be: PacketType,
+    },
     /// Bytes that break the packet they began; `during` is the packet being decoded.
-    BadSequence { during: PacketType },
+    BadSequence {
+        during: PacketType,
+    },
     /// The trace ended inside a packet.
-    IncompleteEot { during: PacketType },
+    IncompleteEot {
+        during: PacketType,
+    },
 }
 
 impl Packet {
@@ -374,10 +427,16 @@ impl Packet {
                 _ => T::CcntF3,
             },
             Packet::DataSync { numbered: true, .. } => T::NumDsMkr,
-            Packet::DataSync { numbered: false, .. } => T::UnnumDsMkr,
+            Packet::DataSync {
+                numbered: false, ..
+            } => T::UnnumDsMkr,
             Packet::Commit(_) => T::Commit,
-            Packet::CancelF1 { mispredict: false, .. } => T::CancelF1,
-            Packet::CancelF1 { mispredict: true, .. } => T::CancelF1Mispred,
+            Packet::CancelF1 {
+                mispredict: false, ..
+            } => T::CancelF1,
+            Packet::CancelF1 {
+                mispredict: true, ..
+            } => T::CancelF1Mispred,
             Packet::Mispredict(_) => T::Mispredict,
             Packet::CancelF2(_) => T::CancelF2,
             Packet::CancelF3 { .. } => T::CancelF3,
@@ -427,7 +486,10 @@ impl Packet {
     pub fn is_error(&self) -> bool {
         matches!(
             self,
-            Packet::Reserved { .. } | Packet::ReservedConfig { .. } | Packet::BadSequence { .. } | Packet::IncompleteEot { .. }
+            Packet::Reserved { .. }
+                | Packet::ReservedConfig { .. }
+                | Packet::BadSequence { .. }
+                | Packet::IncompleteEot { .. }
         )
     }
 }

@@ -5,7 +5,10 @@
 
 use crate::config::EtmV4Config;
 use crate::decode::{Emit, ErrorRecovery, PacketDecoder};
-use crate::frame::{unpack, Container, DfEvent, Deformatter, FrameData, FrameError, Framing, DSTREAM_BLOCK, DSTREAM_FOOTER};
+use crate::frame::{
+    unpack, Container, Deformatter, DfEvent, FrameData, FrameError, Framing, DSTREAM_BLOCK,
+    DSTREAM_FOOTER,
+};
 use crate::TracePacket;
 
 const NO_DECODER: u8 = u8::MAX;
@@ -36,7 +39,7 @@ pub struct PacketStream {
     /// Current run in `frame` and the position in it.
     chunk: usize,
     chunk_pos: usize,
-    /// Progress of `finish`: 0 frame error, then decoders 1..
+    /// Progress of `finish`: 0 for the frame layer, then trace ID + 1.
     finish_step: usize,
     stats: StreamStats,
 }
@@ -77,14 +80,19 @@ impl PacketStream {
             // Unframed data has no ID: it all goes to the first source.
             if let Some(c) = configs.first() {
                 route[trace_id as usize & 0x7F] = 0;
-                decoders.push(PacketDecoder::new(&EtmV4Config { traceidr: trace_id as u32, ..*c }).with_recovery(recovery));
+                let c = EtmV4Config {
+                    traceidr: trace_id as u32,
+                    ..*c
+                };
+                decoders.push(PacketDecoder::new(&c).with_recovery(recovery));
             }
-        }
-        for c in configs.iter().filter(|_| !matches!(framing, Framing::Raw { .. })) {
-            let id = c.trace_id() as usize;
-            if route[id] == NO_DECODER && decoders.len() < NO_DECODER as usize {
-                route[id] = decoders.len() as u8;
-                decoders.push(PacketDecoder::new(c).with_recovery(recovery));
+        } else {
+            for c in configs {
+                let id = c.trace_id() as usize;
+                if route[id] == NO_DECODER {
+                    route[id] = decoders.len() as u8;
+                    decoders.push(PacketDecoder::new(c).with_recovery(recovery));
+                }
             }
         }
         PacketStream {
@@ -102,17 +110,25 @@ impl PacketStream {
     }
 
     pub fn stats(&self) -> StreamStats {
-        StreamStats { unsynced_bytes: self.deformatter.unsynced_bytes, ..self.stats }
+        StreamStats {
+            unsynced_bytes: self.deformatter.unsynced_bytes,
+            ..self.stats
+        }
     }
 
     /// The decoder of a trace ID, if the stream has one.
     pub fn decoder(&self, trace_id: u8) -> Option<&PacketDecoder> {
-        self.decoders.get(*self.route.get(trace_id as usize)? as usize)
+        self.decoders
+            .get(*self.route.get(trace_id as usize)? as usize)
     }
 
     /// The next packet from `input`, or a frame error; None when `input` is
     /// used up (more input may follow, or [`PacketStream::finish`]).
-    pub fn next<'s>(&'s mut self, input: &mut Input<'s>) -> Option<Result<TracePacket<'s>, FrameError>> {
+    #[inline]
+    pub fn next<'s, 'd: 's>(
+        &'s mut self,
+        input: &mut Input<'d>,
+    ) -> Option<Result<TracePacket<'s>, FrameError>> {
         let t = self.advance(input)?;
         Some(t.map(|t| self.resolve(t, input.data)))
     }
@@ -126,6 +142,7 @@ impl PacketStream {
 
     /// Like `next`, but returns where the packet is instead of borrowing it,
     /// so that callers can keep using the stream when there is none.
+    #[inline]
     fn advance(&mut self, input: &mut Input<'_>) -> Option<Result<Token, FrameError>> {
         if let Framing::Raw { trace_id } = self.framing {
             let slot = self.route[trace_id as usize & 0x7F] as usize;
@@ -135,7 +152,11 @@ impl PacketStream {
                 return None;
             };
             let emit = dec.step(input.data, input.base, &mut input.pos)?;
-            return Some(Ok(Token { slot, emit, from_input: true }));
+            return Some(Ok(Token {
+                slot,
+                emit,
+                from_input: true,
+            }));
         }
         loop {
             if self.chunk < self.frame.n {
@@ -144,7 +165,11 @@ impl PacketStream {
                 if let Some(dec) = self.decoders.get_mut(slot) {
                     let bytes = &self.frame.data[c.start as usize..c.end as usize];
                     if let Some(emit) = dec.step(bytes, c.index, &mut self.chunk_pos) {
-                        return Some(Ok(Token { slot, emit, from_input: false }));
+                        return Some(Ok(Token {
+                            slot,
+                            emit,
+                            from_input: false,
+                        }));
                     }
                 } else {
                     self.stats.unrouted_bytes += (c.end - c.start) as u64;
@@ -153,7 +178,10 @@ impl PacketStream {
                 self.chunk_pos = 0;
                 continue;
             }
-            match self.deformatter.next(input.data, input.base, &mut input.pos)? {
+            match self
+                .deformatter
+                .next(input.data, input.base, &mut input.pos)?
+            {
                 DfEvent::Frame { frame, sof } => {
                     unpack(&frame, sof, &mut self.cur_id, &mut self.frame);
                     self.stats.frames += 1;
@@ -171,21 +199,26 @@ impl PacketStream {
 
     fn finish_token(&mut self) -> Option<Result<Token, FrameError>> {
         if self.finish_step == 0 {
-            self.finish_step = 1;
             if let Some(err) = self.deformatter.finish() {
                 return Some(Err(err));
             }
+            self.finish_step = 1;
         }
         while self.finish_step <= self.route.len() {
             let slot = self.route[self.finish_step - 1] as usize;
             self.finish_step += 1;
             if let Some(emit) = self.decoders.get_mut(slot).and_then(|d| d.finish_emit()) {
-                return Some(Ok(Token { slot, emit, from_input: true }));
+                return Some(Ok(Token {
+                    slot,
+                    emit,
+                    from_input: true,
+                }));
             }
         }
         None
     }
 
+    #[inline]
     fn resolve<'a>(&'a self, t: Token, input: &'a [u8]) -> TracePacket<'a> {
         let data = if t.from_input {
             input
@@ -228,13 +261,24 @@ pub struct PacketReader<'d> {
 }
 
 impl<'d> PacketReader<'d> {
-    pub fn new(data: &'d [u8], framing: Framing, configs: &[EtmV4Config], recovery: ErrorRecovery) -> PacketReader<'d> {
+    pub fn new(
+        data: &'d [u8],
+        framing: Framing,
+        configs: &[EtmV4Config],
+        recovery: ErrorRecovery,
+    ) -> PacketReader<'d> {
         PacketReader::with_container(data, Container::Plain, framing, configs, recovery)
     }
 
     /// A buffer whose file wraps the trace in `container` (the trace index
     /// then counts trace bytes only, as OpenCSD counts them).
-    pub fn with_container(data: &'d [u8], container: Container, framing: Framing, configs: &[EtmV4Config], recovery: ErrorRecovery) -> PacketReader<'d> {
+    pub fn with_container(
+        data: &'d [u8],
+        container: Container,
+        framing: Framing,
+        configs: &[EtmV4Config],
+        recovery: ErrorRecovery,
+    ) -> PacketReader<'d> {
         let mut r = PacketReader {
             data,
             container,
@@ -257,7 +301,11 @@ impl<'d> PacketReader<'d> {
             Container::Plain => (0, self.data.len(), 0),
             Container::Dstream => {
                 let start = self.block * DSTREAM_BLOCK;
-                (start, DSTREAM_BLOCK - DSTREAM_FOOTER, (self.block * (DSTREAM_BLOCK - DSTREAM_FOOTER)) as u64)
+                (
+                    start,
+                    DSTREAM_BLOCK - DSTREAM_FOOTER,
+                    (self.block * (DSTREAM_BLOCK - DSTREAM_FOOTER)) as u64,
+                )
             }
         };
         if start >= self.data.len() || (self.block > 0 && self.container == Container::Plain) {
@@ -270,6 +318,7 @@ impl<'d> PacketReader<'d> {
 
     /// The next packet or frame error; None at the end of the buffer.
     #[allow(clippy::should_implement_trait)] // lends from self: not an Iterator
+    #[inline]
     pub fn next(&mut self) -> Option<Result<TracePacket<'_>, FrameError>> {
         while !self.ended {
             match self.stream.advance(&mut self.input) {

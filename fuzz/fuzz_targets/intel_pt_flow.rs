@@ -1,0 +1,131 @@
+//! Decodes arbitrary bytes as the Intel PT trace of a small program with the
+//! instruction-flow decoder, over a code image that the input may poke.
+//! Any panic, endless loop (libFuzzer's -timeout), unbounded allocation
+//! (-rss_limit_mb / -malloc_limit_mb), error naming an offset outside the
+//! buffer or before an earlier error, instruction outside the image, more
+//! events than the work bound, or more code fetches than trials without
+//! nesting can make, is a bug.
+//!
+//! Input: byte 0 is the configuration (bit 0 noretcomp; bits 2:1 the code
+//! source: static, perf-style, interval, interval; bits 6:3 trial_insns;
+//! bit 7 which copy of the program the pokes change), byte 1 the number of
+//! pokes (low 2 bits), then each poke as 3 bytes (where, length 1 to 5,
+//! time) and its new bytes; the rest is the trace. The program is mapped
+//! twice, at a kernel address (for sign-extended IPs) and at 0x1000
+//! (reachable by 16-bit updates from a last IP of 0); pokes change one copy,
+//! since pokes at both would make the timeline's span index cover all the
+//! addresses between them (its 4 MiB maximum, on every input). The time
+//! conversion is the identity, and poke times are 1000 + 4 * t, which
+//! is where the seeds' TSCs are (`seeds/intel_pt_flow/`, written by
+//! `cargo test -p intel-pt --test flow_bad_input -- --ignored write_fuzz_seeds`).
+#![no_main]
+
+use std::cell::Cell;
+
+use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
+use intel_pt::sources::{Interval, PerfStyle, Static};
+use libfuzzer_sys::fuzz_target;
+
+const BASES: [u64; 2] = [0xffff_ffff_8100_0000, 0x1000];
+
+/// The program of `crates/intel-pt/tests/flow_bad_input.rs`: a loop with
+/// Jcc, an indirect call, an INT3 and its handler's IRETQ, a RET, a `jmp $`
+/// and an invalid byte.
+const PROGRAM: &[(u64, &[u8])] = &[
+    (0x00, &[0x74, 0x02, 0x90, 0x90, 0xff, 0xd0, 0x75, 0xf8, 0x90, 0xeb, 0xf5]),
+    (0x40, &[0x74, 0x01, 0xcc, 0xc3]),
+    (0x60, &[0x48, 0xcf]),
+    (0x80, &[0xeb, 0xfe]),
+    (0x90, &[0x06, 0x06]),
+];
+
+const MAX_WALK: u64 = 64;
+
+/// Counts the fetches of the source it wraps.
+struct Counting<'a, C> {
+    inner: &'a C,
+    fetches: Cell<u64>,
+}
+
+impl<C: CodeSource> CodeSource for Counting<'_, C> {
+    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
+        self.fetches.set(self.fetches.get() + 1);
+        self.inner.fetch(addr, lo, hi, which, buf)
+    }
+}
+
+fn mapped(ip: u64) -> bool {
+    BASES.iter().any(|&b| PROGRAM.iter().any(|&(off, bytes)| (b + off..b + off + bytes.len() as u64).contains(&ip)))
+}
+
+fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) {
+    let src = Counting { inner: code, fetches: Cell::new(0) };
+    let bound = (trace.len() as u64 * 6 + 2) * (cfg.max_walk + 1);
+    let mut events = 0u64;
+    let mut last_error = 0;
+    FlowDecoder::new(trace, &src, cfg.clone()).run(|e| {
+        events += 1;
+        assert!(events <= bound, "more than {bound} events for {} bytes", trace.len());
+        match e {
+            FlowEvent::Insn { ip, len, .. } => {
+                assert!(mapped(ip), "instruction at {ip:#x}, outside the image");
+                assert!((1..=15).contains(&len));
+            }
+            FlowEvent::Error { offset, kind, .. } => {
+                assert!(offset <= trace.len(), "{kind:?} at {offset}, past {}", trace.len());
+                assert!(offset >= last_error, "{kind:?} at {offset}, before an earlier error at {last_error}");
+                last_error = offset;
+                let _ = kind.describe();
+            }
+            FlowEvent::Trap { .. } | FlowEvent::End { .. } => {}
+        }
+    });
+    // Each event's step fetches once, then at most 8 candidates, then tries
+    // each for trial_insns steps, where a choice takes the first candidate
+    // (no trial inside a trial): linear, not exponential.
+    let per_event = 9 + 8 * cfg.trial_insns * 9;
+    assert!(src.fetches.get() <= events * per_event, "{} fetches for {events} events", src.fetches.get());
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [flags, npokes, rest @ ..] = data else {
+        return;
+    };
+    let mut rest = rest;
+    let mut pokes: Vec<(Time, u64, Vec<u8>, Vec<u8>)> = Vec::new();
+    for _ in 0..npokes & 3 {
+        let [at, len, time, tail @ ..] = rest else {
+            return;
+        };
+        let (off, bytes) = PROGRAM[usize::from(at % PROGRAM.len() as u8)];
+        let start = usize::from(at / PROGRAM.len() as u8) % bytes.len();
+        let len = usize::from(1 + len % 5).min(bytes.len() - start).min(tail.len());
+        pokes.push((1000 + 4 * Time::from(*time), off + start as u64, bytes[start..start + len].to_vec(), tail[..len].to_vec()));
+        rest = &tail[len..];
+    }
+    let mut base = BaseImage::new();
+    for b in BASES {
+        for &(off, bytes) in PROGRAM {
+            base.add_bytes(b + off, bytes.to_vec(), format!("code+{off:#x}"));
+        }
+    }
+    let mut builder = TimelineBuilder::new(base);
+    let poked = BASES[usize::from(flags >> 7)];
+    for (time, off, old, new) in &pokes {
+        builder.poke(Poke { time: *time, settled: None, addr: poked + off, old, new, cpu: None });
+    }
+    let code: CodeTimeline = builder.build();
+    let cfg = FlowConfig {
+        time: TimeConv { shift: 0, mult: 1, zero: 0 },
+        noretcomp: flags & 1 != 0,
+        idioms: isa::KernelIdioms::default(),
+        max_walk: MAX_WALK,
+        trial_insns: u64::from((flags >> 3) & 15),
+    };
+    match (flags >> 1) & 3 {
+        0 => check(rest, &Static(&code), &cfg),
+        1 => check(rest, &PerfStyle(&code), &cfg),
+        _ => check(rest, &Interval(&code), &cfg),
+    }
+});
