@@ -2,6 +2,7 @@
 
 mod decode;
 mod dump;
+mod etm_cmd;
 mod hex;
 mod image;
 mod pokes;
@@ -114,6 +115,17 @@ enum Command {
     },
     /// Record text pokes, ksymbols, BPF programs (with their JIT code) and kernel code into a perf.data directory.
     Record(record::RecordArgs),
+    /// An OpenCSD snapshot's ETMv4 trace (packets; `--format opencsd` diffs against trc_pkt_lister -decode).
+    Etm {
+        /// Snapshot directory (snapshot.ini, device and trace ini files, buffers).
+        snapshot: PathBuf,
+        /// List packets (decoded elements are not written yet).
+        #[arg(long)]
+        packets: bool,
+        /// opencsd (trc_pkt_lister's layout), text or json.
+        #[arg(long, default_value = "opencsd")]
+        format: String,
+    },
     /// Run the main job on built-in data.
     Demo,
 }
@@ -137,6 +149,7 @@ fn main() {
             decode::Itrace::parse(&itrace).and_then(|t| decode::run(&input, &t, &image, json, &mut out))
         }
         Command::Record(args) => record::run(&args, &mut out),
+        Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
         Command::Demo => demo(&mut out),
     };
     let result = result.and_then(|code| {
