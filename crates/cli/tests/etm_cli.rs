@@ -8,6 +8,8 @@ use std::process::Command;
 fn packets_match_trc_pkt_lister_line_for_line() {
     let snap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots/juno_r1_1");
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("juno-trc_pkt_lister.ppl");
+    // trc_pkt_lister appends to its log.
+    let _ = std::fs::remove_file(&log);
     let ran = Command::new("trc_pkt_lister").arg("-ss_dir").arg(&snap).args(["-decode", "-logfilename"]).arg(&log).output();
     if !ran.as_ref().is_ok_and(|o| o.status.success()) {
         assert!(std::env::var_os("CI").is_none() && std::env::var_os("POKETRACE_REQUIRE_PERF").is_none(), "trc_pkt_lister failed: {ran:?}");

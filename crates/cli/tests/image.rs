@@ -12,8 +12,9 @@ const TEXT: u64 = 0xffff_ffff_8100_0000;
 const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 const JMP: [u8; 5] = [0xe9, 0x10, 0x00, 0x00, 0x00];
 
-fn fixture() -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("image-cli");
+/// A perf.data directory of its own for each test (tests run in parallel).
+fn fixture(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("image-cli").join(name);
     let _ = std::fs::remove_dir_all(&d);
     let mut code = vec![0xcc; 0x100];
     code[0x40..0x45].copy_from_slice(&NOP5);
@@ -46,7 +47,7 @@ fn json(args: &[&str]) -> Vec<Value> {
 
 #[test]
 fn at_gives_the_bytes_of_that_moment() {
-    let d = fixture();
+    let d = fixture("at");
     let d = d.to_str().unwrap();
     let before = json(&["image", d, "--at", "1.999999999", "site_fn", "5", "--json"]);
     assert_eq!(before[0]["state"], "exact");
@@ -65,7 +66,7 @@ fn at_gives_the_bytes_of_that_moment() {
 
 #[test]
 fn history_lists_every_version_with_its_kind() {
-    let d = fixture();
+    let d = fixture("history");
     let h = json(&["image", d.to_str().unwrap(), "--history", "site_fn+2", "--json"]);
     let kinds: Vec<&str> = h.iter().map(|v| v["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["initial", "jump-label", "jump-label"]);

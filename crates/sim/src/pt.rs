@@ -58,13 +58,17 @@ impl PtEmitter {
         }
     }
 
-    /// PSB+: sync point with the time and the IP of the next instruction.
-    fn psb(&mut self, time: u64, next_ip: u64) {
+    /// PSB+: sync point with the time and, while tracing, the IP of the next
+    /// instruction (a PSB+ before tracing starts has no FUP: the TIP.PGE
+    /// that follows gives the IP, as hardware does and libipt requires).
+    fn psb(&mut self, time: u64, next_ip: Option<u64>) {
         self.put(Packet::Psb);
         self.put(Packet::Tsc(time));
         self.put(Packet::ModeExec { csl: true, csd: false, if_flag: false });
-        let ip = self.ip(next_ip);
-        self.put(Packet::Fup(ip));
+        if let Some(next_ip) = next_ip {
+            let ip = self.ip(next_ip);
+            self.put(Packet::Fup(ip));
+        }
         self.put(Packet::PsbEnd);
         self.last_tsc = time;
         self.last_psb_at = self.out.len();
@@ -76,7 +80,7 @@ impl PtEmitter {
         self.next_ip = next;
         if !self.started {
             self.started = true;
-            self.psb(time, addr);
+            self.psb(time, None);
             let ip = self.ip(addr);
             self.put(Packet::TipPge(ip));
         }
@@ -105,7 +109,7 @@ impl PtEmitter {
         if time >= self.last_tsc + self.tsc_period {
             self.flush_tnt();
             if self.out.len() - self.last_psb_at >= self.psb_period {
-                self.psb(time, next);
+                self.psb(time, Some(next));
             } else {
                 self.put(Packet::Tsc(time));
                 self.last_tsc = time;

@@ -1,0 +1,194 @@
+//! Instruction-flow decoding speed: our `FlowDecoder` against libipt 2.1.2's
+//! block decoder (`pt_blk_next`, through `libipt-sys`), on the same traces in
+//! the same run. Two simulated runs with static code (4 CPUs, `--pokes 0
+//! --protocol none`, 4M instructions per CPU), each CPU's buffer decoded in
+//! turn on one thread: `sim_kernel`, the simulator's generated kernel, and
+//! `usr_bin_perf`, random walks through /usr/bin/perf's real code
+//! (`simulate --elf`; skipped without the file). `tests/libipt_flow.rs`
+//! shows both decoders agree on such traces event for event.
+//!
+//!     cargo bench -p intel-pt --bench flow
+//!     FLOW_BENCH_INSNS=500000 cargo bench -p intel-pt --bench flow   # instructions per CPU
+//!     FLOW_BENCH_INPUT=usr_bin_perf cargo bench -p intel-pt --bench flow   # one input only
+//!
+//! - `ours_static_source`: over `sources::Static` (the code before any change).
+//! - `ours_interval_source`: over `sources::Interval` on the code timeline
+//!   (no pokes in these runs, so every read is exact: the cost of asking).
+//! - `libipt_file`: code as file sections (`pt_image_add_file` on kcore's
+//!   PT_LOAD ranges or the program's MMAP2): libipt's block cache is on.
+//! - `libipt_cached`: the same sections through an image section cache
+//!   (`pt_iscache_add_file` + `pt_image_add_cached`); block cache on.
+//! - `libipt_callback`: code read through `pt_image_set_callback` from our
+//!   `CodeTimeline`: no section, so no block cache.
+//!
+//! libipt is counted in blocks' `ninsn` (what a block-decoder user gets);
+//! ours emits an event per instruction. The image and section cache are
+//! built outside the timed loop; libipt's block cache lives in the section
+//! and stays warm across samples.
+//!
+//! For callgrind, each decoder runs in a function of its own
+//! (`flow::timed_*`), apart from the start-up cross-check (`flow::check_*`);
+//! with `--sample-count 1 --sample-size 1` divan calls it twice.
+
+#[path = "../tests/common/flow.rs"]
+mod common;
+
+use std::sync::OnceLock;
+
+use common::{ImageKind, LibiptImage, Run};
+use divan::counter::{BytesCount, ItemsCount};
+use divan::{black_box, Bencher};
+use intel_pt::sources::{Interval, Static};
+
+struct Fixture {
+    run: Run,
+    /// Each CPU's trace as hardware would start it (`without_start_pge`):
+    /// libipt decodes all of it, ours the same as the simulator's.
+    traces: Vec<Vec<u8>>,
+    bytes: usize,
+    instructions: u64,
+}
+
+/// The inputs: the simulator's generated kernel (64 small functions, 5.5 KB
+/// of code) and random walks through /usr/bin/perf's real code (2.4 MB).
+const INPUTS: [&str; 2] = ["sim_kernel", "usr_bin_perf"];
+const PERF: &str = "/usr/bin/perf";
+
+fn main() {
+    for input in INPUTS {
+        if let Some(f) = fixture(input) {
+            eprintln!(
+                "{input}: {} CPUs, {:.2} MB of Intel PT, {} instructions ({:.3} bytes of trace per instruction), {} libipt blocks ({:.2} instructions per block)",
+                f.traces.len(),
+                f.bytes as f64 / 1e6,
+                f.instructions,
+                f.bytes as f64 / f.instructions as f64,
+                blocks(f),
+                f.instructions as f64 / blocks(f) as f64,
+            );
+        }
+    }
+    divan::main();
+}
+
+/// `None` when the input is skipped: not the one `FLOW_BENCH_INPUT` names,
+/// or no /usr/bin/perf.
+fn fixture(input: &str) -> Option<&'static Fixture> {
+    if std::env::var("FLOW_BENCH_INPUT").is_ok_and(|only| only != input) {
+        return None;
+    }
+    static KERNEL: OnceLock<Fixture> = OnceLock::new();
+    static PERF_WALK: OnceLock<Option<Fixture>> = OnceLock::new();
+    match input {
+        "sim_kernel" => Some(KERNEL.get_or_init(|| make("sim_kernel", None))),
+        "usr_bin_perf" => PERF_WALK.get_or_init(|| std::path::Path::new(PERF).is_file().then(|| make("usr_bin_perf", Some(PERF)))).as_ref(),
+        _ => unreachable!(),
+    }
+}
+
+fn make(name: &str, elf: Option<&str>) -> Fixture {
+    let insns = std::env::var("FLOW_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(4_000_000);
+    let cfg = sim::SimConfig { cpus: 4, protocol: "none".into(), pokes: 0, instructions: insns, ..sim::SimConfig::default() };
+    let (summary, run) = common::simulate(&format!("bench-{name}"), &cfg, elf.map(std::path::Path::new));
+    let traces: Vec<Vec<u8>> = run.aux.iter().map(|t| common::without_start_pge(t).0).collect();
+    let bytes = traces.iter().map(Vec::len).sum();
+    let instructions: u64 = summary.instructions.iter().sum();
+    // Every decoder decodes every instruction, without an error.
+    let f = Fixture { run, traces, bytes, instructions };
+    assert_eq!(check_ours_static(&f), (instructions, 0));
+    assert_eq!(check_ours_interval(&f), (instructions, 0));
+    for kind in [ImageKind::File, ImageKind::Cached, ImageKind::Callback] {
+        let image = LibiptImage::new(&f.run, kind);
+        assert_eq!(check_libipt(&f, &image), (instructions, 0), "libipt {kind:?}");
+    }
+    f
+}
+
+/// libipt's blocks over the whole input.
+fn blocks(f: &Fixture) -> u64 {
+    let image = LibiptImage::new(&f.run, ImageKind::File);
+    let mut n = 0;
+    for t in &f.traces {
+        common::libipt_decode(t, &image, common::CPU, |o| n += matches!(o, common::Out::Block(_)) as u64);
+    }
+    n
+}
+
+/// Instructions and errors (an error folds `1 << 63` into the checksum).
+fn errors((n, acc): (u64, u64)) -> (u64, u64) {
+    (n, acc >> 63)
+}
+
+fn ours_static(f: &Fixture) -> (u64, u64) {
+    let code = Static(&f.run.bare);
+    f.traces.iter().map(|t| common::ours_count(t, &code, &f.run.cfg)).fold((0, 0), |a, b| (a.0 + b.0, a.1 ^ b.1))
+}
+
+fn ours_interval(f: &Fixture) -> (u64, u64) {
+    let code = Interval(&f.run.full);
+    f.traces.iter().map(|t| common::ours_count(t, &code, &f.run.cfg)).fold((0, 0), |a, b| (a.0 + b.0, a.1 ^ b.1))
+}
+
+fn libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
+    f.traces.iter().map(|t| common::libipt_count(t, image)).fold((0, 0), |a, b| (a.0 + b.0, a.1 ^ b.1))
+}
+
+#[inline(never)]
+fn check_ours_static(f: &Fixture) -> (u64, u64) {
+    errors(ours_static(f))
+}
+#[inline(never)]
+fn check_ours_interval(f: &Fixture) -> (u64, u64) {
+    errors(ours_interval(f))
+}
+#[inline(never)]
+fn check_libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
+    errors(libipt(f, image))
+}
+
+#[inline(never)]
+fn timed_ours_static(f: &Fixture) -> (u64, u64) {
+    ours_static(f)
+}
+#[inline(never)]
+fn timed_ours_interval(f: &Fixture) -> (u64, u64) {
+    ours_interval(f)
+}
+#[inline(never)]
+fn timed_libipt_file(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
+    black_box(0); // not folded into its identical twins
+    libipt(f, image)
+}
+#[inline(never)]
+fn timed_libipt_cached(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
+    black_box(1); // not folded into its identical twins
+    libipt(f, image)
+}
+#[inline(never)]
+fn timed_libipt_callback(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
+    black_box(2); // not folded into its identical twins
+    libipt(f, image)
+}
+
+macro_rules! bench {
+    ($name:ident, |$f:ident| $setup:expr, |$g:ident, $image:ident| $body:expr) => {
+        #[divan::bench(args = INPUTS, sample_count = 20)]
+        fn $name(b: Bencher, input: &str) {
+            let Some($f) = fixture(input) else {
+                eprintln!("{input}: skipped");
+                return;
+            };
+            let $image = $setup;
+            b.counter(BytesCount::new($f.bytes)).counter(ItemsCount::new($f.instructions)).bench_local(|| {
+                let $g = black_box($f);
+                black_box($body)
+            });
+        }
+    };
+}
+
+bench!(ours_static_source, |f| (), |g, _i| timed_ours_static(g));
+bench!(ours_interval_source, |f| (), |g, _i| timed_ours_interval(g));
+bench!(libipt_file, |f| LibiptImage::new(&f.run, ImageKind::File), |g, image| timed_libipt_file(g, &image));
+bench!(libipt_cached, |f| LibiptImage::new(&f.run, ImageKind::Cached), |g, image| timed_libipt_cached(g, &image));
+bench!(libipt_callback, |f| LibiptImage::new(&f.run, ImageKind::Callback), |g, image| timed_libipt_callback(g, &image));
