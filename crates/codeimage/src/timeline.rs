@@ -183,6 +183,8 @@ impl TimelineBuilder {
 
     pub fn build(self) -> CodeTimeline {
         let TimelineBuilder { base, mut pokes, arena, names } = self;
+        // A poke with no bytes changes nothing and has no range: drop it.
+        pokes.retain(|p| !(p.old.is_empty() && p.new.is_empty()));
         pokes.sort_by_key(|p| (p.time, p.seq));
         let touched = |p: &PokeInfo| {
             let len = if p.new.is_empty() { p.old.len() } else { p.new.len() } as u64;

@@ -261,3 +261,14 @@ fn odd_input_is_defined() {
     assert_eq!(tl.read(0x5000, 1, 6), Read::Exact(vec![9]));
     assert_eq!(tl.read(0x5000, 1, 7), Read::Exact(vec![8]));
 }
+
+#[test]
+fn an_empty_poke_inside_another_changes_nothing() {
+    let mut base = BaseImage::new();
+    base.add_bytes(0x1000, vec![0x90; 16], "text");
+    let mut b = TimelineBuilder::new(base);
+    b.poke(Poke { time: 10, settled: None, addr: 0x1000, old: &[0x90; 4], new: &[0xcc; 4], cpu: None });
+    b.poke(Poke { time: 20, settled: None, addr: 0x1001, old: &[], new: &[], cpu: None });
+    let tl = b.build();
+    assert_eq!(tl.read(0x1000, 4, 30), Read::Exact(vec![0xcc; 4]));
+}

@@ -194,6 +194,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     st.tnt_count = 0;
                     st.stack.clear();
                     st.peeked = None;
+                    // The walk starts afresh: a NoProgress count carried over
+                    // would fail the next PSB segment at its first instruction.
+                    st.walked = 0;
                     if !resync.psb_found {
                         break;
                     }
@@ -218,6 +221,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Packet::TipPgd(ip) => Flow::Pgd(ip.ip),
                 Packet::TipPge(ip) => {
                     st.ip = ip.ip;
+                    st.walked = 0;
                     continue;
                 }
                 Packet::Fup(ip) => Flow::Fup(ip.ip),
@@ -247,14 +251,26 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut scan = st.packets.clone();
         st.hi = Time::MAX;
         st.hi_at = usize::MAX;
-        while let Ok(Some((off, p))) = scan.next_packet() {
-            if let Packet::Tsc(tsc) = p {
-                st.hi = self.cfg.time.perf_time(tsc);
-                st.hi_at = off;
-                return;
-            }
-            if off > from + (1 << 20) {
-                return;
+        loop {
+            match scan.next_packet() {
+                Ok(Some((off, Packet::Tsc(tsc)))) => {
+                    st.hi = self.cfg.time.perf_time(tsc);
+                    st.hi_at = off;
+                    return;
+                }
+                // Too far, or a bad packet: unbounded for now, and scan again
+                // at the first TSC past here (after a resync, say), so that one
+                // corrupt packet does not leave the rest of the buffer unbounded.
+                Ok(Some((off, _))) if off > from.saturating_add(1 << 20) => {
+                    st.hi_at = off;
+                    return;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                Err(e) => {
+                    st.hi_at = e.offset;
+                    return;
+                }
             }
         }
     }
@@ -386,6 +402,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 }
                 Some((_, Flow::Pgd(Some(f)))) if f == ip => {
                     st.peeked = None;
+                    st.walked = 0;
                     if !trial {
                         emit(FlowEvent::End { time: st.lo, at: Some(ip) });
                     }
@@ -405,6 +422,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             emit(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.lo, hi: st.hi, uncertain });
         }
         self.execute(st, ip, insn)?;
+        // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
+        if st.ip.is_none() && !trial {
+            emit(FlowEvent::End { time: st.lo, at: None });
+        }
         Ok(true)
     }
 
@@ -484,12 +505,15 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             }
             BranchClass::DirectJump => insn.target,
             BranchClass::DirectCall => {
-                st.stack.push(next);
+                // A zero-length CALL (to the next IP) is not pushed (SDM).
+                if insn.target != Some(next) {
+                    push_return(&mut st.stack, next);
+                }
                 insn.target
             }
             BranchClass::IndirectJump | BranchClass::FarTransfer => self.take_tip(st)?,
             BranchClass::IndirectCall => {
-                st.stack.push(next);
+                push_return(&mut st.stack, next);
                 self.take_tip(st)?
             }
             BranchClass::Return => {
@@ -500,7 +524,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                         true
                     }
                 };
-                if compressed && self.take_tnt(st)? {
+                if compressed {
+                    // A compressed RET is a taken bit; a not-taken one is no
+                    // outcome a RET has (libipt: bad return compression).
+                    if !self.take_tnt(st)? {
+                        return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
+                    }
                     st.stack.pop()
                 } else {
                     st.stack.pop();
@@ -512,6 +541,18 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         };
         Ok(())
     }
+}
+
+/// Return addresses kept for return compression: the SDM's decoder keeps
+/// the youngest 64 (the processor compresses no deeper), which also bounds
+/// what a trial copies.
+const RETURN_STACK: usize = 64;
+
+fn push_return(stack: &mut Vec<u64>, ip: u64) {
+    if stack.len() == RETURN_STACK {
+        stack.remove(0);
+    }
+    stack.push(ip);
 }
 
 fn packet_failure(e: PacketError) -> Failure {

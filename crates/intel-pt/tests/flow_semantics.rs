@@ -1,0 +1,466 @@
+//! The flow rules, one at a time, on hand-made packet streams over tiny
+//! hand-assembled code images: TNT bits taken by Jcc in order, TIPs for
+//! indirect branches, return compression, FUP + TIP as a trap, FUP +
+//! TIP.PGD as the end, PSB+ and TIP.PGE starting the walk, OVF, and the
+//! candidate mechanism that picks the code content the packets fit.
+
+use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time, TimeConv};
+use intel_pt::sources::{Interval, PerfStyle, Static};
+use intel_pt::{Encoder, Packet, Tnt};
+use isa::BranchClass;
+
+/// Where the code images live: a kernel address, so that IPs take the
+/// sign-extended and 16-bit compressions.
+const K: u64 = 0xffff_ffff_8100_0000;
+
+/// Code at `K + offset` for each piece.
+fn image(pieces: &[(u64, &[u8])]) -> CodeTimeline {
+    timeline(pieces, &[])
+}
+
+/// The same, with pokes `(time, offset, old, new)`.
+fn timeline(pieces: &[(u64, &[u8])], pokes: &[(Time, u64, &[u8], &[u8])]) -> CodeTimeline {
+    let mut base = BaseImage::new();
+    for &(off, bytes) in pieces {
+        base.add_bytes(K + off, bytes.to_vec(), format!("code+{off:#x}"));
+    }
+    let mut b = TimelineBuilder::new(base);
+    for &(time, off, old, new) in pokes {
+        b.poke(Poke { time, settled: None, addr: K + off, old, new, cpu: None });
+    }
+    b.build()
+}
+
+/// A packet stream written through the encoder (IPs are offsets from `K`).
+struct Trace {
+    enc: Encoder,
+    out: Vec<u8>,
+}
+
+impl Trace {
+    fn new() -> Trace {
+        Trace { enc: Encoder::new(), out: Vec::new() }
+    }
+    fn put(&mut self, p: Packet) -> &mut Trace {
+        self.enc.encode(&p, &mut self.out).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+        self
+    }
+    fn ip(&self, off: u64) -> intel_pt::Ip {
+        self.enc.compress(K + off)
+    }
+    /// PSB+, with a TSC and the FUP of where execution is when given.
+    fn psb(&mut self, tsc: Option<u64>, fup: Option<u64>) -> &mut Trace {
+        self.put(Packet::Psb);
+        if let Some(t) = tsc {
+            self.put(Packet::Tsc(t));
+        }
+        self.put(Packet::ModeExec { csl: true, csd: false, if_flag: true });
+        if let Some(f) = fup {
+            let ip = self.ip(f);
+            self.put(Packet::Fup(ip));
+        }
+        self.put(Packet::PsbEnd)
+    }
+    fn pge(&mut self, off: u64) -> &mut Trace {
+        let ip = self.ip(off);
+        self.put(Packet::TipPge(ip))
+    }
+    fn tip(&mut self, off: u64) -> &mut Trace {
+        let ip = self.ip(off);
+        self.put(Packet::Tip(ip))
+    }
+    fn fup(&mut self, off: u64) -> &mut Trace {
+        let ip = self.ip(off);
+        self.put(Packet::Fup(ip))
+    }
+    fn pgd(&mut self, off: Option<u64>) -> &mut Trace {
+        let ip = match off {
+            Some(off) => self.ip(off),
+            None => intel_pt::Ip { compression: intel_pt::IpCompression::Suppressed, payload: 0, ip: None },
+        };
+        self.put(Packet::TipPgd(ip))
+    }
+    /// Outcomes oldest first, `T` taken and `N` not taken.
+    fn tnt(&mut self, outcomes: &str) -> &mut Trace {
+        let mut t = Tnt { bits: 0, count: 0 };
+        for c in outcomes.chars() {
+            t.bits = t.bits << 1 | (c == 'T') as u64;
+            t.count += 1;
+        }
+        self.put(if t.count <= 6 { Packet::TntShort(t) } else { Packet::TntLong(t) })
+    }
+    fn tsc(&mut self, t: u64) -> &mut Trace {
+        self.put(Packet::Tsc(t))
+    }
+    fn bytes(&self) -> Vec<u8> {
+        self.out.clone()
+    }
+}
+
+fn cfg(noretcomp: bool) -> FlowConfig {
+    FlowConfig {
+        time: TimeConv { shift: 0, mult: 1, zero: 0 },
+        noretcomp,
+        idioms: isa::KernelIdioms::default(),
+        max_walk: 1000,
+        trial_insns: 64,
+    }
+}
+
+fn decode(trace: &[u8], code: &impl CodeSource, cfg: FlowConfig) -> Vec<FlowEvent> {
+    let mut out = Vec::new();
+    FlowDecoder::new(trace, code, cfg).run(|e| out.push(e));
+    out
+}
+
+/// An event in short, IPs as offsets from `K`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum E {
+    I(u64),
+    Trap(u64, u64),
+    End(Option<u64>),
+    Err(FlowErrorKind),
+}
+
+fn short(events: &[FlowEvent]) -> Vec<E> {
+    events
+        .iter()
+        .map(|e| match *e {
+            FlowEvent::Insn { ip, .. } => E::I(ip - K),
+            FlowEvent::Trap { from, to, .. } => E::Trap(from - K, to - K),
+            FlowEvent::End { at, .. } => E::End(at.map(|a| a - K)),
+            FlowEvent::Error { kind, .. } => E::Err(kind),
+        })
+        .collect()
+}
+
+fn insn(events: &[FlowEvent], off: u64) -> (BranchClass, u8, bool, Time, Time) {
+    events
+        .iter()
+        .find_map(|e| match *e {
+            FlowEvent::Insn { ip, len, class, lo, hi, uncertain } if ip == K + off => Some((class, len, uncertain, lo, hi)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no instruction at +{off:#x} in {events:?}"))
+}
+
+/// Class, length and uncertainty of the instruction at `off`.
+fn cert(events: &[FlowEvent], off: u64) -> (BranchClass, u8, bool) {
+    let (class, len, uncertain, _, _) = insn(events, off);
+    (class, len, uncertain)
+}
+
+/// Three Jcc whose outcomes show in which instructions run.
+const JCC: &[u8] = &[
+    0x74, 0x02, // 00: jz 04
+    0x90, // 02
+    0x90, // 03
+    0x75, 0x01, // 04: jnz 07
+    0x90, // 06
+    0x74, 0x00, // 07: jz 09 (taken or not, 09)
+    0x90, // 09
+];
+
+#[test]
+fn tnt_bits_are_taken_by_jcc_in_order() {
+    let code = image(&[(0, JCC)]);
+    let run = |outcomes: &str| {
+        let t = Trace::new().psb(None, None).pge(0).tnt(outcomes).bytes();
+        short(&decode(&t, &Static(&code), cfg(true)))
+    };
+    use E::*;
+    assert_eq!(run("TNT"), [I(0), I(4), I(6), I(7), End(Some(9))]);
+    assert_eq!(run("NTN"), [I(0), I(2), I(3), I(4), I(7), End(Some(9))]);
+    assert_eq!(run("TTT"), [I(0), I(4), I(7), End(Some(9))]);
+    // Outcomes split over packets are taken in the same order.
+    let t = Trace::new().psb(None, None).pge(0).tnt("N").tnt("T").tnt("N").bytes();
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(0), I(2), I(3), I(4), I(7), End(Some(9))]);
+    let e = decode(&t, &Static(&code), cfg(true));
+    assert_eq!(insn(&e, 0).0, BranchClass::CondBranch);
+}
+
+#[test]
+fn a_long_tnt_drives_a_loop() {
+    let code = image(&[(0, &[0x90, 0x75, 0xfd, 0x90])]); // 00: nop; 01: jnz 00; 03: nop
+    let outcomes = "T".repeat(46) + "N";
+    let t = Trace::new().psb(None, None).pge(0).tnt(&outcomes).bytes();
+    let got = short(&decode(&t, &Static(&code), cfg(true)));
+    let mut want: Vec<E> = (0..47).flat_map(|_| [E::I(0), E::I(1)]).collect();
+    want.push(E::End(Some(3)));
+    assert_eq!(got, want);
+}
+
+/// An indirect call, an indirect jump and a return.
+const INDIRECT: &[(u64, &[u8])] = &[
+    (0x00, &[0xff, 0xd0, 0x90, 0x90]), // 00: call rax; 02: nop; 03: nop
+    (0x10, &[0xff, 0xe0]),             // 10: jmp rax
+    (0x20, &[0xc3]),                   // 20: ret
+];
+
+#[test]
+fn indirect_branches_take_tips_without_return_compression() {
+    let code = image(INDIRECT);
+    let t = Trace::new().psb(None, None).pge(0).tip(0x10).tip(0x20).tip(0x02).bytes();
+    let e = decode(&t, &Static(&code), cfg(true));
+    use E::*;
+    assert_eq!(short(&e), [I(0), I(0x10), I(0x20), End(Some(2))]);
+    assert_eq!(insn(&e, 0).0, BranchClass::IndirectCall);
+    assert_eq!(insn(&e, 0x10).0, BranchClass::IndirectJump);
+    assert_eq!(insn(&e, 0x20).0, BranchClass::Return);
+    // noretcomp: the RET goes where its TIP says, not where the call stack says.
+    let t = Trace::new().psb(None, None).pge(0).tip(0x10).tip(0x20).tip(0x03).bytes();
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(0), I(0x10), I(0x20), End(Some(3))]);
+    // noretcomp: a RET never takes a TNT bit, even with its call on the stack.
+    let t = Trace::new().psb(None, None).pge(0).tip(0x10).tip(0x20).tnt("T").bytes();
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(0), I(0x10), I(0x20), Err(FlowErrorKind::NoTip)]);
+}
+
+/// Direct calls and returns.
+const CALLS: &[(u64, &[u8])] = &[
+    (0x00, &[0xe8, 0x0b, 0, 0, 0, 0x74, 0x00, 0x90]), // 00: call 10; 05: jz 07; 07: nop
+    (0x10, &[0xc3]),                                  // 10: ret
+    (0x20, &[0xe8, 0x0b, 0, 0, 0, 0x90]),             // 20: call 30; 25: nop
+    (0x30, &[0xe8, 0x0b, 0, 0, 0, 0xc3]),             // 30: call 40; 35: ret
+    (0x40, &[0xc3]),                                  // 40: ret
+    (0x50, &[0xe8, 0, 0, 0, 0, 0xc3]),                // 50: call 55 (zero-length); 55: ret
+];
+
+#[test]
+fn return_compression_takes_a_taken_bit_when_the_call_stack_has_the_call() {
+    let code = image(CALLS);
+    let run = |t: &Trace| short(&decode(&t.bytes(), &Static(&code), cfg(false)));
+    use E::*;
+    // The RET is the first bit (taken), the Jcc the second (not taken).
+    assert_eq!(run(Trace::new().psb(None, None).pge(0).tnt("TN")), [I(0), I(0x10), I(5), End(Some(7))]);
+    // Nested: both RETs compressed, each to its own call's next IP.
+    assert_eq!(run(Trace::new().psb(None, None).pge(0x20).tnt("TT")), [I(0x20), I(0x30), I(0x40), I(0x35), End(Some(0x25))]);
+    // The processor may still send a TIP for a RET whose call is on the stack
+    // (its target did not match): the TIP is followed.
+    assert_eq!(run(Trace::new().psb(None, None).pge(0).tip(7)), [I(0), I(0x10), End(Some(7))]);
+    // A compressed RET is a taken bit: a not-taken one is an error, not a
+    // reason to look for a TIP after it.
+    assert_eq!(run(Trace::new().psb(None, None).pge(0).tnt("N").tip(7)), [I(0), I(0x10), Err(FlowErrorKind::NoTip)]);
+    // No call on the stack: a RET needs a TIP, and a TNT bit there is an error.
+    assert_eq!(run(Trace::new().psb(None, None).pge(0x10).tip(5).tnt("N")), [I(0x10), I(5), End(Some(7))]);
+    assert_eq!(run(Trace::new().psb(None, None).pge(0x10).tnt("T")), [I(0x10), Err(FlowErrorKind::NoTip)]);
+    // A zero-length CALL is not pushed (SDM): its RET is not compressed.
+    assert_eq!(run(Trace::new().psb(None, None).pge(0x50).tnt("T")), [I(0x50), I(0x55), Err(FlowErrorKind::NoTip)]);
+    assert_eq!(run(Trace::new().psb(None, None).pge(0x50).tip(0x25)), [I(0x50), I(0x55), End(Some(0x25))]);
+}
+
+#[test]
+fn the_return_stack_keeps_the_youngest_64_calls() {
+    // 00: jz 07; 02: call 00; 07: ret -- a not-taken Jcc recurses one level
+    // deeper, a taken one goes to the RET, which returns to the RET.
+    let code = image(&[(0x00, &[0x74, 0x05, 0xe8, 0xf9, 0xff, 0xff, 0xff, 0xc3])]);
+    let run = |depth: usize, compressed: usize| {
+        let bits = "N".repeat(depth) + "T" + &"T".repeat(compressed);
+        let mut t = Trace::new();
+        t.psb(None, None).pge(0);
+        for chunk in bits.as_bytes().chunks(47) {
+            t.tnt(std::str::from_utf8(chunk).unwrap());
+        }
+        short(&decode(&t.bytes(), &Static(&code), cfg(false)))
+    };
+    let rets = |e: &[E]| e.iter().filter(|&&x| x == E::I(7)).count();
+    // 64 deep: 64 compressed RETs; the next RET has nothing left to return to.
+    let e = run(64, 64);
+    assert_eq!((rets(&e), e.last()), (64, Some(&E::End(Some(7)))));
+    let e = run(64, 65);
+    assert_eq!((rets(&e), e.last()), (65, Some(&E::Err(FlowErrorKind::NoTip))));
+    // 70 deep: only the youngest 64 return addresses are kept (SDM), so the
+    // 65th RET is not compressed and a 65th taken bit is an error.
+    let e = run(70, 64);
+    assert_eq!((rets(&e), e.last()), (64, Some(&E::End(Some(7)))));
+    let e = run(70, 65);
+    assert_eq!((rets(&e), e.last()), (65, Some(&E::Err(FlowErrorKind::NoTip))));
+}
+
+/// A trap site and a handler that returns with IRETQ.
+const TRAP: &[(u64, &[u8])] = &[
+    (0x00, &[0x90, 0xcc, 0x90, 0x90]), // 00: nop; 01: int3; 02: nop; 03: nop
+    (0x30, &[0x48, 0xcf]),             // 30: iretq
+];
+
+#[test]
+fn fup_and_tip_at_an_instruction_are_a_trap_not_an_instruction() {
+    let code = image(TRAP);
+    let run = |t: &Trace| decode(&t.bytes(), &Static(&code), cfg(true));
+    use E::*;
+    // INT3 at 01: FUP(01) TIP(handler); IRETQ back to after it.
+    let e = run(Trace::new().psb(Some(500), None).pge(0).fup(1).tip(0x30).tip(2));
+    assert_eq!(short(&e), [I(0), Trap(1, 0x30), I(0x30), End(Some(2))]);
+    assert!(e.contains(&FlowEvent::Trap { from: K + 1, to: K + 0x30, time: 500 }));
+    assert_eq!(insn(&e, 0x30).0, BranchClass::FarTransfer);
+    // An interrupt before the NOP at 00: the NOP is not reported as run, and
+    // runs after the handler returns to it.
+    let e = run(Trace::new().psb(None, None).pge(0).fup(0).tip(0x30).tip(0));
+    assert_eq!(short(&e), [Trap(0, 0x30), I(0x30), End(Some(0))]);
+    // An INT3 without its FUP and TIP is an error.
+    let e = run(Trace::new().psb(None, None).pge(0).tip(0x30));
+    assert_eq!(short(&e), [I(0), I(1), Err(FlowErrorKind::NoTrapPackets)]);
+}
+
+#[test]
+fn fup_and_tip_pgd_end_tracing_at_that_ip() {
+    let code = image(TRAP);
+    let run = |t: &Trace| short(&decode(&t.bytes(), &Static(&code), cfg(true)));
+    use E::*;
+    // Stopping before the INT3 runs.
+    assert_eq!(run(Trace::new().psb(None, None).pge(0).fup(1).pgd(None)), [I(0), End(Some(1))]);
+    // Stopping before the NOP at 02 (after the handler returned there).
+    assert_eq!(run(Trace::new().psb(None, None).pge(0).fup(1).tip(0x30).tip(2).fup(3).pgd(Some(3))), [I(0), Trap(1, 0x30), I(0x30), I(2), End(Some(3))]);
+    // FUP + TIP.PGD with the IP suppressed: the FUP says where.
+    assert_eq!(run(Trace::new().psb(None, None).pge(2).fup(3).pgd(None)), [I(2), End(Some(3))]);
+    // A TIP.PGD alone at the IP the walk reached.
+    assert_eq!(run(Trace::new().psb(None, None).pge(2).pgd(Some(3))), [I(2), End(Some(3))]);
+    // Tracing stops, then starts again elsewhere.
+    assert_eq!(run(Trace::new().psb(None, None).pge(2).pgd(Some(3)).pge(0x30).tip(3)), [I(2), End(Some(3)), I(0x30), End(Some(3))]);
+}
+
+#[test]
+fn tip_pgd_at_an_indirect_branch_ends_tracing_there() {
+    let code = image(INDIRECT);
+    let e = decode(&Trace::new().psb(Some(7), None).pge(0x10).pgd(None).bytes(), &Static(&code), cfg(true));
+    assert_eq!(short(&e), [E::I(0x10), E::End(None)]);
+    assert_eq!(e[1], FlowEvent::End { time: 7, at: None });
+    // And starts again at the next TIP.PGE.
+    let e = decode(&Trace::new().psb(None, None).pge(0).pgd(Some(0x40)).pge(0x20).tip(3).bytes(), &Static(&code), cfg(true));
+    assert_eq!(short(&e), [E::I(0), E::End(None), E::I(0x20), E::End(Some(3))]);
+}
+
+#[test]
+fn tip_pge_starts_the_walk_and_flow_packets_before_it_are_dropped() {
+    let code = image(&[(0, JCC)]);
+    let t = Trace::new().psb(None, None).tnt("NN").tip(0x40).pge(0).tnt("T").bytes();
+    use E::*;
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(0), End(Some(4))]);
+    // Nothing at all before it: the walk starts at the first TIP.PGE.
+    let t = Trace::new().pge(4).tnt("TT").bytes();
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(4), I(7), End(Some(9))]);
+}
+
+#[test]
+fn psb_plus_fup_starts_the_walk_after_garbage() {
+    let code = image(&[(0, JCC)]);
+    let mut t = vec![0xd9, 0x55, 0x02, 0x82, 0x02];
+    t.extend(Trace::new().psb(Some(1000), Some(4)).tnt("TT").tsc(2000).bytes());
+    let e = decode(&t, &Static(&code), cfg(true));
+    use E::*;
+    assert_eq!(short(&e), [I(4), I(7), End(Some(9))]);
+    // Time: from the PSB+'s TSC, up to the next TSC.
+    assert_eq!(insn(&e, 4).3..insn(&e, 4).4, 1000..2000);
+    // A PSB+ in the middle, where the walk is, changes nothing.
+    let t = Trace::new().psb(None, Some(0)).tnt("T").psb(Some(5), Some(4)).tnt("TT").bytes();
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(0), I(4), I(7), End(Some(9))]);
+    // A PSB+ without FUP (tracing off): the walk waits for TIP.PGE.
+    let t = Trace::new().psb(None, None).tnt("TT").pge(4).tnt("NT").bytes();
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(4), I(6), I(7), End(Some(9))]);
+}
+
+#[test]
+fn overflow_is_an_error_and_decoding_resumes_at_the_next_psb() {
+    let code = image(&[(0, JCC)]);
+    let mut t = Trace::new();
+    t.psb(Some(10), Some(0)).tnt("T");
+    let ovf_at = t.out.len();
+    t.put(Packet::Ovf).fup(7).tnt("T").tsc(20);
+    t.psb(Some(30), Some(4)).tnt("TT");
+    let e = decode(&t.bytes(), &Static(&code), cfg(true));
+    use E::*;
+    assert_eq!(short(&e), [I(0), Err(FlowErrorKind::Overflow), I(4), I(7), End(Some(9))]);
+    assert_eq!(e[1], FlowEvent::Error { offset: ovf_at, time: 10, ip: Some(K + 4), kind: FlowErrorKind::Overflow });
+    assert_eq!(insn(&e, 4).3, 30);
+}
+
+/// The code of the candidate tests: a patch site at 00 (NOP5, or a JMP),
+/// a Jcc after it, and where the JMP goes.
+const SITE: &[(u64, &[u8])] = &[
+    (0x00, &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x74, 0x00, 0x90]), // 00: nop5; 05: jz 07; 07: nop
+    (0x20, &[0xff, 0xe0]),                                     // 20: jmp rax
+    (0x30, &[0x74, 0x00, 0x90]),                               // 30: jz 32; 32: nop
+];
+const JMP_20: [u8; 5] = [0xe9, 0x1b, 0, 0, 0];
+const JMP_30: [u8; 5] = [0xe9, 0x2b, 0, 0, 0];
+
+/// Two contents at `K`: the image's and `alt` over its first bytes.
+struct TwoAtSite<'a> {
+    code: &'a CodeTimeline,
+    alt: &'a [u8],
+}
+
+impl CodeSource for TwoAtSite<'_> {
+    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
+        if addr != K {
+            return Static(self.code).fetch(addr, lo, hi, which, buf);
+        }
+        let n = match Static(self.code).fetch(addr, lo, hi, 0, buf) {
+            Fetch::Exact(n) => n,
+            other => return other,
+        };
+        match which {
+            0 => {}
+            1 => buf[..self.alt.len()].copy_from_slice(self.alt),
+            _ => return Fetch::Unmapped,
+        }
+        Fetch::Candidate { filled: n, count: 2 }
+    }
+}
+
+#[test]
+fn the_candidate_the_packets_fit_is_chosen_and_certain() {
+    let code = image(SITE);
+    use E::*;
+    // A TNT next: only the NOP5 (into the Jcc) fits.
+    let src = TwoAtSite { code: &code, alt: &JMP_20 };
+    let e = decode(&Trace::new().psb(None, Some(0)).tnt("T").bytes(), &src, cfg(true));
+    assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
+    assert_eq!(cert(&e, 0), (BranchClass::Nop, 5, false));
+    // A TIP next: only the JMP (to the indirect jump) fits.
+    let e = decode(&Trace::new().psb(None, Some(0)).tip(7).bytes(), &src, cfg(true));
+    assert_eq!(short(&e), [I(0), I(0x20), End(Some(7))]);
+    assert_eq!(cert(&e, 0), (BranchClass::DirectJump, 5, false));
+}
+
+#[test]
+fn candidates_that_all_fit_are_uncertain() {
+    let code = image(SITE);
+    use E::*;
+    // Both lead to a Jcc: both fit a TNT; the first (the image's) is taken.
+    let src = TwoAtSite { code: &code, alt: &JMP_30 };
+    let e = decode(&Trace::new().psb(None, Some(0)).tnt("T").bytes(), &src, cfg(true));
+    assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
+    assert_eq!(cert(&e, 0), (BranchClass::Nop, 5, true));
+    // Neither fits a TIP: the first is taken, uncertain, and the error shows where.
+    let e = decode(&Trace::new().psb(None, Some(0)).tip(7).bytes(), &src, cfg(true));
+    assert_eq!(short(&e), [I(0), I(5), Err(FlowErrorKind::NoTnt)]);
+    assert!(insn(&e, 0).2);
+    // Contents that differ only after the instruction make no choice.
+    let src = TwoAtSite { code: &code, alt: &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x75] };
+    let e = decode(&Trace::new().psb(None, Some(0)).tnt("T").bytes(), &src, cfg(true));
+    assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
+    assert!(!insn(&e, 0).2);
+}
+
+#[test]
+fn a_poke_between_two_tscs_is_resolved_by_the_packets() {
+    // NOP5 -> JMP 20 at time 150; the trace knows only that the site ran in [100, 200].
+    let code = timeline(SITE, &[(150, 0, &SITE[0].1[..5], &JMP_20)]);
+    use E::*;
+    let jumped = Trace::new().psb(Some(100), Some(0)).tip(7).tsc(200).bytes();
+    let fell = Trace::new().psb(Some(100), Some(0)).tnt("T").tsc(200).bytes();
+    let e = decode(&jumped, &Interval(&code), cfg(true));
+    assert_eq!(short(&e), [I(0), I(0x20), End(Some(7))]);
+    assert_eq!(insn(&e, 0), (BranchClass::DirectJump, 5, false, 100, 200));
+    let e = decode(&fell, &Interval(&code), cfg(true));
+    assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
+    assert_eq!(insn(&e, 0), (BranchClass::Nop, 5, false, 100, 200));
+    // The image read at the interval's start alone sees the old NOP5 and fails.
+    assert_eq!(short(&decode(&jumped, &PerfStyle(&code), cfg(true))), [I(0), I(5), Err(FlowErrorKind::NoTnt)]);
+    assert_eq!(short(&decode(&jumped, &Static(&code), cfg(true))), [I(0), I(5), Err(FlowErrorKind::NoTnt)]);
+    // After the poke, no candidates: the JMP, exactly.
+    let later = Trace::new().psb(Some(160), Some(0)).tip(7).tsc(200).bytes();
+    let e = decode(&later, &Interval(&code), cfg(true));
+    assert_eq!(insn(&e, 0), (BranchClass::DirectJump, 5, false, 160, 200));
+}
