@@ -104,6 +104,10 @@ fn errors(events: &[FlowEvent]) -> Vec<(usize, FlowErrorKind, Option<u64>)> {
 }
 
 /// A deterministic xorshift.
+#[path = "common/alt.rs"]
+mod alt;
+use alt::AltAt;
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -698,28 +702,6 @@ fn trials_are_not_nested_so_work_stays_linear() {
     let per_step = 8 + 8 * (c.trial_insns + 1) * 8;
     assert!(src.fetches.get() <= steps * per_step, "{} fetches for {steps} events", src.fetches.get());
     assert!(got.iter().any(|e| matches!(e, FlowEvent::Insn { uncertain: true, .. })));
-}
-
-/// Two contents at one address: the image's, and `alt` over its first bytes.
-struct AltAt<'a> {
-    code: &'a CodeTimeline,
-    at: u64,
-    alt: &'a [u8],
-}
-
-impl CodeSource for AltAt<'_> {
-    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
-        let n = match Static(self.code).fetch(addr, lo, hi, 0, buf) {
-            Fetch::Exact(n) if addr == self.at => n,
-            other => return other,
-        };
-        match which {
-            0 => {}
-            1 => buf[..self.alt.len()].copy_from_slice(self.alt),
-            _ => return Fetch::Unmapped,
-        }
-        Fetch::Candidate { filled: n, count: 2 }
-    }
 }
 
 #[test]

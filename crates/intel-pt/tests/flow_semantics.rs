@@ -5,7 +5,7 @@
 //! candidate mechanism that picks the code content the packets fit.
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time, TimeConv};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use intel_pt::{Encoder, Packet, Tnt};
 use isa::BranchClass;
@@ -33,6 +33,10 @@ fn timeline(pieces: &[(u64, &[u8])], pokes: &[(Time, u64, &[u8], &[u8])]) -> Cod
 }
 
 /// A packet stream written through the encoder (IPs are offsets from `K`).
+#[path = "common/alt.rs"]
+mod alt;
+use alt::AltAt;
+
 struct Trace {
     enc: Encoder,
     out: Vec<u8>,
@@ -384,36 +388,12 @@ const SITE: &[(u64, &[u8])] = &[
 const JMP_20: [u8; 5] = [0xe9, 0x1b, 0, 0, 0];
 const JMP_30: [u8; 5] = [0xe9, 0x2b, 0, 0, 0];
 
-/// Two contents at `K`: the image's and `alt` over its first bytes.
-struct TwoAtSite<'a> {
-    code: &'a CodeTimeline,
-    alt: &'a [u8],
-}
-
-impl CodeSource for TwoAtSite<'_> {
-    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
-        if addr != K {
-            return Static(self.code).fetch(addr, lo, hi, which, buf);
-        }
-        let n = match Static(self.code).fetch(addr, lo, hi, 0, buf) {
-            Fetch::Exact(n) => n,
-            other => return other,
-        };
-        match which {
-            0 => {}
-            1 => buf[..self.alt.len()].copy_from_slice(self.alt),
-            _ => return Fetch::Unmapped,
-        }
-        Fetch::Candidate { filled: n, count: 2 }
-    }
-}
-
 #[test]
 fn the_candidate_the_packets_fit_is_chosen_and_certain() {
     let code = image(SITE);
     use E::*;
     // A TNT next: only the NOP5 (into the Jcc) fits.
-    let src = TwoAtSite { code: &code, alt: &JMP_20 };
+    let src = AltAt { code: &code, at: K, alt: &JMP_20 };
     let e = decode(&Trace::new().psb(None, Some(0)).tnt("T").bytes(), &src, cfg(true));
     assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
     assert_eq!(cert(&e, 0), (BranchClass::Nop, 5, false));
@@ -428,7 +408,7 @@ fn candidates_that_all_fit_are_uncertain() {
     let code = image(SITE);
     use E::*;
     // Both lead to a Jcc: both fit a TNT; the first (the image's) is taken.
-    let src = TwoAtSite { code: &code, alt: &JMP_30 };
+    let src = AltAt { code: &code, at: K, alt: &JMP_30 };
     let e = decode(&Trace::new().psb(None, Some(0)).tnt("T").bytes(), &src, cfg(true));
     assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
     assert_eq!(cert(&e, 0), (BranchClass::Nop, 5, true));
@@ -437,7 +417,7 @@ fn candidates_that_all_fit_are_uncertain() {
     assert_eq!(short(&e), [I(0), I(5), Err(FlowErrorKind::NoTnt)]);
     assert!(insn(&e, 0).2);
     // Contents that differ only after the instruction make no choice.
-    let src = TwoAtSite { code: &code, alt: &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x75] };
+    let src = AltAt { code: &code, at: K, alt: &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x75] };
     let e = decode(&Trace::new().psb(None, Some(0)).tnt("T").bytes(), &src, cfg(true));
     assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
     assert!(!insn(&e, 0).2);
