@@ -139,6 +139,12 @@ impl EtmV4Config {
         self.idr8
     }
 
+    /// TRCIDR2.WFXMODE (ETMv4 and later): WFI and WFE are P0 instructions
+    /// (traced like branches).
+    pub fn wfx_is_p0(&self) -> bool {
+        self.idr2 & (1 << 29) != 0 && self.major_version() >= 4
+    }
+
     /// TRCCONFIGR.CCI: cycle counting enabled.
     pub fn cycle_counting_enabled(&self) -> bool {
         self.configr & (1 << 4) != 0

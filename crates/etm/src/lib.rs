@@ -49,6 +49,7 @@ pub mod config;
 pub mod decode;
 pub mod encode;
 mod error;
+pub mod flow;
 pub mod frame;
 pub mod opencsd;
 pub mod packet;

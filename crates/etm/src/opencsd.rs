@@ -12,6 +12,7 @@
 
 use std::io::Write;
 
+use crate::flow::{ElemKind, Element, InstrSubtype, InstrType, TraceOnReason};
 use crate::packet::*;
 use crate::TracePacket;
 
@@ -397,4 +398,138 @@ fn write_exception(out: &mut Vec<u8>, e: &Exception) -> std::io::Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// Appends an element's line as `trc_pkt_lister -decode` prints it
+/// (`Idx:..; ID:..; OCSD_GEN_TRC_ELEM_...(...)`) and returns true; error
+/// elements have no such line (OpenCSD logs them elsewhere, then reports
+/// the NO_SYNC that follows): nothing is written and it returns false.
+pub fn write_element(out: &mut Vec<u8>, e: &Element) -> bool {
+    if matches!(e.kind, ElemKind::Error(_)) {
+        return false;
+    }
+    out.extend_from_slice(b"Idx:");
+    write_decimal(out, e.index);
+    out.extend_from_slice(b"; ID:");
+    if e.trace_id >= 16 {
+        out.push(HEX[(e.trace_id >> 4) as usize]);
+    }
+    out.push(HEX[(e.trace_id & 0xF) as usize]);
+    out.extend_from_slice(b"; OCSD_GEN_TRC_ELEM_");
+    write_element_body(out, &e.kind);
+    out.push(b'\n');
+    true
+}
+
+/// `0x` and lower-case hex digits, like `std::hex`.
+fn write_hex_lower(out: &mut Vec<u8>, v: u64) {
+    let digits = (64 - v.leading_zeros() as usize).div_ceil(4).max(1);
+    out.extend_from_slice(b"0x");
+    out.extend((0..digits).rev().map(|k| HEX[((v >> (4 * k)) & 0xF) as usize]));
+}
+
+/// OpenCSD's element text after `OCSD_GEN_TRC_ELEM_`: the type name and its fields in parentheses.
+fn write_element_body(out: &mut Vec<u8>, k: &ElemKind) {
+    match *k {
+        ElemKind::InstrRange(r) => {
+            out.extend_from_slice(b"INSTR_RANGE(exec range=");
+            write_hex_lower(out, r.start);
+            out.extend_from_slice(b":[");
+            write_hex_lower(out, r.end);
+            out.extend_from_slice(b"] num_i(");
+            write_decimal(out, r.num_i as u64);
+            out.extend_from_slice(b") last_sz(");
+            write_decimal(out, r.last_size as u64);
+            out.extend_from_slice(b") (ISA=");
+            out.extend_from_slice(r.isa.name().as_bytes());
+            out.extend_from_slice(if r.executed { b") E " } else { b") N " });
+            out.extend_from_slice(match r.last_type {
+                InstrType::Other => b"--- ",
+                InstrType::Branch => b"BR  ",
+                InstrType::IndirectBranch => b"iBR ",
+                InstrType::Isb => b"ISB ",
+                InstrType::WfiWfe => b"WFI.WFE",
+            });
+            out.extend_from_slice(match r.last_subtype {
+                InstrSubtype::None => &b""[..],
+                InstrSubtype::Link => b"b+link ",
+                InstrSubtype::Ret => b"A64:ret ",
+                InstrSubtype::Eret => b"A64:eret ",
+            });
+            if r.last_cond {
+                out.extend_from_slice(b" <cond>");
+            }
+            out.push(b')');
+        }
+        ElemKind::AddrNacc(a) => {
+            out.extend_from_slice(b"ADDR_NACC( ");
+            write_hex_lower(out, a);
+            out.extend_from_slice(b" )");
+        }
+        ElemKind::NoSync(r) => {
+            let _ = write!(out, "NO_SYNC( [{}])", r.name());
+        }
+        ElemKind::EoTrace(r) => {
+            let _ = write!(out, "EO_TRACE( [{}])", r.name());
+        }
+        ElemKind::TraceOn(r) => {
+            let _ = write!(
+                out,
+                "TRACE_ON( [{}])",
+                match r {
+                    TraceOnReason::Normal => "begin or filter",
+                    TraceOnReason::Overflow => "overflow",
+                }
+            );
+        }
+        ElemKind::PeContext(c) => {
+            let _ = write!(
+                out,
+                "PE_CONTEXT((ISA={}) EL{}{}; {}-bit; ",
+                c.isa.name(),
+                c.el,
+                if c.secure { "S" } else { "N" },
+                if c.aarch64 { 64 } else { 32 }
+            );
+            if let Some(v) = c.vmid {
+                let _ = write!(out, "VMID=0x{v:x}; ");
+            }
+            if let Some(v) = c.context_id {
+                let _ = write!(out, "CTXTID=0x{v:x}; ");
+            }
+            out.push(b')');
+        }
+        ElemKind::Exception {
+            number,
+            ret_addr,
+            ret_addr_is_target,
+        } => {
+            let _ = write!(
+                out,
+                "EXCEPTION(pref ret addr:0x{ret_addr:x}{}; excep num (0x{number:02x}) )",
+                if ret_addr_is_target {
+                    " [addr also prev br tgt]"
+                } else {
+                    ""
+                }
+            );
+        }
+        ElemKind::ExceptionReturn => out.extend_from_slice(b"EXCEPTION_RET()"),
+        ElemKind::Timestamp { value, cycles } => {
+            let _ = write!(out, "TIMESTAMP( [ TS=0x{value:012x}]; ");
+            if let Some(c) = cycles {
+                let _ = write!(out, " [CC={c}]; ");
+            }
+            out.push(b')');
+        }
+        ElemKind::CycleCount(c) => {
+            let _ = write!(out, "CYCLE_COUNT( [CC={c}]; )");
+        }
+        ElemKind::Event(n) => {
+            let _ = write!(out, "EVENT( Numbered:{n}; )");
+        }
+        ElemKind::Error(e) => {
+            let _ = write!(out, "ERROR({e})");
+        }
+    }
 }

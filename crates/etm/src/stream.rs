@@ -320,13 +320,22 @@ impl<'d> PacketReader<'d> {
     #[allow(clippy::should_implement_trait)] // lends from self: not an Iterator
     #[inline]
     pub fn next(&mut self) -> Option<Result<TracePacket<'_>, FrameError>> {
+        self.next_item().map(|(_, item)| item)
+    }
+
+    /// Like `next`, and whether the item comes from the end-of-trace flush
+    /// (a frame cut short, the sources' cut-off packets, in trace ID order).
+    #[inline]
+    pub fn next_item(&mut self) -> Option<(bool, Result<TracePacket<'_>, FrameError>)> {
         while !self.ended {
             match self.stream.advance(&mut self.input) {
-                Some(t) => return Some(t.map(|t| self.stream.resolve(t, self.input.data))),
+                Some(t) => {
+                    return Some((false, t.map(|t| self.stream.resolve(t, self.input.data))))
+                }
                 None => self.ended = !self.next_block(),
             }
         }
         let t = self.stream.finish_token()?;
-        Some(t.map(|t| self.stream.resolve(t, &[])))
+        Some((true, t.map(|t| self.stream.resolve(t, &[]))))
     }
 }

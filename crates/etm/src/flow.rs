@@ -1,0 +1,320 @@
+//! ETMv4 instruction flow: follows each source's atoms through the code and
+//! produces generic trace elements, the ones OpenCSD's decoder produces
+//! (NO_SYNC, TRACE_ON, PE_CONTEXT, INSTR_RANGE, EXCEPTION, ...).
+//!
+//! Per trace ID a state machine ([`source`]) waits for an A-sync and a
+//! TRACE_INFO, then keeps the packets' P0 elements (atoms, exceptions) and
+//! what comes with them (addresses, contexts, timestamps) on a speculation
+//! stack, oldest first. Elements leave it when they are committed (a COMMIT
+//! packet, or the speculation depth exceeding the source's maximum), are
+//! cancelled, mispredicted (the newest atom flips) or discarded, as the ETMv4
+//! architecture defines. Committed atoms walk the code from the current
+//! address to the next P0 instruction ([`code`]), asking a [`CodeSource`]
+//! for the code as it was at the latest timestamp seen.
+//!
+//! Only AArch64 code is walked: A32/T32 state gives an
+//! [`FlowError::UnsupportedIsa`] element and waits for a new address and
+//! context. Bad packets give an error element; the source then waits for the
+//! next A-sync (a NO_SYNC element says so), never a panic.
+
+mod code;
+mod source;
+
+pub use code::{snapshot_code, CodeSource, Fetched, Time};
+
+use crate::config::EtmV4Config;
+use crate::frame::FrameError;
+use crate::packet::PacketType;
+use crate::TracePacket;
+use source::Source;
+
+/// Instruction set of the traced PE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    A32,
+    T32,
+    A64,
+    /// Not known yet (no context seen).
+    Unknown,
+}
+
+impl Isa {
+    /// OpenCSD's short name (`A64`, `T32`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::A32 => "A32",
+            Isa::T32 => "T32",
+            Isa::A64 => "A64",
+            Isa::Unknown => "Unk",
+        }
+    }
+}
+
+/// Kind of the last instruction of a range (the P0 instruction it ends at).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InstrType {
+    /// Not a P0 instruction (a range cut short, or walked to an exception's return address).
+    Other,
+    /// Direct branch.
+    Branch,
+    /// Indirect branch (register target, returns, ERET).
+    IndirectBranch,
+    /// Instruction barrier (a P0 instruction in ETMv4).
+    Isb,
+    /// WFI/WFE, P0 when TRCIDR2.WFXMODE says so.
+    WfiWfe,
+}
+
+/// Finer kind of the last instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InstrSubtype {
+    None,
+    /// BL, BLR: a call that sets the link register.
+    Link,
+    /// A64 RET.
+    Ret,
+    /// A64 ERET.
+    Eret,
+}
+
+/// Instructions executed from `start` up to `end` (exclusive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InstrRange {
+    pub start: u64,
+    pub end: u64,
+    pub num_i: u32,
+    /// Size in bytes of the last instruction.
+    pub last_size: u8,
+    pub isa: Isa,
+    /// The last instruction's atom: E (true, taken / executed) or N.
+    pub executed: bool,
+    pub last_type: InstrType,
+    pub last_subtype: InstrSubtype,
+    /// The last instruction is conditional (B.cond, CBZ, TBZ, ...).
+    pub last_cond: bool,
+}
+
+/// The PE's state from a context packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeContext {
+    pub isa: Isa,
+    pub el: u8,
+    pub secure: bool,
+    pub aarch64: bool,
+    /// Present when the packet carried it.
+    pub vmid: Option<u32>,
+    pub context_id: Option<u32>,
+}
+
+/// Why a source is not synchronised, or why its trace ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnsyncReason {
+    /// Start of the trace.
+    InitDecoder,
+    /// The decoder was reset (a frame-level fault).
+    ResetDecoder,
+    Overflow,
+    Discard,
+    /// A bad packet; waiting for the next A-sync.
+    BadPacket,
+    EndOfTrace,
+}
+
+impl UnsyncReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnsyncReason::InitDecoder => "init-decoder",
+            UnsyncReason::ResetDecoder => "reset-decoder",
+            UnsyncReason::Overflow => "overflow",
+            UnsyncReason::Discard => "discard",
+            UnsyncReason::BadPacket => "bad-packet",
+            UnsyncReason::EndOfTrace => "end-of-trace",
+        }
+    }
+}
+
+/// Why tracing (re)starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TraceOnReason {
+    /// Start of trace or the trace filter turning on again.
+    Normal,
+    /// After a trace unit overflow.
+    Overflow,
+}
+
+/// Bad or undecodable trace found by the flow decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum FlowError {
+    #[error("bad packet {}: waiting for the next A-sync", .0.name())]
+    BadPacket(PacketType),
+    #[error("packet {} is not supported by the flow decoder (data, Q or conditional trace): waiting for the next A-sync", .0.name())]
+    UnsupportedPacket(PacketType),
+    #[error("{isa:?} code at {addr:#x}: only AArch64 code is followed; waiting for a new address and context")]
+    UnsupportedIsa { isa: Isa, addr: u64 },
+    #[error("commit of more P0 elements than the trace holds")]
+    CommitOverrun,
+    #[error("cancel of more P0 elements than the trace holds")]
+    CancelOverrun,
+    #[error("mispredict with no atom to correct")]
+    MispredictWithoutAtom,
+    #[error("exception without its return address")]
+    ExceptionWithoutAddress,
+    #[error("return stack empty at an indirect branch")]
+    ReturnStackEmpty,
+    #[error("frame-level fault in the trace buffer: decoder reset")]
+    Frame,
+}
+
+/// What an element says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElemKind {
+    NoSync(UnsyncReason),
+    TraceOn(TraceOnReason),
+    PeContext(PeContext),
+    InstrRange(InstrRange),
+    /// The code at this address is not in the image.
+    AddrNacc(u64),
+    Exception {
+        number: u16,
+        /// Preferred return address.
+        ret_addr: u64,
+        /// The return address is also the target of the previous branch.
+        ret_addr_is_target: bool,
+    },
+    ExceptionReturn,
+    Timestamp {
+        value: u64,
+        cycles: Option<u32>,
+    },
+    CycleCount(u32),
+    Event(u8),
+    EoTrace(UnsyncReason),
+    Error(FlowError),
+}
+
+/// One generic trace element: which source, the trace index of the packet
+/// that produced it, and what it says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Element {
+    pub trace_id: u8,
+    pub index: u64,
+    pub kind: ElemKind,
+}
+
+/// The flow decoders of a buffer's sources, by trace ID. Feed it every
+/// packet in buffer order ([`FlowDecoder::packet`]), frame errors
+/// ([`FlowDecoder::frame_error`]) and the end of each source's trace
+/// ([`FlowDecoder::finish`]); elements are appended to the caller's vector.
+pub struct FlowDecoder<C: CodeSource> {
+    code: C,
+    sources: Vec<Source>,
+    route: [u8; 128],
+}
+
+const NONE: u8 = u8::MAX;
+
+impl<C: CodeSource> FlowDecoder<C> {
+    /// Decoders for `configs` (by trace ID) reading code from `code`.
+    pub fn new(code: C, configs: &[EtmV4Config]) -> FlowDecoder<C> {
+        let mut route = [NONE; 128];
+        let mut sources = Vec::new();
+        for c in configs {
+            let id = c.trace_id() as usize;
+            if route[id] == NONE {
+                route[id] = sources.len() as u8;
+                sources.push(Source::new(c));
+            }
+        }
+        FlowDecoder {
+            code,
+            sources,
+            route,
+        }
+    }
+
+    pub fn code(&self) -> &C {
+        &self.code
+    }
+
+    /// Trace IDs with a decoder, ascending.
+    pub fn trace_ids(&self) -> impl Iterator<Item = u8> + '_ {
+        (0..128u8).filter(|&id| self.route[id as usize] != NONE)
+    }
+
+    /// Decodes one packet; packets of trace IDs without a decoder are ignored.
+    #[inline]
+    pub fn packet(&mut self, p: &TracePacket<'_>, out: &mut Vec<Element>) {
+        let slot = self.route[(p.trace_id & 0x7F) as usize];
+        if let Some(s) = self.sources.get_mut(slot as usize) {
+            s.packet(p, &self.code, out);
+        }
+    }
+
+    /// A frame-level fault: every source loses sync.
+    pub fn frame_error(&mut self, _e: &FrameError, out: &mut Vec<Element>) {
+        for s in &mut self.sources {
+            s.reset_after_fault(out);
+        }
+    }
+
+    /// End of the trace of `trace_id`: pending timestamps and the EO_TRACE element.
+    pub fn finish(&mut self, trace_id: u8, out: &mut Vec<Element>) {
+        let slot = self.route[(trace_id & 0x7F) as usize];
+        if let Some(s) = self.sources.get_mut(slot as usize) {
+            s.finish(out);
+        }
+    }
+}
+
+/// What [`run`] reports, in the order `trc_pkt_lister -decode` prints it.
+#[derive(Clone, Copy, Debug)]
+pub enum Item<'a> {
+    Packet(&'a TracePacket<'a>),
+    Frame(&'a FrameError),
+    /// An element, after the packet that produced it.
+    Element(&'a Element),
+    /// The end of a source's trace, after its EO_TRACE element.
+    End(u8),
+}
+
+/// Decodes a whole buffer: every packet of `reader`, then the elements it
+/// produced; at the end each source's EO_TRACE, in trace ID order (a
+/// source's cut-off last packet comes just before its own end).
+pub fn run<C: CodeSource>(
+    reader: &mut crate::PacketReader<'_>,
+    flow: &mut FlowDecoder<C>,
+    mut f: impl FnMut(Item<'_>),
+) {
+    let mut elems = Vec::with_capacity(256);
+    let ids: Vec<u8> = flow.trace_ids().collect();
+    let mut ended = 0;
+    let mut end = |flow: &mut FlowDecoder<C>, upto: u16, elems: &mut Vec<Element>, f: &mut dyn FnMut(Item<'_>)| {
+        while ended < ids.len() && (ids[ended] as u16) < upto {
+            flow.finish(ids[ended], elems);
+            for e in elems.drain(..) {
+                f(Item::Element(&e));
+            }
+            f(Item::End(ids[ended]));
+            ended += 1;
+        }
+    };
+    while let Some((finishing, item)) = reader.next_item() {
+        match item {
+            Ok(p) => {
+                if finishing {
+                    end(flow, p.trace_id as u16, &mut elems, &mut f);
+                }
+                f(Item::Packet(&p));
+                flow.packet(&p, &mut elems);
+            }
+            Err(e) => {
+                f(Item::Frame(&e));
+                flow.frame_error(&e, &mut elems);
+            }
+        }
+        for e in elems.drain(..) {
+            f(Item::Element(&e));
+        }
+    }
+    end(flow, u16::MAX, &mut elems, &mut f);
+}

@@ -1,0 +1,279 @@
+//! Code access for the flow decoder: the [`CodeSource`] trait, its
+//! implementation over a [`codeimage::CodeTimeline`], an OpenCSD snapshot's
+//! memory dumps as a timeline, and the walk from an address to the next P0
+//! instruction (with a cache of walks already done).
+
+use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
+use isa::BranchClass;
+
+use super::{InstrSubtype, InstrType};
+use crate::snapshot::Snapshot;
+
+/// The trace's time for code lookups: the latest ETMv4 timestamp value seen
+/// on the source (0 before the first). It is the trace unit's own clock, not
+/// perf time: a source that keys code by another clock converts it.
+pub type Time = u64;
+
+/// What a [`CodeSource`] filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    /// Bytes filled from the start of the buffer: fewer than asked where
+    /// mapped memory ends, 0 when the first byte is unmapped.
+    pub len: usize,
+    /// The times `[valid_from, valid_to)` over which these bytes stay the
+    /// same (a cache of decoded code is good for that window).
+    pub valid_from: Time,
+    pub valid_to: Time,
+}
+
+/// Code bytes at an address as they were at a time. The decoder asks with
+/// the latest timestamp seen; an image without history (a snapshot) answers
+/// the same for every time.
+pub trait CodeSource {
+    fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched;
+}
+
+impl<T: CodeSource + ?Sized> CodeSource for &T {
+    #[inline]
+    fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched {
+        (**self).fetch(addr, t, buf)
+    }
+}
+
+/// The time-versioned code image (base code plus TEXT_POKE history). Where
+/// a change makes the content at `t` uncertain, the older bytes are given.
+impl CodeSource for CodeTimeline {
+    #[inline]
+    fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched {
+        let info = self.read_into(addr, buf, t);
+        Fetched {
+            len: info.mapped,
+            valid_from: info.valid.start,
+            valid_to: info.valid.end,
+        }
+    }
+}
+
+/// The memory dumps of every core of a snapshot as a code timeline (no
+/// pokes), and a note for each dump that could not be used as described: a
+/// missing file is skipped (OpenCSD skips it too), a length past the end of
+/// the file is cut to the file. Memory spaces (`space=`) are not told apart:
+/// one address space holds all dumps, the first dump wins where two overlap.
+pub fn snapshot_code(snap: &Snapshot) -> (CodeTimeline, Vec<String>) {
+    let mut base = BaseImage::new();
+    let mut notes = Vec::new();
+    let mut seen = Vec::new();
+    for dev in &snap.devices {
+        for d in &dev.dumps {
+            if seen.contains(&(&d.file, d.address)) {
+                continue;
+            }
+            seen.push((&d.file, d.address));
+            let size = match std::fs::metadata(&d.file) {
+                Ok(m) => m.len(),
+                Err(e) => {
+                    notes.push(format!(
+                        "{}: memory dump {} at {:#x} skipped: {e}",
+                        dev.path.display(),
+                        d.file.display(),
+                        d.address
+                    ));
+                    continue;
+                }
+            };
+            let offset = d.offset.unwrap_or(0);
+            let avail = size.saturating_sub(offset);
+            let len = match d.length {
+                Some(l) if l > avail => {
+                    notes.push(format!(
+                        "{}: memory dump {} at {:#x} says length {l:#x} but the file has {avail:#x} bytes from offset {offset:#x}: using those",
+                        dev.path.display(),
+                        d.file.display(),
+                        d.address
+                    ));
+                    avail
+                }
+                Some(l) => l,
+                None => avail,
+            };
+            if len == 0 {
+                continue;
+            }
+            if let Err(e) = base.add_raw_file(&d.file, offset, Some(len), d.address) {
+                notes.push(format!(
+                    "{}: memory dump skipped: {e}",
+                    dev.path.display()
+                ));
+            }
+        }
+    }
+    (TimelineBuilder::new(base).build(), notes)
+}
+
+/// One decoded instruction, as far as the flow decoder cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Insn {
+    pub ty: InstrType,
+    pub sub: InstrSubtype,
+    pub cond: bool,
+    /// Target of a direct branch.
+    pub target: u64,
+}
+
+const OTHER: Insn = Insn {
+    ty: InstrType::Other,
+    sub: InstrSubtype::None,
+    cond: false,
+    target: 0,
+};
+
+/// The P0 class of an A64 instruction word: branches (ERET included; SVC,
+/// HVC, SMC and traps are not P0: exception packets trace them), ISB, and
+/// WFI/WFE when `wfx_p0` (TRCIDR2.WFXMODE).
+#[inline]
+pub(crate) fn classify(addr: u64, word: u32, wfx_p0: bool) -> Insn {
+    let i = isa::classify_aarch64(addr, word);
+    let (ty, sub, cond) = match i.class {
+        BranchClass::DirectJump => (InstrType::Branch, InstrSubtype::None, false),
+        BranchClass::DirectCall => (InstrType::Branch, InstrSubtype::Link, false),
+        BranchClass::CondBranch => (InstrType::Branch, InstrSubtype::None, true),
+        BranchClass::IndirectJump => (InstrType::IndirectBranch, InstrSubtype::None, false),
+        BranchClass::IndirectCall => (InstrType::IndirectBranch, InstrSubtype::Link, false),
+        BranchClass::Return => (InstrType::IndirectBranch, InstrSubtype::Ret, false),
+        // ERET, ERETAA, ERETAB; not SVC/HVC/SMC/DCPS/DRPS.
+        BranchClass::FarTransfer if matches!(word, 0xd69f_03e0 | 0xd69f_0bff | 0xd69f_0fff) => {
+            (InstrType::IndirectBranch, InstrSubtype::Eret, false)
+        }
+        // WFE, WFI (HINT #2, #3).
+        BranchClass::Nop if wfx_p0 && word & 0xffff_ffdf == 0xd503_205f => {
+            (InstrType::WfiWfe, InstrSubtype::None, false)
+        }
+        // ISB with any option.
+        BranchClass::None if word & 0xffff_f0ff == 0xd503_30df => {
+            (InstrType::Isb, InstrSubtype::None, false)
+        }
+        _ => return OTHER,
+    };
+    Insn {
+        ty,
+        sub,
+        cond,
+        target: i.target.unwrap_or(0),
+    }
+}
+
+/// The result of walking code from an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Walk {
+    /// Address after the last instruction walked (the NACC address when `nacc`).
+    pub end: u64,
+    pub num_i: u32,
+    /// The last instruction walked (OTHER when none).
+    pub last: Insn,
+    /// The walk stopped at code not in the image.
+    pub nacc: bool,
+}
+
+/// Longest walk without a P0 instruction: longer is reported as memory not
+/// accessible at the point reached (16 MiB of code with no branch is not code).
+const MAX_WALK: u32 = 1 << 22;
+
+/// Bytes asked from the code source at a time.
+const CHUNK: usize = 64;
+
+/// Walks A64 code from `addr` at time `t` until `stop` says an instruction
+/// ends the walk, or the code runs out. Returns the walk and the window of
+/// times over which the code read stays the same.
+#[inline]
+fn walk(
+    code: &impl CodeSource,
+    addr: u64,
+    t: Time,
+    wfx_p0: bool,
+    mut stop: impl FnMut(u64, &Insn) -> bool,
+) -> (Walk, Time, Time) {
+    let mut buf = [0u8; CHUNK];
+    let (mut from, mut to) = (0, Time::MAX);
+    let mut w = Walk {
+        end: addr,
+        num_i: 0,
+        last: OTHER,
+        nacc: false,
+    };
+    loop {
+        let f = code.fetch(w.end, t, &mut buf);
+        from = from.max(f.valid_from);
+        to = to.min(f.valid_to);
+        let words = f.len.min(CHUNK) / 4;
+        if words == 0 {
+            w.nacc = true;
+            return (w, from, to);
+        }
+        for c in buf[..words * 4].chunks_exact(4) {
+            let word = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let insn = classify(w.end, word, wfx_p0);
+            w.last = insn;
+            w.num_i += 1;
+            let (next, wrapped) = w.end.overflowing_add(4);
+            w.end = next;
+            if stop(w.end, &insn) {
+                return (w, from, to);
+            }
+            if wrapped || w.num_i >= MAX_WALK {
+                w.nacc = true;
+                return (w, from, to);
+            }
+        }
+    }
+}
+
+/// Walks to an address (an exception's preferred return address): through
+/// branches, until the next instruction is `target`.
+pub(crate) fn walk_to_addr(code: &impl CodeSource, addr: u64, target: u64, t: Time, wfx_p0: bool) -> Walk {
+    walk(code, addr, t, wfx_p0, |next, _| next == target).0
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    addr: u64,
+    from: Time,
+    to: Time,
+    walk: Walk,
+}
+
+/// Walks to the next P0 instruction, cached by start address (direct
+/// mapped; an entry is used only for times in its validity window).
+pub(crate) struct RunCache {
+    entries: Vec<Option<Entry>>,
+}
+
+const CACHE_BITS: u32 = 14;
+
+impl RunCache {
+    pub fn new() -> RunCache {
+        RunCache {
+            entries: Vec::new(),
+        }
+    }
+
+    #[inline]
+    pub fn walk_to_p0(&mut self, code: &impl CodeSource, addr: u64, t: Time, wfx_p0: bool) -> Walk {
+        if self.entries.is_empty() {
+            self.entries = vec![None; 1 << CACHE_BITS];
+        }
+        let slot = ((addr >> 2).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize;
+        if let Some(e) = &self.entries[slot] {
+            if e.addr == addr && e.from <= t && t < e.to {
+                return e.walk;
+            }
+        }
+        let (w, from, to) = walk(code, addr, t, wfx_p0, |_, i| i.ty != InstrType::Other);
+        self.entries[slot] = Some(Entry {
+            addr,
+            from,
+            to,
+            walk: w,
+        });
+        w
+    }
+}

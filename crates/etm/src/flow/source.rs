@@ -1,0 +1,772 @@
+//! One trace source's flow state machine: synchronisation, the speculation
+//! stack, and committing its elements into generic trace elements.
+
+use std::collections::VecDeque;
+
+use super::code::{walk_to_addr, CodeSource, RunCache, Time, Walk};
+use super::{
+    ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext,
+    TraceOnReason, UnsyncReason,
+};
+use crate::config::EtmV4Config;
+use crate::packet::{Context, Packet, PacketType};
+use crate::TracePacket;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Report NO_SYNC at the next packet, then wait for an A-sync.
+    NoSync,
+    WaitSync,
+    WaitInfo,
+    Decode,
+}
+
+/// An element of the speculation stack.
+#[derive(Clone, Copy, Debug)]
+enum Pending {
+    TraceOn,
+    Addr {
+        addr: u64,
+        is: u8,
+    },
+    /// A context; `updated` false for a context packet saying "same".
+    Ctxt {
+        ctx: Context,
+        updated: bool,
+        is: u8,
+    },
+    /// Atoms not yet committed, oldest in bit 0.
+    Atoms {
+        bits: u32,
+        count: u8,
+    },
+    Exception {
+        number: u16,
+        ret_is_target: bool,
+    },
+    ExceptionReturn,
+    Timestamp {
+        value: u64,
+        cycles: Option<u32>,
+    },
+    CycleCount(u32),
+    Event(u8),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Stacked {
+    index: u64,
+    e: Pending,
+}
+
+/// The return stack of the trace unit (16 entries): returns that match it
+/// are traced without a target address.
+#[derive(Clone, Debug, Default)]
+struct ReturnStack {
+    enabled: bool,
+    entries: [(u64, Isa); 16],
+    head: usize,
+    len: usize,
+    pop_pending: bool,
+}
+
+impl Default for Isa {
+    fn default() -> Isa {
+        Isa::Unknown
+    }
+}
+
+impl ReturnStack {
+    fn push(&mut self, addr: u64, isa: Isa) {
+        if self.enabled {
+            self.head = (self.head + 1) % 16;
+            self.entries[self.head] = (addr, isa);
+            self.len = (self.len + 1).min(16);
+        }
+    }
+
+    fn pop(&mut self) -> Option<(u64, Isa)> {
+        self.pop_pending = false;
+        if self.len == 0 {
+            return None;
+        }
+        let e = self.entries[self.head];
+        self.head = (self.head + 15) % 16;
+        self.len -= 1;
+        Some(e)
+    }
+
+    fn flush(&mut self) {
+        self.len = 0;
+        self.pop_pending = false;
+    }
+}
+
+pub(crate) struct Source {
+    trace_id: u8,
+    state: State,
+    unsync: UnsyncReason,
+    stack: VecDeque<Stacked>,
+    spec_depth: u32,
+    max_spec: u32,
+    commit: u32,
+    discard: bool,
+    need_ctxt: bool,
+    need_addr: bool,
+    /// An exception waits for its return address before it counts as P0.
+    exception_pending_addr: bool,
+    prev_overflow: bool,
+    last_is: u8,
+    /// The context the packets last described (context packets saying "same" repeat it).
+    ctx: Context,
+    is64: bool,
+    addr: u64,
+    isa: Isa,
+    ret: ReturnStack,
+    last_index: u64,
+    time: Time,
+    wfx_p0: bool,
+    ts_with_cc: bool,
+    cache: RunCache,
+}
+
+fn calc_isa(is64: bool, is: u8) -> Isa {
+    match (is, is64) {
+        (0, true) => Isa::A64,
+        (0, false) => Isa::A32,
+        _ => Isa::T32,
+    }
+}
+
+impl Source {
+    pub fn new(c: &EtmV4Config) -> Source {
+        Source {
+            trace_id: c.trace_id(),
+            state: State::NoSync,
+            unsync: UnsyncReason::InitDecoder,
+            stack: VecDeque::with_capacity(64),
+            spec_depth: 0,
+            max_spec: c.max_spec_depth(),
+            commit: 0,
+            discard: false,
+            need_ctxt: true,
+            need_addr: true,
+            exception_pending_addr: false,
+            prev_overflow: false,
+            last_is: 0,
+            ctx: Context::default(),
+            is64: false,
+            addr: 0,
+            isa: Isa::Unknown,
+            ret: ReturnStack {
+                enabled: c.return_stack_enabled(),
+                ..ReturnStack::default()
+            },
+            last_index: 0,
+            time: 0,
+            wfx_p0: c.wfx_is_p0(),
+            ts_with_cc: c.cycle_counting_enabled(),
+            cache: RunCache::new(),
+        }
+    }
+
+    #[inline]
+    fn emit(&self, out: &mut Vec<Element>, index: u64, kind: ElemKind) {
+        out.push(Element {
+            trace_id: self.trace_id,
+            index,
+            kind,
+        });
+    }
+
+    pub fn packet(&mut self, p: &TracePacket<'_>, code: &impl CodeSource, out: &mut Vec<Element>) {
+        self.last_index = p.index;
+        if let Packet::Timestamp(ts) = p.packet {
+            self.time = ts.value;
+        }
+        loop {
+            match self.state {
+                State::NoSync => {
+                    self.emit(out, p.index, ElemKind::NoSync(self.unsync));
+                    self.state = State::WaitSync;
+                }
+                State::WaitSync => {
+                    if p.packet.packet_type() == PacketType::Async {
+                        self.state = State::WaitInfo;
+                    }
+                    return;
+                }
+                State::WaitInfo => {
+                    self.need_ctxt = true;
+                    self.need_addr = true;
+                    if let Packet::TraceInfo(ti) = p.packet {
+                        self.spec_depth = ti.spec_depth;
+                        self.state = State::Decode;
+                        self.ret.flush();
+                    }
+                    return;
+                }
+                State::Decode => {
+                    self.decode(p, code, out);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, index: u64, e: Pending) {
+        self.stack.push_back(Stacked { index, e });
+    }
+
+    fn push_atoms(&mut self, index: u64, bits: u32, count: u8) {
+        if count > 0 {
+            self.push(index, Pending::Atoms { bits, count });
+            self.spec_depth += count as u32;
+        }
+    }
+
+    fn decode(&mut self, p: &TracePacket<'_>, code: &impl CodeSource, out: &mut Vec<Element>) {
+        let idx = p.index;
+        let mut is_addr = false;
+        match p.packet {
+            Packet::Async | Packet::Ignore | Packet::FunctionReturn => {}
+            Packet::TraceInfo(_) => self.ret.flush(),
+            Packet::TraceOn => self.push(idx, Pending::TraceOn),
+            Packet::Atom { atoms, .. } => self.push_atoms(idx, atoms.bits, atoms.count),
+            Packet::Context(c) => {
+                if let Some(c) = c {
+                    self.update_ctx(&c);
+                }
+                self.push(
+                    idx,
+                    Pending::Ctxt {
+                        ctx: self.ctx,
+                        updated: c.is_some(),
+                        is: self.last_is,
+                    },
+                );
+            }
+            Packet::AddressContext(a, c) => {
+                self.last_is = a.is;
+                self.update_ctx(&c);
+                self.push(
+                    idx,
+                    Pending::Ctxt {
+                        ctx: self.ctx,
+                        updated: true,
+                        is: a.is,
+                    },
+                );
+                self.push(
+                    idx,
+                    Pending::Addr {
+                        addr: a.value,
+                        is: a.is,
+                    },
+                );
+                is_addr = true;
+            }
+            Packet::Address(a) | Packet::ExactMatch { addr: a, .. } => {
+                self.last_is = a.is;
+                self.push(
+                    idx,
+                    Pending::Addr {
+                        addr: a.value,
+                        is: a.is,
+                    },
+                );
+                is_addr = true;
+            }
+            Packet::Exception(e) => {
+                self.push(
+                    idx,
+                    Pending::Exception {
+                        number: e.number,
+                        ret_is_target: e.addr_interp == 2,
+                    },
+                );
+                self.exception_pending_addr = true;
+            }
+            Packet::ExceptionReturn => self.push(idx, Pending::ExceptionReturn),
+            Packet::Event(n) => self.push(idx, Pending::Event(n)),
+            Packet::CycleCount(c) => self.push(idx, Pending::CycleCount(c.count.unwrap_or(0))),
+            Packet::Timestamp(ts) => {
+                let cycles = self.ts_with_cc.then_some(ts.cycle_count.unwrap_or(0));
+                self.push(
+                    idx,
+                    Pending::Timestamp {
+                        value: ts.value,
+                        cycles,
+                    },
+                );
+            }
+            Packet::Commit(n) => self.commit = n,
+            // Speculation resolution in the architecture's order: cancel
+            // the newest elements, correct the newest remaining atom, then
+            // the packet's own atoms.
+            Packet::CancelF1 { count, mispredict } => {
+                if !self.cancel(count, idx, out) || (mispredict && !self.mispredict(idx, out)) {
+                    return;
+                }
+            }
+            Packet::Mispredict(a) => {
+                if !self.mispredict(idx, out) {
+                    return;
+                }
+                self.push_atoms(idx, a.bits, a.count);
+            }
+            Packet::CancelF2(a) => {
+                if !self.cancel(1, idx, out) || !self.mispredict(idx, out) {
+                    return;
+                }
+                self.push_atoms(idx, a.bits, a.count);
+            }
+            Packet::CancelF3 { e_atom, count } => {
+                if !self.cancel(count as u32, idx, out) || !self.mispredict(idx, out) {
+                    return;
+                }
+                self.push_atoms(idx, e_atom as u32, e_atom as u8);
+            }
+            Packet::Overflow => {
+                self.prev_overflow = true;
+                self.spec_depth = 0;
+                self.discard = true;
+            }
+            Packet::Discard => {
+                self.spec_depth = 0;
+                self.discard = true;
+            }
+            Packet::Q(_)
+            | Packet::CondInstr(_)
+            | Packet::CondFlush
+            | Packet::CondResult(_)
+            | Packet::DataSync { .. } => {
+                let e = FlowError::UnsupportedPacket(p.packet.packet_type());
+                self.fail(idx, e, UnsyncReason::BadPacket, out);
+                return;
+            }
+            Packet::NotSync { .. }
+            | Packet::Reserved { .. }
+            | Packet::ReservedConfig { .. }
+            | Packet::BadSequence { .. }
+            | Packet::IncompleteEot { .. } => {
+                let e = FlowError::BadPacket(p.packet.packet_type());
+                self.fail(idx, e, UnsyncReason::BadPacket, out);
+                return;
+            }
+        }
+        if is_addr && self.exception_pending_addr {
+            self.spec_depth += 1;
+            self.exception_pending_addr = false;
+        }
+        if self.spec_depth > self.max_spec {
+            self.commit = self.spec_depth - self.max_spec;
+        }
+        if self.commit > 0 {
+            self.commit_elements(code, out);
+        }
+        if self.discard {
+            self.discard_elements(out);
+        }
+    }
+
+    /// The context a packet describes. VMID and context ID stay once seen:
+    /// a packet without them means they did not change.
+    fn update_ctx(&mut self, c: &Context) {
+        self.ctx = Context {
+            vmid: c.vmid.or(self.ctx.vmid),
+            context_id: c.context_id.or(self.ctx.context_id),
+            ..*c
+        };
+    }
+
+    /// Bad trace: an error element, and the source waits for the next A-sync.
+    fn fail(&mut self, index: u64, e: FlowError, why: UnsyncReason, out: &mut Vec<Element>) {
+        self.emit(out, index, ElemKind::Error(e));
+        self.reset(why);
+    }
+
+    fn reset(&mut self, why: UnsyncReason) {
+        self.state = State::NoSync;
+        self.unsync = why;
+        self.spec_depth = 0;
+        self.commit = 0;
+        self.discard = false;
+        self.need_ctxt = true;
+        self.need_addr = true;
+        self.exception_pending_addr = false;
+        self.prev_overflow = false;
+        self.stack.clear();
+        self.last_is = 0;
+        self.is64 = false;
+    }
+
+    pub fn reset_after_fault(&mut self, out: &mut Vec<Element>) {
+        self.emit(out, self.last_index, ElemKind::Error(FlowError::Frame));
+        self.reset(UnsyncReason::ResetDecoder);
+    }
+
+    fn context_elem(&mut self, ctx: &Context, is: u8) -> ElemKind {
+        self.is64 = ctx.aarch64;
+        self.isa = calc_isa(self.is64, is);
+        self.need_ctxt = false;
+        ElemKind::PeContext(PeContext {
+            isa: self.isa,
+            el: ctx.el,
+            secure: !ctx.non_secure,
+            aarch64: ctx.aarch64,
+            vmid: ctx.vmid,
+            context_id: ctx.context_id,
+        })
+    }
+
+    fn trace_on_reason(&mut self) -> TraceOnReason {
+        let r = if self.prev_overflow {
+            TraceOnReason::Overflow
+        } else {
+            TraceOnReason::Normal
+        };
+        self.prev_overflow = false;
+        r
+    }
+
+    /// Commits the oldest `self.commit` P0 elements and what precedes them.
+    fn commit_elements(&mut self, code: &impl CodeSource, out: &mut Vec<Element>) {
+        let requested = self.commit;
+        while self.commit > 0 {
+            let Some(&Stacked { index, e }) = self.stack.front() else {
+                self.fail(self.last_index, FlowError::CommitOverrun, UnsyncReason::BadPacket, out);
+                return;
+            };
+            match e {
+                Pending::TraceOn => {
+                    let r = self.trace_on_reason();
+                    self.emit(out, index, ElemKind::TraceOn(r));
+                    self.ret.flush();
+                }
+                Pending::Addr { addr, is } => {
+                    self.ret.pop_pending = false;
+                    self.addr = addr;
+                    self.isa = calc_isa(self.is64, is);
+                    self.need_addr = false;
+                }
+                Pending::Ctxt { ctx, updated, is } => {
+                    if updated {
+                        let k = self.context_elem(&ctx, is);
+                        self.emit(out, index, k);
+                    }
+                }
+                Pending::Timestamp { .. } | Pending::CycleCount(_) | Pending::Event(_) => {
+                    self.emit_time(index, e, out);
+                }
+                Pending::ExceptionReturn => self.emit(out, index, ElemKind::ExceptionReturn),
+                Pending::Atoms { mut bits, mut count } => {
+                    while count > 0 && self.commit > 0 {
+                        let taken = bits & 1 == 1;
+                        bits >>= 1;
+                        count -= 1;
+                        self.commit -= 1;
+                        if !self.pop_return_stack(index, out) {
+                            return;
+                        }
+                        if !self.need_ctxt && !self.need_addr {
+                            self.atom(taken, index, code, out);
+                        }
+                    }
+                    if count > 0 {
+                        self.stack[0].e = Pending::Atoms { bits, count };
+                        continue;
+                    }
+                }
+                Pending::Exception {
+                    number,
+                    ret_is_target,
+                } => {
+                    self.commit -= 1;
+                    if !self.pop_return_stack(index, out) {
+                        return;
+                    }
+                    self.stack.pop_front();
+                    self.exception(index, number, ret_is_target, code, out);
+                    continue;
+                }
+            }
+            self.stack.pop_front();
+        }
+        self.spec_depth = self.spec_depth.saturating_sub(requested);
+    }
+
+    fn emit_time(&mut self, index: u64, e: Pending, out: &mut Vec<Element>) {
+        let k = match e {
+            Pending::Timestamp { value, cycles } => ElemKind::Timestamp { value, cycles },
+            Pending::CycleCount(c) => ElemKind::CycleCount(c),
+            Pending::Event(n) => ElemKind::Event(n),
+            _ => return,
+        };
+        self.emit(out, index, k);
+    }
+
+    /// An indirect branch left its target to the return stack: pop it now
+    /// that no address packet came. False (and an error) when it is empty.
+    fn pop_return_stack(&mut self, index: u64, out: &mut Vec<Element>) -> bool {
+        if !self.ret.pop_pending {
+            return true;
+        }
+        match self.ret.pop() {
+            Some((addr, isa)) => {
+                self.addr = addr;
+                self.isa = isa;
+                self.need_addr = false;
+                true
+            }
+            None => {
+                self.fail(index, FlowError::ReturnStackEmpty, UnsyncReason::BadPacket, out);
+                false
+            }
+        }
+    }
+
+    fn range(&self, start: u64, w: &Walk, executed: bool) -> ElemKind {
+        ElemKind::InstrRange(InstrRange {
+            start,
+            end: w.end,
+            num_i: w.num_i,
+            last_size: 4,
+            isa: self.isa,
+            executed,
+            last_type: w.last.ty,
+            last_subtype: w.last.sub,
+            last_cond: w.last.cond,
+        })
+    }
+
+    /// The code is not A64: an error, and the source waits for a new address and context.
+    fn check_isa(&mut self, index: u64, out: &mut Vec<Element>) -> bool {
+        if self.isa == Isa::A64 {
+            return true;
+        }
+        let e = FlowError::UnsupportedIsa {
+            isa: self.isa,
+            addr: self.addr,
+        };
+        self.emit(out, index, ElemKind::Error(e));
+        self.need_addr = true;
+        self.need_ctxt = true;
+        false
+    }
+
+    /// One committed atom: the code from the current address to the next P0 instruction.
+    #[inline]
+    fn atom(&mut self, taken: bool, index: u64, code: &impl CodeSource, out: &mut Vec<Element>) {
+        if !self.check_isa(index, out) {
+            return;
+        }
+        let start = self.addr;
+        let w = self.cache.walk_to_p0(code, start, self.time, self.wfx_p0);
+        self.addr = w.end;
+        if w.nacc {
+            self.need_addr = true;
+            if w.num_i > 0 {
+                let k = self.range(start, &w, true);
+                self.emit(out, index, k);
+            }
+            self.emit(out, index, ElemKind::AddrNacc(w.end));
+            return;
+        }
+        if taken {
+            match w.last.ty {
+                InstrType::Branch => {
+                    self.addr = w.last.target;
+                    if w.last.sub == InstrSubtype::Link {
+                        self.ret.push(w.end, self.isa);
+                    }
+                }
+                InstrType::IndirectBranch => {
+                    self.need_addr = true;
+                    if w.last.sub == InstrSubtype::Link {
+                        self.ret.push(w.end, self.isa);
+                    }
+                    if self.ret.enabled {
+                        self.ret.pop_pending = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let k = self.range(start, &w, taken);
+        self.emit(out, index, k);
+    }
+
+    /// A committed exception (already off the stack): its context and
+    /// return address follow it on the stack. The code up to the preferred
+    /// return address ran before the exception was taken.
+    fn exception(
+        &mut self,
+        index: u64,
+        number: u16,
+        ret_is_target: bool,
+        code: &impl CodeSource,
+        out: &mut Vec<Element>,
+    ) {
+        let mut ctxt = None;
+        if let Some(&Stacked {
+            e: Pending::Ctxt { ctx, is, .. },
+            ..
+        }) = self.stack.front()
+        {
+            ctxt = Some((ctx, is));
+            self.stack.pop_front();
+        }
+        let Some(&Stacked {
+            e: Pending::Addr { addr: ret_addr, is },
+            ..
+        }) = self.stack.front()
+        else {
+            self.fail(index, FlowError::ExceptionWithoutAddress, UnsyncReason::BadPacket, out);
+            return;
+        };
+        self.stack.pop_front();
+        if ret_is_target {
+            // The return address is where the previous branch went: no range before the exception.
+            let b64 = ctxt.map_or(self.isa == Isa::A64, |(c, _)| c.aarch64);
+            self.addr = ret_addr;
+            self.isa = calc_isa(b64, is);
+            self.need_addr = false;
+        }
+        if let Some((c, is)) = ctxt {
+            let k = self.context_elem(&c, is);
+            self.emit(out, index, k);
+        }
+        let mut nacc = None;
+        if self.addr != ret_addr && self.check_isa(index, out) {
+            let start = self.addr;
+            let w = walk_to_addr(code, start, ret_addr, self.time, self.wfx_p0);
+            self.addr = w.end;
+            if w.nacc {
+                self.need_addr = true;
+                nacc = Some(w.end);
+            }
+            if !w.nacc || w.num_i > 0 {
+                let k = self.range(start, &w, true);
+                self.emit(out, index, k);
+            }
+        }
+        if let Some(a) = nacc {
+            self.emit(out, index, ElemKind::AddrNacc(a));
+        }
+        self.emit(
+            out,
+            index,
+            ElemKind::Exception {
+                number,
+                ret_addr,
+                ret_addr_is_target: ret_is_target,
+            },
+        );
+    }
+
+    /// Cancels the newest `n` P0 elements (and the addresses and contexts
+    /// that came with them; timestamps, cycle counts and events stay).
+    fn cancel(&mut self, n: u32, index: u64, out: &mut Vec<Element>) -> bool {
+        let mut left = n;
+        let mut i = self.stack.len();
+        while left > 0 && i > 0 {
+            i -= 1;
+            match self.stack[i].e {
+                Pending::Atoms { bits, count } => {
+                    let c = left.min(count as u32) as u8;
+                    left -= c as u32;
+                    if c == count {
+                        self.stack.remove(i);
+                    } else {
+                        self.stack[i].e = Pending::Atoms {
+                            bits,
+                            count: count - c,
+                        };
+                    }
+                }
+                Pending::Exception { .. } => {
+                    left -= 1;
+                    self.stack.remove(i);
+                }
+                Pending::Timestamp { .. } | Pending::CycleCount(_) | Pending::Event(_) => {}
+                _ => {
+                    self.stack.remove(i);
+                }
+            }
+        }
+        self.spec_depth = self.spec_depth.saturating_sub(n - left);
+        if left > 0 {
+            self.fail(index, FlowError::CancelOverrun, UnsyncReason::BadPacket, out);
+            return false;
+        }
+        true
+    }
+
+    /// The newest atom was predicted wrongly: it flips, and addresses
+    /// traced after it are dropped.
+    fn mispredict(&mut self, index: u64, out: &mut Vec<Element>) -> bool {
+        let mut i = self.stack.len();
+        while i > 0 {
+            i -= 1;
+            match self.stack[i].e {
+                Pending::Atoms { bits, count } => {
+                    self.stack[i].e = Pending::Atoms {
+                        bits: bits ^ (1 << (count - 1)),
+                        count,
+                    };
+                    return true;
+                }
+                Pending::Addr { .. } => {
+                    self.stack.remove(i);
+                }
+                _ => {}
+            }
+        }
+        self.fail(index, FlowError::MispredictWithoutAtom, UnsyncReason::BadPacket, out);
+        false
+    }
+
+    /// DISCARD or OVERFLOW: speculative elements are dropped (their
+    /// timestamps and counts reported), and the source resynchronises.
+    fn discard_elements(&mut self, out: &mut Vec<Element>) {
+        while let Some(Stacked { index, e }) = self.stack.pop_front() {
+            self.emit_time(index, e, out);
+        }
+        self.commit = 0;
+        self.discard = false;
+        self.spec_depth = 0;
+        self.state = State::NoSync;
+        self.unsync = if self.prev_overflow {
+            UnsyncReason::Overflow
+        } else {
+            UnsyncReason::Discard
+        };
+        self.need_ctxt = true;
+        self.need_addr = true;
+        self.exception_pending_addr = false;
+    }
+
+    /// End of trace: timestamps, cycle counts and events before the first
+    /// uncommitted P0 element are reported, then EO_TRACE.
+    pub fn finish(&mut self, out: &mut Vec<Element>) {
+        while let Some(Stacked { index, e }) = self.stack.pop_front() {
+            match e {
+                Pending::Atoms { .. }
+                | Pending::TraceOn
+                | Pending::Exception { .. }
+                | Pending::ExceptionReturn => {
+                    self.stack.clear();
+                }
+                Pending::Addr { .. } | Pending::Ctxt { .. } => {}
+                _ => self.emit_time(index, e, out),
+            }
+        }
+        let why = if self.prev_overflow {
+            UnsyncReason::Overflow
+        } else {
+            UnsyncReason::EndOfTrace
+        };
+        self.emit(out, self.last_index, ElemKind::EoTrace(why));
+    }
+}
