@@ -79,9 +79,10 @@ enum Command {
         json: bool,
     },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
-    /// directory with Intel PT per CPU, and the ground truth beside it.
+    /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
+    /// snapshot in DIR/snapshot) per CPU, and the ground truth beside it.
     Simulate {
-        #[arg(long, default_value = "x86_64", value_parser = ["x86_64"])]
+        #[arg(long, default_value = "x86_64", value_parser = ["x86_64", "aarch64"])]
         arch: String,
         #[arg(long, default_value_t = 4)]
         cpus: u32,
@@ -96,7 +97,7 @@ enum Command {
         instructions: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// ns between TSC packets.
+        /// ns between timing packets (TSC; ETMv4 TIMESTAMP).
         #[arg(long, default_value_t = 200)]
         tsc_period: u64,
         /// Instead of the generated kernel: random walks through this ELF
@@ -140,8 +141,8 @@ fn main() {
         Command::Image { input, at, history, addr, len, vmlinux, json } => {
             image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
         }
-        Command::Simulate { arch: _, cpus, protocol, pokes, instructions, seed, tsc_period, elf, output } => {
-            let cfg = sim::SimConfig { cpus, protocol, pokes, instructions, seed, tsc_period, ..sim::SimConfig::default() };
+        Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, elf, output } => {
+            let cfg = sim::SimConfig { arch, cpus, protocol, pokes, instructions, seed, tsc_period, ..sim::SimConfig::default() };
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
@@ -180,14 +181,15 @@ fn simulate(cfg: &sim::SimConfig, elf: Option<&std::path::Path>, dir: &std::path
     };
     writeln!(
         out,
-        "{}: {} CPUs, protocol {}, {} instructions, {} pokes, {} ksymbols, {} bytes of Intel PT",
+        "{}: {} CPUs, protocol {}, {} instructions, {} pokes, {} ksymbols, {} bytes of {}",
         dir.display(),
         cfg.cpus,
         cfg.protocol,
         s.instructions.iter().sum::<u64>(),
         s.pokes,
         s.ksymbols,
-        s.trace_bytes.iter().sum::<usize>()
+        s.trace_bytes.iter().sum::<usize>(),
+        if cfg.arch == "aarch64" { "ETMv4 (CoreSight frames)" } else { "Intel PT" }
     )?;
     Ok(0)
 }

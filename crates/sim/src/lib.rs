@@ -14,17 +14,22 @@
 //! Same seed, same bytes.
 
 pub mod check;
+mod a64prog;
+mod etm;
 mod machine;
+mod program;
 mod pt;
 mod rng;
+mod snapshot;
+mod spool;
 mod truth;
 mod walk;
 mod x86prog;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
-use perfdata::auxtrace::IntelPtInfo;
+use perfdata::abi::{attr_flag, cs_etm_magic, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
+use perfdata::auxtrace::{CsEtmCpu, CsEtmInfo, IntelPtInfo};
 use perfdata::kcore::{write_kcore_dir, Machine, Segment};
 use perfdata::{
     AttrWithIds, Auxtrace, AuxtraceInfo, Comm, EventAttr, IdIndex, IdIndexEntry, ItraceStart, Ksymbol, Mmap, Mmap2, Mmap2FileId, NrCpus, RecordBody, SampleId, TextPoke, Writer, ATTR_SIZE_VER7,
@@ -35,9 +40,15 @@ pub use machine::Protocol;
 pub use truth::TruthReader;
 pub use walk::RealCode;
 
+use machine::Flow;
+use spool::{Pending, Spool, SpoolReader};
+
 /// Everything that defines a run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SimConfig {
+    /// `x86_64` (Intel PT) or `aarch64` (ETMv4).
+    #[serde(default = "default_arch")]
+    pub arch: String,
     pub cpus: u32,
     pub protocol: String,
     pub pokes: u64,
@@ -45,17 +56,22 @@ pub struct SimConfig {
     pub instructions: u64,
     pub seed: u64,
     pub functions: usize,
-    /// ns between TSC packets (at the next branch).
+    /// ns between timing packets (TSC; ETMv4 TIMESTAMP), at the next branch.
     pub tsc_period: u64,
-    /// Bytes of trace between PSB+.
+    /// Bytes of trace between synchronisations (PSB+; ETMv4 A-sync).
     pub psb_period: usize,
     /// ns between the steps of one change.
     pub sync_ns: u64,
 }
 
+fn default_arch() -> String {
+    "x86_64".into()
+}
+
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
+            arch: default_arch(),
             cpus: 4,
             protocol: "int3".into(),
             pokes: 200,
@@ -105,21 +121,74 @@ pub enum SimError {
 /// The perf time of the first instruction.
 pub const TIME_ZERO: u64 = 1_000_000_000;
 const PT_PMU_TYPE: u32 = 8;
+/// The cs_etm PMU's type number (dynamic on a real system).
+const CS_ETM_PMU_TYPE: u32 = 9;
+/// perf's ETM_OPT_TS: the cs_etm event's config bit for timestamps.
+const ETM_OPT_TS: u64 = 1 << 28;
+/// ETMv4 trace IDs are 0x10 + CPU and must stay below 0x70.
+const MAX_ETM_CPUS: u32 = 0x60;
 
-struct Collect {
+/// A per-CPU trace encoder (Intel PT or ETMv4).
+trait Emitter {
+    fn instruction(&mut self, time: u64, addr: u64, flow: Flow, next: u64);
+    fn finish(&mut self);
+    fn pending(&mut self) -> &mut Pending;
+    fn last_time(&self) -> u64;
+}
+
+impl Emitter for pt::PtEmitter {
+    fn instruction(&mut self, time: u64, addr: u64, flow: Flow, next: u64) {
+        pt::PtEmitter::instruction(self, time, addr, flow, next)
+    }
+    fn finish(&mut self) {
+        pt::PtEmitter::finish(self)
+    }
+    fn pending(&mut self) -> &mut Pending {
+        &mut self.out
+    }
+    fn last_time(&self) -> u64 {
+        pt::PtEmitter::last_time(self)
+    }
+}
+
+impl Emitter for etm::EtmEmitter {
+    fn instruction(&mut self, time: u64, addr: u64, flow: Flow, next: u64) {
+        etm::EtmEmitter::instruction(self, time, addr, flow, next)
+    }
+    fn finish(&mut self) {
+        etm::EtmEmitter::finish(self)
+    }
+    fn pending(&mut self) -> &mut Pending {
+        &mut self.out
+    }
+    fn last_time(&self) -> u64 {
+        etm::EtmEmitter::last_time(self)
+    }
+}
+
+/// Receives the run: truth and trace go to their files as they are made.
+struct Collect<E> {
     truth: Vec<truth::TruthWriter>,
-    pt: Vec<pt::PtEmitter>,
+    emitters: Vec<E>,
+    spools: Vec<Spool>,
     pokes: Vec<machine::PokeEvent>,
     ksyms: Vec<machine::KsymEvent>,
     error: Option<std::io::Error>,
 }
 
-impl machine::Sink for Collect {
-    fn instruction(&mut self, cpu: u32, time: u64, addr: u64, flow: machine::Flow, next: u64) {
-        if let Err(e) = self.truth[cpu as usize].push(time, addr) {
+impl<E: Emitter> machine::Sink for Collect<E> {
+    fn instruction(&mut self, cpu: u32, time: u64, addr: u64, flow: Flow, next: u64) {
+        let c = cpu as usize;
+        if let Err(e) = self.truth[c].push(time, addr) {
             self.error.get_or_insert(e);
         }
-        self.pt[cpu as usize].instruction(time, addr, flow, next);
+        let e = &mut self.emitters[c];
+        e.instruction(time, addr, flow, next);
+        if e.pending().bytes.len() >= spool::SPOOL_AT {
+            if let Err(err) = self.spools[c].absorb(e.pending()) {
+                self.error.get_or_insert(err);
+            }
+        }
     }
     fn poke(&mut self, e: machine::PokeEvent) {
         self.pokes.push(e);
@@ -129,11 +198,41 @@ impl machine::Sink for Collect {
     }
 }
 
-/// Runs the simulation and writes the perf.data directory `dir` with the truth beside it.
+/// A finished run's trace: per CPU its spool file and buffer lengths, and the side-band.
+struct Traces {
+    spools: Vec<(PathBuf, Vec<u64>)>,
+    last_times: Vec<u64>,
+    pokes: Vec<machine::PokeEvent>,
+    ksyms: Vec<machine::KsymEvent>,
+}
+
+impl Traces {
+    fn remove_spools(&self) {
+        for (p, _) in &self.spools {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// The architecture a config names.
+fn parse_arch(cfg: &SimConfig) -> Result<isa::Arch, SimError> {
+    match cfg.arch.as_str() {
+        "x86_64" => Ok(isa::Arch::X86_64),
+        "aarch64" => Ok(isa::Arch::Aarch64),
+        other => Err(SimError::Config(format!("--arch {other} (x86_64 or aarch64)"))),
+    }
+}
+
+/// Runs the simulation and writes the perf.data directory `dir` with the
+/// truth beside it; for aarch64 also an OpenCSD snapshot in `DIR/snapshot/`.
 pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     let protocol = parse_protocol(&cfg.protocol).ok_or_else(|| SimError::Protocol(cfg.protocol.clone()))?;
+    let arch = parse_arch(cfg)?;
     let mut rng = rng::Rng::new(cfg.seed);
-    let prog = x86prog::generate(&mut rng, cfg.functions);
+    let prog = match arch {
+        isa::Arch::X86_64 => x86prog::generate(&mut rng, cfg.functions),
+        isa::Arch::Aarch64 => a64prog::generate(&mut rng, cfg.functions),
+    };
     let run = machine::RunConfig {
         cpus: cfg.cpus,
         protocol,
@@ -141,14 +240,46 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
         instructions: cfg.instructions,
         sync_ticks: cfg.sync_ns,
         time_zero: TIME_ZERO,
+        drain: arch == isa::Arch::Aarch64,
     };
-    let summary = record_run(cfg, dir, Space::Kernel(&prog), |sink| {
-        machine::run(&prog, &run, &mut rng, sink);
-    })?;
+    let (traces, counts) = match arch {
+        isa::Arch::X86_64 => {
+            let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(cfg.tsc_period, cfg.psb_period)).collect();
+            record_run(cfg, dir, emitters, |sink| {
+                machine::run(&prog, &run, &mut rng, sink);
+            })?
+        }
+        isa::Arch::Aarch64 => {
+            if cfg.cpus > MAX_ETM_CPUS {
+                return Err(SimError::Config(format!("--cpus {} (ETMv4 trace IDs allow 1 to {MAX_ETM_CPUS})", cfg.cpus)));
+            }
+            let emitters = (0..cfg.cpus).map(|c| etm::EtmEmitter::new(c, cfg.tsc_period, cfg.psb_period)).collect();
+            record_run(cfg, dir, emitters, |sink| {
+                machine::run(&prog, &run, &mut rng, sink);
+            })?
+        }
+    };
+    let result = write_outputs(cfg, dir, arch, &prog, &traces);
+    traces.remove_spools();
+    result?;
+    finish_summary(cfg, dir, &traces, counts)
+}
+
+/// perf.data, kcore_dir and (aarch64) the snapshot of a generated-kernel run.
+fn write_outputs(cfg: &SimConfig, dir: &Path, arch: isa::Arch, prog: &program::Program, traces: &Traces) -> Result<(), SimError> {
+    let aux = match arch {
+        isa::Arch::X86_64 => Aux::IntelPt,
+        isa::Arch::Aarch64 => Aux::CsEtm,
+    };
+    write_perf_data(cfg, dir, &Space::Kernel(prog), aux, traces)?;
     // kcore_dir: the code as it was before any change, and its symbols.
     let kallsyms: String = prog.symbols.iter().map(|(a, n)| format!("{a:016x} T {n}\n")).collect();
-    write_kcore_dir(&dir.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: x86prog::TEXT_BASE, bytes: prog.text.clone() }], &kallsyms, "")?;
-    Ok(summary)
+    let machine = if arch == isa::Arch::X86_64 { Machine::X86_64 } else { Machine::Aarch64 };
+    write_kcore_dir(&dir.join("kcore_dir"), machine, &[Segment { vaddr: prog.text_base, bytes: prog.text.clone() }], &kallsyms, "")?;
+    if arch == isa::Arch::Aarch64 {
+        snapshot::write(&dir.join("snapshot"), cfg.cpus, prog, &traces.spools)?;
+    }
+    Ok(())
 }
 
 /// Where a user program's code is placed when it is position-independent.
@@ -158,24 +289,40 @@ pub const PIE_BASE: u64 = 0x5555_5555_4000;
 /// `elf` (a user program, traced as one process with a thread per CPU):
 /// the same outputs as [`simulate`], without changes to the code.
 pub fn simulate_elf(cfg: &SimConfig, elf: &Path, dir: &Path) -> Result<Summary, SimError> {
+    if parse_arch(cfg)? != isa::Arch::X86_64 {
+        return Err(SimError::Config("--elf: only x86_64 programs".into()));
+    }
     let code = walk::RealCode::load(elf, PIE_BASE)?;
     let mut rng = rng::Rng::new(cfg.seed);
-    record_run(cfg, dir, Space::User(&code), |sink| {
+    let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(cfg.tsc_period, cfg.psb_period)).collect();
+    let (traces, counts) = record_run(cfg, dir, emitters, |sink| {
         walk::walk(&code, cfg.cpus, cfg.instructions, TIME_ZERO, &mut rng, sink);
-    })
+    })?;
+    let result = write_perf_data(cfg, dir, &Space::User(&code), Aux::IntelPt, &traces);
+    traces.remove_spools();
+    result?;
+    finish_summary(cfg, dir, &traces, counts)
 }
 
 /// The code a run executes: the generated kernel, or a user program's file.
 enum Space<'a> {
-    Kernel(&'a x86prog::Program),
+    Kernel(&'a program::Program),
     User(&'a walk::RealCode),
+}
+
+/// The kind of trace in the AUX area.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Aux {
+    IntelPt,
+    CsEtm,
 }
 
 /// The process and first thread id of a user-program run (one thread per CPU).
 const USER_PID: u32 = 4242;
 
-/// Runs `execute` into per-CPU truth files and Intel PT, then writes perf.data and the summary.
-fn record_run(cfg: &SimConfig, dir: &Path, space: Space<'_>, execute: impl FnOnce(&mut Collect)) -> Result<Summary, SimError> {
+/// Runs `execute` with truth and trace streamed to files (`DIR/truth/cpuN.bin`,
+/// `DIR/.trace-cpuN`); returns the trace files and the instruction counts.
+fn record_run<E: Emitter>(cfg: &SimConfig, dir: &Path, emitters: Vec<E>, execute: impl FnOnce(&mut Collect<E>)) -> Result<(Traces, Vec<u64>), SimError> {
     if cfg.cpus == 0 || cfg.cpus > 256 {
         return Err(SimError::Config(format!("--cpus {} (1 to 256)", cfg.cpus)));
     }
@@ -185,34 +332,44 @@ fn record_run(cfg: &SimConfig, dir: &Path, space: Space<'_>, execute: impl FnOnc
     };
     let truth_dir = dir.join("truth");
     std::fs::create_dir_all(&truth_dir).map_err(io(&truth_dir))?;
-    let mut sink = Collect { truth: Vec::new(), pt: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None };
+    let mut sink = Collect { truth: Vec::new(), emitters, spools: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None };
     for c in 0..cfg.cpus {
         let p = truth_dir.join(format!("cpu{c}.bin"));
         sink.truth.push(truth::TruthWriter::create(&p).map_err(io(&p))?);
-        sink.pt.push(pt::PtEmitter::new(cfg.tsc_period, cfg.psb_period));
+        let p = dir.join(format!(".trace-cpu{c}"));
+        sink.spools.push(Spool::create(&p).map_err(io(&p))?);
     }
     execute(&mut sink);
     if let Some(e) = sink.error.take() {
-        return Err(SimError::Io { path: truth_dir, source: e });
+        return Err(SimError::Io { path: dir.to_path_buf(), source: e });
     }
     let mut counts = Vec::new();
     for t in sink.truth.drain(..) {
         counts.push(t.count);
         t.finish().map_err(io(&truth_dir))?;
     }
-    for p in &mut sink.pt {
-        p.finish();
+    let mut spools = Vec::new();
+    let mut last_times = Vec::new();
+    for (e, mut s) in sink.emitters.iter_mut().zip(sink.spools.drain(..)) {
+        e.finish();
+        s.absorb(e.pending()).map_err(io(dir))?;
+        spools.push(s.finish().map_err(io(dir))?);
+        last_times.push(e.last_time());
     }
-    write_perf_data(cfg, dir, &space, &sink)?;
+    Ok((Traces { spools, last_times, pokes: sink.pokes, ksyms: sink.ksyms }, counts))
+}
+
+/// Writes `DIR/truth/meta.json` and returns the summary.
+fn finish_summary(cfg: &SimConfig, dir: &Path, traces: &Traces, counts: Vec<u64>) -> Result<Summary, SimError> {
     let summary = Summary {
         config: cfg.clone(),
         instructions: counts,
-        pokes: sink.pokes.len(),
-        ksymbols: sink.ksyms.len(),
-        trace_bytes: sink.pt.iter().map(|p| p.out.len()).collect(),
+        pokes: traces.pokes.len(),
+        ksymbols: traces.ksyms.len(),
+        trace_bytes: traces.spools.iter().map(|(_, c)| c.iter().sum::<u64>() as usize).collect(),
     };
-    let meta = truth_dir.join("meta.json");
-    std::fs::write(&meta, serde_json::to_vec_pretty(&summary).expect("plain data")).map_err(io(&meta))?;
+    let meta = dir.join("truth/meta.json");
+    std::fs::write(&meta, serde_json::to_vec_pretty(&summary).expect("plain data")).map_err(|source| SimError::Io { path: meta.clone(), source })?;
     Ok(summary)
 }
 
@@ -223,9 +380,6 @@ pub fn read_summary(dir: &Path) -> Result<Summary, SimError> {
     serde_json::from_slice(&text).map_err(|e| SimError::Config(format!("{}: {e}", meta.display())))
 }
 
-/// Target size of one AUXTRACE buffer of Intel PT data.
-const AUX_CHUNK: usize = 1 << 16;
-
 /// The (pid, tid) running on CPU `cpu`: the idle task, or the user program's thread for that CPU.
 fn pid_tid(cpu: u32, user: bool) -> (u32, u32) {
     if user {
@@ -235,37 +389,18 @@ fn pid_tid(cpu: u32, user: bool) -> (u32, u32) {
     }
 }
 
-/// Splits a PT stream into buffers of at most `max` bytes where PSBs allow,
-/// each cut just before a PSB so that no packet straddles two buffers (a
-/// buffer is longer than `max` only when no PSB falls in it).
-fn split_before_psb(data: &[u8], max: usize) -> Vec<&[u8]> {
-    const PSB: [u8; 16] = [0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82];
-    let psbs: Vec<usize> = data.windows(PSB.len()).enumerate().filter(|(_, w)| *w == PSB).map(|(i, _)| i).collect();
-    let mut out = Vec::new();
-    let mut start = 0;
-    while data.len() - start > max {
-        let later = psbs.iter().copied().filter(|&p| p > start);
-        let cut = later.clone().take_while(|&p| p <= start + max).last().or_else(|| later.clone().next());
-        match cut {
-            Some(cut) => {
-                out.push(&data[start..cut]);
-                start = cut;
-            }
-            None => break,
-        }
-    }
-    out.push(&data[start..]);
-    out
-}
-
-fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, sink: &Collect) -> Result<(), SimError> {
+fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, traces: &Traces) -> Result<(), SimError> {
     let user = matches!(space, Space::User(_));
     let n = cfg.cpus as u64;
     let sample_type = st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER;
+    let (pmu_type, config) = match aux {
+        Aux::IntelPt => (PT_PMU_TYPE, 0x400 | 0x800), // tsc, noretcomp
+        Aux::CsEtm => (CS_ETM_PMU_TYPE, ETM_OPT_TS),
+    };
     let pt_attr = EventAttr {
-        type_: PT_PMU_TYPE,
+        type_: pmu_type,
         size: ATTR_SIZE_VER7,
-        config: 0x400 | 0x800, // tsc, noretcomp
+        config,
         sample_period: 1,
         sample_type,
         flags: attr_flag::SAMPLE_ID_ALL
@@ -287,11 +422,12 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, sink: &Collec
     let mut w = Writer::create(dir.join("data"), vec![AttrWithIds { attr: pt_attr, ids: pt_ids.clone() }, AttrWithIds { attr: side_attr, ids: side_ids.clone() }])?;
     w.features.hostname = Some("poketrace-sim".into());
     w.features.osrelease = Some("6.1.0-poketrace-sim".into());
-    w.features.arch = Some("x86_64".into());
+    w.features.arch = Some(if aux == Aux::CsEtm { "aarch64" } else { "x86_64" }.into());
     w.features.nrcpus = Some(NrCpus { available: cfg.cpus, online: cfg.cpus });
     w.features.cmdline = Some(vec!["poketrace".into(), "simulate".into(), format!("--seed={}", cfg.seed)]);
-    w.features.event_names = Some(if user { vec!["intel_pt//u".into(), "dummy:u".into()] } else { vec!["intel_pt//k".into(), "dummy:k".into()] });
-    let info = IntelPtInfo {
+    let pmu = if aux == Aux::CsEtm { "cs_etm" } else { "intel_pt" };
+    w.features.event_names = Some(if user { vec![format!("{pmu}//u"), "dummy:u".into()] } else { vec![format!("{pmu}//k"), "dummy:k".into()] });
+    let pt_info = IntelPtInfo {
         pmu_type: PT_PMU_TYPE as u64,
         time_shift: 0,
         time_mult: 1,
@@ -303,7 +439,17 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, sink: &Collec
         ..IntelPtInfo::default()
     }
     .to_priv_bytes();
-    w.write(0, &RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: perfdata::abi::auxtrace_type::INTEL_PT, priv_data: &info }), &SampleId::default())?;
+    let (auxtrace_type, info) = match aux {
+        Aux::IntelPt => (perfdata::abi::auxtrace_type::INTEL_PT, pt_info),
+        Aux::CsEtm => (perfdata::abi::auxtrace_type::CS_ETM, cs_etm_info(cfg.cpus).to_priv_bytes()),
+    };
+    w.write(0, &RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type, priv_data: &info }), &SampleId::default())?;
+    if aux == Aux::CsEtm {
+        // ETM timestamps are perf time: the identity conversion.
+        let ext = perfdata::TimeConvExt { time_cycles: 0, time_mask: 0, cap_user_time_zero: true, cap_user_time_short: false };
+        let tc = perfdata::TimeConv { time_shift: 0, time_mult: 1, time_zero: 0, extended: Some(ext) };
+        w.write(0, &RecordBody::TimeConv(tc), &SampleId::default())?;
+    }
     let entries = (0..n)
         .flat_map(|c| {
             [IdIndexEntry { id: pt_ids[c as usize], idx: c, cpu: c, tid: u64::MAX }, IdIndexEntry { id: side_ids[c as usize], idx: c, cpu: c, tid: u64::MAX }]
@@ -319,7 +465,7 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, sink: &Collec
             let text_len = prog.text.len() as u64;
             w.write(
                 misc::KERNEL,
-                &RecordBody::Mmap(Mmap { pid: u32::MAX, tid: 0, addr: x86prog::TEXT_BASE, len: text_len, pgoff: x86prog::TEXT_BASE, filename: b"[kernel.kallsyms]_text" }),
+                &RecordBody::Mmap(Mmap { pid: u32::MAX, tid: 0, addr: prog.text_base, len: text_len, pgoff: prog.text_base, filename: b"[kernel.kallsyms]_text" }),
                 &sid(0, 0),
             )?;
         }
@@ -374,28 +520,37 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, sink: &Collec
     // "Bad packet" and loses sync until the next PSB. Real buffers are copied
     // out while tracing is stopped, so they hold whole packets; here each
     // buffer ends just before a PSB (at most AUX_CHUNK bytes when PSBs allow).
-    for (c, p) in sink.pt.iter().enumerate() {
-        let copied_out = p.last_time().max(TIME_ZERO) + 1;
+    // ETM buffers begin at an A-sync: perf resets its ETM decoder at each.
+    for (c, (path, chunks)) in traces.spools.iter().enumerate() {
+        let copied_out = traces.last_times[c].max(TIME_ZERO) + 1;
         let mut offset = 0;
-        for chunk in split_before_psb(&p.out, AUX_CHUNK) {
-            let a = Auxtrace { offset: offset as u64, reference: copied_out, idx: c as u32, tid: pid_tid(c as u32, user).1, cpu: c as u32, data: chunk };
+        let io = |source| SimError::Io { path: path.clone(), source };
+        let mut reader = SpoolReader::open(path, chunks.clone()).map_err(io)?;
+        while let Some(chunk) = reader.next_chunk().map_err(io)? {
+            let a = Auxtrace { offset, reference: copied_out, idx: c as u32, tid: pid_tid(c as u32, user).1, cpu: c as u32, data: chunk };
             w.write(0, &RecordBody::Auxtrace(a), &SampleId::default())?;
-            offset += chunk.len();
+            if aux == Aux::CsEtm {
+                // perf 6.1 queues CoreSight trace only where a PERF_RECORD_AUX
+                // (the kernel's "AUX data arrived") covers it: one per buffer.
+                let r = perfdata::Aux { aux_offset: offset, aux_size: chunk.len() as u64, flags: 0 };
+                w.write(0, &RecordBody::Aux(r), &SampleId { identifier: Some(1 + c as u64), ..sid(copied_out, c as u32) })?;
+            }
+            offset += chunk.len() as u64;
         }
     }
     // Side-band in time order: KSYMBOL before the poke that creates its code.
-    let mut side: Vec<(u64, u8, usize)> = sink.ksyms.iter().enumerate().map(|(i, k)| (k.time, if k.unregister { 2 } else { 0 }, i)).collect();
-    side.extend(sink.pokes.iter().enumerate().map(|(i, p)| (p.time, 1, i)));
+    let mut side: Vec<(u64, u8, usize)> = traces.ksyms.iter().enumerate().map(|(i, k)| (k.time, if k.unregister { 2 } else { 0 }, i)).collect();
+    side.extend(traces.pokes.iter().enumerate().map(|(i, p)| (p.time, 1, i)));
     side.sort();
     let mut written = 0;
     for (time, kind, i) in side {
         match kind {
             1 => {
-                let p = &sink.pokes[i];
+                let p = &traces.pokes[i];
                 w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: p.addr, old: &p.old, new: &p.new }), &sid(time, p.cpu))?;
             }
             _ => {
-                let k = &sink.ksyms[i];
+                let k = &traces.ksyms[i];
                 let flags = if k.unregister { KSYMBOL_FLAG_UNREGISTER } else { 0 };
                 let body = Ksymbol { addr: k.addr, len: k.len, ksym_type: ksymbol_type::OOL, flags, name: b"ftrace_trampoline" };
                 w.write(misc::KERNEL, &RecordBody::Ksymbol(body), &sid(time, k.cpu))?;
@@ -409,4 +564,20 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, sink: &Collec
     w.write(0, &RecordBody::FinishedRound, &SampleId::default())?;
     w.finish()?;
     Ok(())
+}
+
+/// CoreSight AUXTRACE_INFO: one ETMv4 block per CPU with its registers, in perf's order.
+fn cs_etm_info(cpus: u32) -> CsEtmInfo {
+    let cpus = (0..cpus)
+        .map(|c| {
+            let r = etm::config(c);
+            // Then TRCDEVARCH (perf 6.1 on), and TS_SOURCE (later perfs): 1,
+            // the timestamps are the generic timer, so perf converts them
+            // with TIME_CONV (perf 6.1 gives every sample the time of the
+            // latest side-band record instead).
+            let params = [r.configr, r.traceidr, r.idr0, r.idr1, r.idr2, r.idr8, etm::TRCAUTHSTATUS, etm::TRCDEVARCH, 1];
+            CsEtmCpu { magic: cs_etm_magic::ETMV4, cpu: c as u64, params: params.iter().map(|&v| v as u64).collect() }
+        })
+        .collect();
+    CsEtmInfo { version: 1, pmu_type: CS_ETM_PMU_TYPE, snapshot: 0, cpus }
 }

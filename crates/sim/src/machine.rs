@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction};
 
+use crate::program::{Program, Site, SiteKind};
 use crate::rng::Rng;
-use crate::x86prog::{Program, Site, SiteKind, INT3, OOL_BASE};
 
 /// How code changes are announced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,14 +29,16 @@ pub enum Protocol {
 /// What a tracer sees of one instruction's control flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {
-    /// Falls through or jumps directly: nothing to record.
+    /// Falls through: nothing to record.
     Quiet,
+    /// A direct jump or call, always taken: nothing for Intel PT, an E atom for ETMv4.
+    Direct,
     Cond { taken: bool },
     /// Indirect jump or call, or a return: the target.
     Indirect { to: u64 },
-    /// An INT3 trap: from the trapping instruction to the handler.
+    /// An INT3 or BRK trap: from the trapping instruction to the handler.
     Trap { from: u64, to: u64 },
-    /// IRET back from a trap.
+    /// IRET or ERET back from a trap.
     FarReturn { to: u64 },
 }
 
@@ -148,13 +150,17 @@ pub struct RunConfig {
     pub instructions: u64,
     /// Ticks between the steps of one poke (the "sync" of the protocol).
     pub sync_ticks: u64,
+    /// After the last tick, run each CPU on to its next branch, so that every
+    /// instruction it ran is followed by a traced branch (ETMv4 has no packet
+    /// for where the PE stopped between two branches).
+    pub drain: bool,
     /// perf time of tick 0, in ns; one tick is one ns.
     pub time_zero: u64,
 }
 
 /// Runs the program; returns how many instructions were executed.
 pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink) -> u64 {
-    let mut image = Image { text_base: crate::x86prog::TEXT_BASE, text: prog.text.clone(), ool: BTreeMap::new() };
+    let mut image = Image { text_base: prog.text_base, text: prog.text.clone(), ool: BTreeMap::new() };
     let indirect: HashMap<u64, &Vec<u64>> = prog.indirect.iter().map(|(a, t)| (*a, t)).collect();
     let mut cache: HashMap<u64, Decoded> = HashMap::new();
     let mut cpus: Vec<Cpu> =
@@ -194,12 +200,46 @@ pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink)
             next_step += 1;
         }
         let c = rng.below(cfg.cpus as u64) as usize;
-        let cpu = &mut cpus[c];
+        step(prog, &image, &mut cache, &indirect, &in_flight, &mut cpus[c], c as u32, time, sink);
+    }
+    let mut extra = 0;
+    if cfg.drain {
+        // Pokes are over: every CPU runs on until its next branch.
+        for (c, cpu) in cpus.iter_mut().enumerate() {
+            for k in 0..MAX_DRAIN as u64 {
+                extra += 1;
+                let time = cfg.time_zero + total + k;
+                if step(prog, &image, &mut cache, &indirect, &in_flight, cpu, c as u32, time, sink) != Flow::Quiet {
+                    break;
+                }
+            }
+        }
+    }
+    total + extra
+}
+
+/// A run of straight-line code longer than this is not generated: draining stops there.
+const MAX_DRAIN: u32 = 1 << 16;
+
+/// CPU `cpu` executes one instruction at `time`; returns its flow.
+#[allow(clippy::too_many_arguments)]
+fn step(
+    prog: &Program,
+    image: &Image,
+    cache: &mut HashMap<u64, Decoded>,
+    indirect: &HashMap<u64, &Vec<u64>>,
+    in_flight: &HashMap<u64, Option<Vec<u8>>>,
+    cpu: &mut Cpu,
+    c: u32,
+    time: u64,
+    sink: &mut impl Sink,
+) -> Flow {
+    {
         let pc = cpu.pc;
         let d = match cache.get(&pc) {
             Some(d) => *d,
             None => {
-                let d = decode(image.slice(pc).unwrap_or(&[]), pc);
+                let d = decode_for(prog.arch, image.slice(pc).unwrap_or(&[]), pc);
                 cache.insert(pc, d);
                 d
             }
@@ -218,12 +258,12 @@ pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink)
             }
             Kind::Jmp(target) => {
                 cpu.pc = target;
-                Flow::Quiet
+                Flow::Direct
             }
             Kind::Call(target) => {
                 cpu.stack.push(next);
                 cpu.pc = target;
-                Flow::Quiet
+                Flow::Direct
             }
             Kind::IndCall | Kind::IndJmp => {
                 let targets = indirect.get(&pc).copied();
@@ -243,7 +283,7 @@ pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink)
                 // The handler emulates what the site is becoming (text_poke_bp)
                 // or, for a kprobe, the probed instruction.
                 let resume = match in_flight.get(&pc).cloned().flatten() {
-                    Some(new) => emulate(&new, pc, &mut cpu.stack),
+                    Some(new) => emulate(prog.arch, &new, pc, &mut cpu.stack),
                     None => kprobe_resume(prog, pc),
                 };
                 cpu.resume = Some(resume);
@@ -257,9 +297,9 @@ pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink)
             }
         };
         let next = cpu.pc;
-        sink.instruction(c as u32, time, pc, flow, next);
+        sink.instruction(c, time, pc, flow, next);
+        flow
     }
-    total
 }
 
 fn invalidate(cache: &mut HashMap<u64, Decoded>, addr: u64, len: usize) {
@@ -268,6 +308,40 @@ fn invalidate(cache: &mut HashMap<u64, Decoded>, addr: u64, len: usize) {
     }
 }
 
+/// Decodes the instruction at `pc` for `arch`.
+pub(crate) fn decode_for(arch: isa::Arch, bytes: &[u8], pc: u64) -> Decoded {
+    match arch {
+        isa::Arch::X86_64 => decode(bytes, pc),
+        isa::Arch::Aarch64 => decode_a64(bytes, pc),
+    }
+}
+
+/// An A64 instruction: every branch kind the generated code uses; ERET
+/// returns from a trap, other exception-generating instructions stop.
+fn decode_a64(bytes: &[u8], pc: u64) -> Decoded {
+    use isa::BranchClass as B;
+    let Some(w) = bytes.get(..4) else {
+        return Decoded { len: 4, kind: Kind::Stop };
+    };
+    let word = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+    let insn = isa::classify_aarch64(pc, word);
+    let target = insn.target.unwrap_or(0);
+    let kind = match insn.class {
+        B::None | B::Nop => Kind::Next,
+        B::CondBranch => Kind::Cond(target),
+        B::DirectJump => Kind::Jmp(target),
+        B::DirectCall => Kind::Call(target),
+        B::IndirectJump => Kind::IndJmp,
+        B::IndirectCall => Kind::IndCall,
+        B::Return => Kind::Ret,
+        B::FarTransfer if word == crate::a64prog::ERET => Kind::Iret,
+        B::Trap if word & 0xffe0_001f == 0xd420_0000 => Kind::Int3,
+        B::FarTransfer | B::Trap => Kind::Stop,
+    };
+    Decoded { len: 4, kind }
+}
+
+/// An x86-64 instruction.
 pub(crate) fn decode(bytes: &[u8], pc: u64) -> Decoded {
     let mut dec = Decoder::with_ip(64, bytes, pc, DecoderOptions::NONE);
     let mut insn = Instruction::default();
@@ -293,8 +367,8 @@ pub(crate) fn decode(bytes: &[u8], pc: u64) -> Decoded {
 }
 
 /// Where execution goes after the handler emulates `new` at `pc`.
-fn emulate(new: &[u8], pc: u64, stack: &mut Vec<u64>) -> u64 {
-    let d = decode(new, pc);
+fn emulate(arch: isa::Arch, new: &[u8], pc: u64, stack: &mut Vec<u64>) -> u64 {
+    let d = decode_for(arch, new, pc);
     let next = pc + d.len as u64;
     match d.kind {
         Kind::Jmp(t) => t,
@@ -308,10 +382,12 @@ fn emulate(new: &[u8], pc: u64, stack: &mut Vec<u64>) -> u64 {
 
 /// A kprobe single-steps the probed instruction: continue after it.
 fn kprobe_resume(prog: &Program, pc: u64) -> u64 {
-    let o = (pc - crate::x86prog::TEXT_BASE) as usize;
+    let o = (pc - prog.text_base) as usize;
     let mut original = prog.text[o..].to_vec();
-    original[0] = prog.sites.iter().find(|s| s.addr == pc).map_or(original[0], |s| s.states[0][0]);
-    pc + decode(&original, pc).len as u64
+    if let Some(s) = prog.sites.iter().find(|s| s.addr == pc) {
+        original[..s.states[0].len()].copy_from_slice(&s.states[0]);
+    }
+    pc + decode_for(prog.arch, &original, pc).len as u64
 }
 
 /// The patcher's whole schedule: (tick, step), sorted by tick.
@@ -323,7 +399,7 @@ fn plan_pokes(prog: &Program, cfg: &RunConfig, rng: &mut Rng, total: u64) -> Vec
     let mut current: Vec<usize> = vec![0; prog.sites.len()];
     let d = cfg.sync_ticks.max(1);
     let slot = (total / (cfg.pokes + 1)).max(4 * d + 1);
-    let tramp_at = OOL_BASE;
+    let tramp_at = prog.ool_base;
     let mut tramp_live = false;
     for k in 0..cfg.pokes {
         let t0 = slot * (k + 1);
@@ -363,8 +439,8 @@ fn plan_pokes(prog: &Program, cfg: &RunConfig, rng: &mut Rng, total: u64) -> Vec
         let si = rng.below(prog.sites.len() as u64) as usize;
         let site: &Site = &prog.sites[si];
         let mut states = site.states.clone();
-        if site.kind == SiteKind::Ftrace && tramp_live {
-            states.push(crate::x86prog::call32(site.addr, tramp_at));
+        if let (Some(call), true) = (&site.tramp_call, tramp_live) {
+            states.push(call.clone());
         }
         let cur = current[si].min(states.len() - 1);
         let mut next = rng.below(states.len() as u64) as usize;
@@ -381,9 +457,13 @@ fn plan_pokes(prog: &Program, cfg: &RunConfig, rng: &mut Rng, total: u64) -> Vec
             steps.push((time_tick, Step::Event(PokeEvent { time: 0, cpu, addr: site.addr, old: old.clone(), new: new.clone() })));
         };
         match cfg.protocol {
-            Protocol::Int3 if new.len() > 1 => {
+            // On AArch64 every site is one 4-byte instruction, written at
+            // once (single-copy atomic): the kernel's aarch64_insn_patch_text_nosync
+            // for jump labels, ftrace and static calls, stop_machine around the
+            // same write for kprobes. The event can be exact: at the write.
+            Protocol::Int3 if prog.arch == isa::Arch::X86_64 && new.len() > 1 => {
                 steps.push((t0, Step::InFlight { addr: site.addr, new: Some(new.clone()) }));
-                steps.push((t0, Step::Write { addr: site.addr, bytes: vec![INT3] }));
+                steps.push((t0, Step::Write { addr: site.addr, bytes: vec![crate::x86prog::INT3] }));
                 steps.push((t0 + d, Step::Write { addr: site.addr + 1, bytes: new[1..].to_vec() }));
                 event(t0 + d, &mut steps);
                 steps.push((t0 + 2 * d, Step::Write { addr: site.addr, bytes: new[..1].to_vec() }));

@@ -5,22 +5,34 @@
 //! passed since the last one, after the pending TNT bits are flushed. So in
 //! the stream, every instruction decoded before a TSC(t) ran at or before t,
 //! and every one after it ran at or after t.
+//!
+//! The stream is cut into AUXTRACE buffers of at most [`AUX_CHUNK`] bytes,
+//! each beginning at a PSB (longer only when no PSB falls in one).
+
+use std::collections::VecDeque;
 
 use intel_pt::{Encoder, Packet, Tnt};
 
 use crate::machine::Flow;
+use crate::spool::Pending;
+
+/// Target size of one AUXTRACE buffer of Intel PT data.
+pub const AUX_CHUNK: u64 = 1 << 16;
 
 pub struct PtEmitter {
-    pub out: Vec<u8>,
+    pub out: Pending,
     enc: Encoder,
     tnt_bits: u64,
     tnt_count: u8,
     last_tsc: u64,
     last_time: u64,
     started: bool,
-    last_psb_at: usize,
+    last_psb_at: u64,
     tsc_period: u64,
-    psb_period: usize,
+    psb_period: u64,
+    /// Where the current AUXTRACE buffer began, and the PSBs after it.
+    chunk_start: u64,
+    psbs: VecDeque<u64>,
     /// Where the CPU goes next: where tracing stops at the end.
     next_ip: u64,
 }
@@ -28,7 +40,7 @@ pub struct PtEmitter {
 impl PtEmitter {
     pub fn new(tsc_period: u64, psb_period: usize) -> PtEmitter {
         PtEmitter {
-            out: Vec::new(),
+            out: Pending::default(),
             enc: Encoder::new(),
             tnt_bits: 0,
             tnt_count: 0,
@@ -37,13 +49,15 @@ impl PtEmitter {
             started: false,
             last_psb_at: 0,
             tsc_period: tsc_period.max(1),
-            psb_period: psb_period.max(64),
+            psb_period: psb_period.max(64) as u64,
+            chunk_start: 0,
+            psbs: VecDeque::new(),
             next_ip: 0,
         }
     }
 
     fn put(&mut self, p: Packet) {
-        self.enc.encode(&p, &mut self.out).expect("the emitter builds only valid packets");
+        self.enc.encode(&p, &mut self.out.bytes).expect("the emitter builds only valid packets");
     }
 
     fn ip(&self, ip: u64) -> intel_pt::Ip {
@@ -62,6 +76,11 @@ impl PtEmitter {
     /// instruction (a PSB+ before tracing starts has no FUP: the TIP.PGE
     /// that follows gives the IP, as hardware does and libipt requires).
     fn psb(&mut self, time: u64, next_ip: Option<u64>) {
+        let at = self.out.pos();
+        if at > self.chunk_start {
+            self.psbs.push_back(at);
+        }
+        self.choose_cuts();
         self.put(Packet::Psb);
         self.put(Packet::Tsc(time));
         self.put(Packet::ModeExec { csl: true, csd: false, if_flag: false });
@@ -71,7 +90,28 @@ impl PtEmitter {
         }
         self.put(Packet::PsbEnd);
         self.last_tsc = time;
-        self.last_psb_at = self.out.len();
+        self.last_psb_at = self.out.pos();
+    }
+
+    /// Ends buffers once their PSBs are known: a buffer longer than
+    /// AUX_CHUNK ends at its last PSB within AUX_CHUNK bytes, or, if it has
+    /// none, at the first PSB after.
+    fn choose_cuts(&mut self) {
+        while self.out.pos() - self.chunk_start > AUX_CHUNK {
+            let limit = self.chunk_start + AUX_CHUNK;
+            let cut = match self.psbs.iter().rev().find(|&&p| p <= limit) {
+                Some(&p) => p,
+                None => match self.psbs.front() {
+                    Some(&p) => p,
+                    None => break,
+                },
+            };
+            self.out.cuts.push(cut);
+            self.chunk_start = cut;
+            while self.psbs.front().is_some_and(|&p| p <= cut) {
+                self.psbs.pop_front();
+            }
+        }
     }
 
     /// One executed instruction at `addr` and time `time`; `next` is where it went.
@@ -85,7 +125,7 @@ impl PtEmitter {
             self.put(Packet::TipPge(ip));
         }
         match flow {
-            Flow::Quiet => return,
+            Flow::Quiet | Flow::Direct => return,
             Flow::Cond { taken } => {
                 self.tnt_bits = self.tnt_bits << 1 | taken as u64;
                 self.tnt_count += 1;
@@ -108,7 +148,7 @@ impl PtEmitter {
         }
         if time >= self.last_tsc + self.tsc_period {
             self.flush_tnt();
-            if self.out.len() - self.last_psb_at >= self.psb_period {
+            if self.out.pos() - self.last_psb_at >= self.psb_period {
                 self.psb(time, Some(next));
             } else {
                 self.put(Packet::Tsc(time));
@@ -135,5 +175,6 @@ impl PtEmitter {
             let ip = self.ip(self.next_ip);
             self.put(Packet::TipPgd(ip));
         }
+        self.choose_cuts();
     }
 }

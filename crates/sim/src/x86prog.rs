@@ -2,6 +2,7 @@
 //! branch, call directly, indirectly and through static calls, and carry
 //! patch sites of every kind the kernel pokes.
 
+use crate::program::{Program, Site, SiteKind};
 use crate::rng::Rng;
 
 pub const TEXT_BASE: u64 = 0xffff_ffff_8100_0000;
@@ -24,45 +25,6 @@ const FILLERS: &[&[u8]] = &[
     &[0x90],                         // nop
     &[0x48, 0xc7, 0xc0, 1, 0, 0, 0], // mov rax, 1
 ];
-
-/// What a patch site is and the byte sequences it moves between.
-#[derive(Clone, Debug)]
-pub struct Site {
-    pub addr: u64,
-    pub kind: SiteKind,
-    /// The contents the site takes; `states[0]` is the initial one.
-    pub states: Vec<Vec<u8>>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SiteKind {
-    /// NOP5 <-> JMP rel32 to an out-of-line block.
-    JumpLabel5,
-    /// NOP2 <-> JMP rel8 over the next instruction.
-    JumpLabel2,
-    /// NOP5 <-> CALL ftrace_caller (or a trampoline created at run time).
-    Ftrace,
-    /// A static call trampoline: JMP rel32 to one target or another.
-    StaticCall,
-    /// An instruction <-> INT3 on its first byte.
-    Kprobe,
-}
-
-/// The generated program.
-pub struct Program {
-    pub text: Vec<u8>,
-    /// (address, name) of every function, for kallsyms.
-    pub symbols: Vec<(u64, String)>,
-    pub sites: Vec<Site>,
-    /// Indirect call instructions and the targets they may take.
-    pub indirect: Vec<(u64, Vec<u64>)>,
-    /// Start of the dispatcher loop (where every CPU begins).
-    pub entry: u64,
-    /// The INT3 handler: where traps go.
-    pub int3_handler: u64,
-    /// The code of a trampoline that replaces ftrace_caller at run time.
-    pub trampoline_code: Vec<u8>,
-}
 
 struct Asm {
     code: Vec<u8>,
@@ -156,7 +118,7 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         let second = jmp32(at, leaf_addrs[i + 2]);
         a.bytes(&first);
         a.bytes(&[INT3; 3]);
-        sites.push(Site { addr: at, kind: SiteKind::StaticCall, states: vec![first, second] });
+        sites.push(Site { addr: at, kind: SiteKind::StaticCall, states: vec![first, second], tramp_call: None });
         tramps.push(at);
     }
 
@@ -171,11 +133,11 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         symbols.push((f, format!("func_{i}")));
         // ftrace site at entry.
         let at = a.bytes(&NOP5);
-        sites.push(Site { addr: at, kind: SiteKind::Ftrace, states: vec![NOP5.to_vec(), call32(at, ftrace_caller)] });
+        sites.push(Site { addr: at, kind: SiteKind::Ftrace, states: vec![NOP5.to_vec(), call32(at, ftrace_caller)], tramp_call: Some(call32(at, OOL_BASE)) });
         // A kprobe-able first instruction.
         let probe = a.here();
         a.bytes(&[0x48, 0x89, 0xc3]);
-        sites.push(Site { addr: probe, kind: SiteKind::Kprobe, states: vec![vec![0x48], vec![INT3]] });
+        sites.push(Site { addr: probe, kind: SiteKind::Kprobe, states: vec![vec![0x48], vec![INT3]], tramp_call: None });
         a.filler(rng, 1, 3);
         // A loop: body, then JNZ back (taken or not, decided at run time).
         let top = a.here();
@@ -209,7 +171,7 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         // Jump label (2 bytes) over a 2-byte filler.
         let jl2 = a.bytes(&NOP2);
         a.bytes(&[0x31, 0xd2]);
-        sites.push(Site { addr: jl2, kind: SiteKind::JumpLabel2, states: vec![NOP2.to_vec(), vec![0xeb, 0x02]] });
+        sites.push(Site { addr: jl2, kind: SiteKind::JumpLabelShort, states: vec![NOP2.to_vec(), vec![0xeb, 0x02]], tramp_call: None });
         a.filler(rng, 0, 3);
         a.bytes(&[0xc3]);
         // The out-of-line block of the 5-byte jump label.
@@ -217,7 +179,7 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         a.filler(rng, 1, 2);
         let at = a.here();
         a.bytes(&jmp32(at, back));
-        sites.push(Site { addr: jl, kind: SiteKind::JumpLabel5, states: vec![NOP5.to_vec(), jmp32(jl, ool)] });
+        sites.push(Site { addr: jl, kind: SiteKind::JumpLabel, states: vec![NOP5.to_vec(), jmp32(jl, ool)], tramp_call: None });
     }
     for (at, callee) in calls {
         let b = call32(at, entries[callee]);
@@ -245,5 +207,5 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
     // A run-time ftrace trampoline: some work, then return.
     let mut trampoline_code = vec![0x48, 0x89, 0xc3, 0x48, 0x83, 0xc0, 0x08, 0x90];
     trampoline_code.push(0xc3);
-    Program { text: a.code, symbols, sites, indirect, entry, int3_handler, trampoline_code }
+    Program { arch: isa::Arch::X86_64, text_base: TEXT_BASE, ool_base: OOL_BASE, text: a.code, symbols, sites, indirect, entry, int3_handler, trampoline_code }
 }
