@@ -49,27 +49,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut io_err = None;
     flow::run(&mut reader, &mut decoder, |item| {
         match item {
-            Item::Packet(p) => {
-                packets += 1;
-                if !count_only && !elements_only {
-                    printer.write_packet(&mut text, p);
-                }
-            }
+            Item::Packet(_) => packets += 1,
             Item::Element(e) => {
                 elements += 1;
                 if let etm::flow::ElemKind::InstrRange(r) = e.kind {
                     instructions += r.num_i as u64;
                 }
-                if !count_only {
+                if elements_only && !count_only {
                     write_element(&mut text, e);
                 }
             }
-            Item::End(id) => {
-                if !count_only && !elements_only {
-                    let _ = writeln!(text, "ID:{id:x}\tEND OF TRACE DATA");
-                }
-            }
             Item::Frame(e) => eprintln!("etm_decode: {e}"),
+            Item::End(_) => {}
+        }
+        if !count_only && !elements_only {
+            printer.write_item(&mut text, &item);
         }
         if text.len() >= 1 << 16 {
             if let Err(e) = out.write_all(&text) {
@@ -83,7 +77,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     out.write_all(&text)?;
     if count_only {
-        writeln!(out, "{packets} packets {elements} elements {instructions} instructions")?;
+        writeln!(
+            out,
+            "{packets} packets {elements} elements {instructions} instructions"
+        )?;
     }
     Ok(())
 }

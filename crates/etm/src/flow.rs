@@ -29,12 +29,13 @@ use crate::TracePacket;
 use source::Source;
 
 /// Instruction set of the traced PE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Isa {
     A32,
     T32,
     A64,
     /// Not known yet (no context seen).
+    #[default]
     Unknown,
 }
 
@@ -288,7 +289,10 @@ pub fn run<C: CodeSource>(
     let mut elems = Vec::with_capacity(256);
     let ids: Vec<u8> = flow.trace_ids().collect();
     let mut ended = 0;
-    let mut end = |flow: &mut FlowDecoder<C>, upto: u16, elems: &mut Vec<Element>, f: &mut dyn FnMut(Item<'_>)| {
+    let mut end = |flow: &mut FlowDecoder<C>,
+                   upto: u16,
+                   elems: &mut Vec<Element>,
+                   f: &mut dyn FnMut(Item<'_>)| {
         while ended < ids.len() && (ids[ended] as u16) < upto {
             flow.finish(ids[ended], elems);
             for e in elems.drain(..) {

@@ -1,4 +1,4 @@
-//! Arm CoreSight ETMv4 instruction trace: the input and packet layers.
+//! Arm CoreSight ETMv4 instruction trace: input, packets and instruction flow.
 //!
 //! - [`snapshot`]: OpenCSD trace snapshots (devices, registers, memory dump
 //!   descriptions, trace buffers and which source writes where).
@@ -9,25 +9,26 @@
 //!   of the architecture, both ways.
 //! - [`stream`]: a whole buffer's packets in buffer order, every source
 //!   interleaved as OpenCSD interleaves them.
-//! - [`opencsd`]: packet lines in `trc_pkt_lister`'s layout, to diff against it.
+//! - [`flow`]: the instruction flow decoder: per source, a state machine
+//!   over the packets that follows atoms through the code (AArch64) and
+//!   produces generic trace elements equivalent to OpenCSD's (TRACE_ON,
+//!   PE_CONTEXT, INSTR_RANGE, EXCEPTION, ...), speculation resolved, code
+//!   read through a [`flow::CodeSource`] at the trace's latest timestamp.
+//! - [`opencsd`]: packet and element lines in `trc_pkt_lister`'s layout, to
+//!   diff against it.
 //!
 //! Decoding borrows the trace and never allocates per packet. Bad trace is
 //! never an `Err` that stops decoding: a fault becomes an error packet (or a
 //! [`FrameError`]) at its byte offset, and decoding resynchronises at the
 //! next A-sync ([`ErrorRecovery::Continue`] instead carries on byte by byte,
-//! as OpenCSD does, for listings that diff against `trc_pkt_lister`).
+//! as OpenCSD does, for listings that diff against `trc_pkt_lister`). The
+//! flow decoder turns faults into error elements and waits for the next
+//! A-sync.
 //!
-//! For the flow decoder (following atoms through code, not here yet): each
-//! [`TracePacket`] is one source's packet, in buffer order, with compressed
-//! fields already expanded as the architecture defines them (full addresses
-//! from the address history and exact-match stack, full timestamps, cycle
-//! counts with the TRACE_INFO threshold added). Per trace ID it is a state
-//! machine over [`Packet`]: `Async`/`TraceInfo` (re)start, `Context` and
-//! `AddressContext` set the PE context, `Address`/`ExactMatch`/`Q` give
-//! targets, `Atom` E/N resolve branches, `Exception`/`ExceptionReturn`,
-//! `Commit`/`Cancel*`/`Mispredict` resolve speculation, `Timestamp` and
-//! `CycleCount` give time; an error packet or `NotSync`, or a
-//! [`FrameError`] (every source), is a discontinuity.
+//! Each [`TracePacket`] is one source's packet, in buffer order, with
+//! compressed fields already expanded as the architecture defines them (full
+//! addresses from the address history and exact-match stack, full
+//! timestamps, cycle counts with the TRACE_INFO threshold added).
 //!
 //! ```no_run
 //! use etm::{snapshot::Snapshot, stream::PacketReader, ErrorRecovery};
@@ -42,6 +43,26 @@
 //!         Err(e) => eprintln!("{e}"),
 //!     }
 //! }
+//! # Ok::<(), etm::Error>(())
+//! ```
+//!
+//! Decoding the same buffer into elements, with the snapshot's memory dumps as the code:
+//!
+//! ```no_run
+//! use etm::flow::{self, FlowDecoder, Item};
+//! use etm::{snapshot::Snapshot, PacketReader, ErrorRecovery};
+//! let snap = Snapshot::load("juno_r1_1")?;
+//! let setup = snap.buffer_setup(&snap.buffers[0].name)?;
+//! let data = snap.read_buffer(&setup.buffer)?;
+//! let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
+//! let (code, _notes) = flow::snapshot_code(&snap);
+//! let mut reader = PacketReader::new(&data, setup.framing, &configs, ErrorRecovery::Continue);
+//! let mut decoder = FlowDecoder::new(&code, &configs);
+//! flow::run(&mut reader, &mut decoder, |item| {
+//!     if let Item::Element(e) = item {
+//!         println!("{:#x} {:x} {:?}", e.index, e.trace_id, e.kind);
+//!     }
+//! });
 //! # Ok::<(), etm::Error>(())
 //! ```
 

@@ -12,7 +12,7 @@
 
 use std::io::Write;
 
-use crate::flow::{ElemKind, Element, InstrSubtype, InstrType, TraceOnReason};
+use crate::flow::{ElemKind, Element, InstrSubtype, InstrType, Item, TraceOnReason};
 use crate::packet::*;
 use crate::TracePacket;
 
@@ -91,6 +91,30 @@ impl OpenCsdPrinter {
         }
         write_description(out, &p.packet, self.cc_threshold[id]);
         out.push(b'\n');
+    }
+}
+
+impl OpenCsdPrinter {
+    /// Appends what `trc_pkt_lister -decode` prints for one item of a flow
+    /// decode ([`crate::flow::run`]): a packet line, an element line, or
+    /// `ID:10<TAB>END OF TRACE DATA` at a source's end. Frame errors and
+    /// error elements print nothing (OpenCSD logs them elsewhere).
+    pub fn write_item(&mut self, out: &mut Vec<u8>, item: &Item<'_>) {
+        match *item {
+            Item::Packet(p) => self.write_packet(out, p),
+            Item::Element(e) => {
+                write_element(out, e);
+            }
+            Item::End(id) => {
+                out.extend_from_slice(b"ID:");
+                if id >= 16 {
+                    out.push(HEX[(id >> 4) as usize]);
+                }
+                out.push(HEX[(id & 0xF) as usize]);
+                out.extend_from_slice(b"\tEND OF TRACE DATA\n");
+            }
+            Item::Frame(_) => {}
+        }
     }
 }
 
@@ -425,7 +449,11 @@ pub fn write_element(out: &mut Vec<u8>, e: &Element) -> bool {
 fn write_hex_lower(out: &mut Vec<u8>, v: u64) {
     let digits = (64 - v.leading_zeros() as usize).div_ceil(4).max(1);
     out.extend_from_slice(b"0x");
-    out.extend((0..digits).rev().map(|k| HEX[((v >> (4 * k)) & 0xF) as usize]));
+    out.extend(
+        (0..digits)
+            .rev()
+            .map(|k| HEX[((v >> (4 * k)) & 0xF) as usize]),
+    );
 }
 
 /// OpenCSD's element text after `OCSD_GEN_TRC_ELEM_`: the type name and its fields in parentheses.

@@ -100,10 +100,7 @@ pub fn snapshot_code(snap: &Snapshot) -> (CodeTimeline, Vec<String>) {
                 continue;
             }
             if let Err(e) = base.add_raw_file(&d.file, offset, Some(len), d.address) {
-                notes.push(format!(
-                    "{}: memory dump skipped: {e}",
-                    dev.path.display()
-                ));
+                notes.push(format!("{}: memory dump skipped: {e}", dev.path.display()));
             }
         }
     }
@@ -229,7 +226,13 @@ fn walk(
 
 /// Walks to an address (an exception's preferred return address): through
 /// branches, until the next instruction is `target`.
-pub(crate) fn walk_to_addr(code: &impl CodeSource, addr: u64, target: u64, t: Time, wfx_p0: bool) -> Walk {
+pub(crate) fn walk_to_addr(
+    code: &impl CodeSource,
+    addr: u64,
+    target: u64,
+    t: Time,
+    wfx_p0: bool,
+) -> Walk {
     walk(code, addr, t, wfx_p0, |next, _| next == target).0
 }
 

@@ -70,12 +70,6 @@ struct ReturnStack {
     pop_pending: bool,
 }
 
-impl Default for Isa {
-    fn default() -> Isa {
-        Isa::Unknown
-    }
-}
-
 impl ReturnStack {
     fn push(&mut self, addr: u64, isa: Isa) {
         if self.enabled {
@@ -435,7 +429,12 @@ impl Source {
         let requested = self.commit;
         while self.commit > 0 {
             let Some(&Stacked { index, e }) = self.stack.front() else {
-                self.fail(self.last_index, FlowError::CommitOverrun, UnsyncReason::BadPacket, out);
+                self.fail(
+                    self.last_index,
+                    FlowError::CommitOverrun,
+                    UnsyncReason::BadPacket,
+                    out,
+                );
                 return;
             };
             match e {
@@ -460,7 +459,10 @@ impl Source {
                     self.emit_time(index, e, out);
                 }
                 Pending::ExceptionReturn => self.emit(out, index, ElemKind::ExceptionReturn),
-                Pending::Atoms { mut bits, mut count } => {
+                Pending::Atoms {
+                    mut bits,
+                    mut count,
+                } => {
                     while count > 0 && self.commit > 0 {
                         let taken = bits & 1 == 1;
                         bits >>= 1;
@@ -520,7 +522,12 @@ impl Source {
                 true
             }
             None => {
-                self.fail(index, FlowError::ReturnStackEmpty, UnsyncReason::BadPacket, out);
+                self.fail(
+                    index,
+                    FlowError::ReturnStackEmpty,
+                    UnsyncReason::BadPacket,
+                    out,
+                );
                 false
             }
         }
@@ -622,7 +629,12 @@ impl Source {
             ..
         }) = self.stack.front()
         else {
-            self.fail(index, FlowError::ExceptionWithoutAddress, UnsyncReason::BadPacket, out);
+            self.fail(
+                index,
+                FlowError::ExceptionWithoutAddress,
+                UnsyncReason::BadPacket,
+                out,
+            );
             return;
         };
         self.stack.pop_front();
@@ -697,7 +709,12 @@ impl Source {
         }
         self.spec_depth = self.spec_depth.saturating_sub(n - left);
         if left > 0 {
-            self.fail(index, FlowError::CancelOverrun, UnsyncReason::BadPacket, out);
+            self.fail(
+                index,
+                FlowError::CancelOverrun,
+                UnsyncReason::BadPacket,
+                out,
+            );
             return false;
         }
         true
@@ -723,7 +740,12 @@ impl Source {
                 _ => {}
             }
         }
-        self.fail(index, FlowError::MispredictWithoutAtom, UnsyncReason::BadPacket, out);
+        self.fail(
+            index,
+            FlowError::MispredictWithoutAtom,
+            UnsyncReason::BadPacket,
+            out,
+        );
         false
     }
 

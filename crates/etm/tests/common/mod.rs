@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod lister;
 pub mod synth;
 
 use std::path::{Path, PathBuf};

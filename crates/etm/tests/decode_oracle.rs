@@ -1,0 +1,107 @@
+//! Our decoded elements against OpenCSD's `trc_pkt_lister -decode`
+//! (Debian libopencsd-bin 1.3.3), line for line, on every ETMv4 snapshot in
+//! ../shared/opencsd-snapshots: every packet line, element line
+//! (`OCSD_GEN_TRC_ELEM_...`) and end-of-trace line, in the same order,
+//! after making whitespace runs single spaces. Without trc_pkt_lister the
+//! tests skip, unless POKETRACE_REQUIRE_PERF or CI is set: then they fail.
+//! Run with `--nocapture` for the counts.
+
+mod common;
+
+use etm::flow::{self, FlowDecoder};
+use etm::opencsd::{Listing, OpenCsdPrinter};
+use etm::snapshot::Snapshot;
+use etm::{ErrorRecovery, PacketReader};
+
+use common::lister;
+
+/// Our `-decode` listing of a snapshot's first buffer.
+fn our_listing(dir: &std::path::Path) -> String {
+    let snap = Snapshot::load(dir).unwrap();
+    let setup = snap.buffer_setup(&snap.buffers[0].name).unwrap();
+    let data = snap.read_buffer(&setup.buffer).unwrap();
+    let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
+    let (code, notes) = flow::snapshot_code(&snap);
+    for n in notes {
+        eprintln!("{n}");
+    }
+    let mut reader = PacketReader::with_container(
+        &data,
+        setup.container,
+        setup.framing,
+        &configs,
+        ErrorRecovery::Continue,
+    );
+    let mut decoder = FlowDecoder::new(&code, &configs);
+    let mut printer = OpenCsdPrinter::new(Listing::Decode);
+    let mut text = Vec::new();
+    flow::run(&mut reader, &mut decoder, |item| {
+        printer.write_item(&mut text, &item)
+    });
+    String::from_utf8(text).unwrap()
+}
+
+fn is_element(l: &str) -> bool {
+    l.contains("; OCSD_GEN_TRC_ELEM_")
+}
+
+fn snapshot(name: &str, args: &[&str]) {
+    let (Some(lister), Some(dir)) = (lister::lister(), common::snapshot(name)) else {
+        return;
+    };
+    let args: Vec<&str> = ["-decode"].iter().chain(args).copied().collect();
+    let log = lister::tmp("etm-decode-oracle", &format!("{name}.ppl"));
+    let (text, done) = lister::run(lister, &dir, &args, &log);
+    assert!(done, "trc_pkt_lister {args:?} on {name} did not finish");
+    let theirs = lister::decode_lines(&text);
+    let ours = lister::decode_lines(&our_listing(&dir));
+    let mut differ = 0;
+    for (i, (t, o)) in theirs.iter().zip(&ours).enumerate() {
+        if t != o {
+            if differ < 5 {
+                eprintln!("{name}: line {i} differs:\n  trc_pkt_lister {t}\n  ours           {o}");
+            }
+            differ += 1;
+        }
+    }
+    let elements = theirs.iter().filter(|l| is_element(l)).count();
+    let n = theirs.len().min(ours.len());
+    eprintln!(
+        "{name}: {elements} element lines ({} lines in all) from trc_pkt_lister, {} from us; {n} lines compared, {differ} differ",
+        theirs.len(),
+        ours.iter().filter(|l| is_element(l)).count(),
+    );
+    assert!(elements > 0, "{name}: no element lines");
+    assert_eq!(differ, 0, "{name}: listings differ (see above)");
+    assert_eq!(theirs.len(), ours.len(), "{name}: line counts differ");
+}
+
+#[test]
+fn juno_r1_1() {
+    snapshot("juno_r1_1", &[]);
+}
+
+#[test]
+fn juno_uname_001() {
+    snapshot("juno-uname-001", &[]);
+}
+
+#[test]
+fn bugfix_exact_match() {
+    snapshot("bugfix-exact-match", &[]);
+}
+
+#[test]
+fn a57_single_step() {
+    snapshot("a57_single_step", &[]);
+}
+
+#[test]
+fn init_short_addr() {
+    snapshot("init-short-addr", &[]);
+}
+
+#[test]
+fn a55_test_tpiu() {
+    snapshot("a55-test-tpiu", &["-dstream_format"]);
+}
