@@ -30,3 +30,50 @@ fn packets_match_trc_pkt_lister_line_for_line() {
     assert_eq!(first, None, "first difference: trc_pkt_lister {:?} ours {:?}", first.map(|i| &theirs[i]), first.map(|i| &ours[i]));
     assert_eq!(theirs.len(), ours.len());
 }
+
+/// `poketrace etm SNAP` (decoded elements, `--format opencsd`) prints what
+/// `trc_pkt_lister -decode` prints: packet lines, element lines and the
+/// end-of-trace lines, in the same order; `--format json` has an object per
+/// element with the range fields.
+#[test]
+fn decoded_elements_match_trc_pkt_lister_line_for_line() {
+    let snap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots/juno_r1_1");
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("juno-trc_pkt_lister-elements.ppl");
+    let _ = std::fs::remove_file(&log);
+    let ran = Command::new("trc_pkt_lister").arg("-ss_dir").arg(&snap).args(["-decode", "-logfilename"]).arg(&log).output();
+    if !ran.as_ref().is_ok_and(|o| o.status.success()) {
+        assert!(std::env::var_os("CI").is_none() && std::env::var_os("POKETRACE_REQUIRE_PERF").is_none(), "trc_pkt_lister failed: {ran:?}");
+        eprintln!("skipping: no trc_pkt_lister");
+        return;
+    }
+    let theirs: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("Idx:") || (l.starts_with("ID:") && l.ends_with("END OF TRACE DATA")))
+        .map(|l| l.trim_end().to_string())
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("etm").arg(&snap).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ours: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.trim_end().to_string()).collect();
+    let elements = theirs.iter().filter(|l| l.contains("OCSD_GEN_TRC_ELEM_")).count();
+    assert!(elements > 15_000, "{elements} element lines");
+    let first = theirs.iter().zip(&ours).position(|(a, b)| a != b);
+    assert_eq!(first, None, "first difference: trc_pkt_lister {:?} ours {:?}", first.map(|i| &theirs[i]), first.map(|i| &ours[i]));
+    assert_eq!(theirs.len(), ours.len());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("etm").arg(&snap).args(["--format", "json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let objs: Vec<serde_json::Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(objs.len(), elements);
+    let ranges: Vec<&serde_json::Value> = objs.iter().filter(|o| o["elem"] == "INSTR_RANGE").collect();
+    assert_eq!(ranges.len(), theirs.iter().filter(|l| l.contains("INSTR_RANGE")).count());
+    // The first range, field by field, against trc_pkt_lister's text.
+    let line = theirs.iter().find(|l| l.contains("INSTR_RANGE")).unwrap();
+    let r = ranges[0];
+    let want = format!(
+        "Idx:{}; ID:{:x}; OCSD_GEN_TRC_ELEM_INSTR_RANGE(exec range={:#x}:[{:#x}] num_i({}) last_sz({}) (ISA={}) {} ",
+        r["idx"], r["id"].as_u64().unwrap(), r["start"].as_u64().unwrap(), r["end"].as_u64().unwrap(), r["num_i"], r["last_sz"], r["isa"].as_str().unwrap(), r["atom"].as_str().unwrap()
+    );
+    assert!(line.starts_with(&want), "{line}\n{want}");
+    assert!(r["last_type"].is_string());
+}
