@@ -1,5 +1,6 @@
-//! `check`: decode a simulated run's Intel PT with three images of the code
-//! and compare each with the ground truth.
+//! `check`: decode a simulated run's trace (Intel PT, or ETMv4 with etm's
+//! flow decoder) with three images of the code and compare each with the
+//! ground truth.
 
 use std::path::Path;
 
@@ -85,6 +86,9 @@ pub struct ModeReport {
 /// Decodes the run in `dir` in every mode and scores it against the truth.
 pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
     let summary = crate::read_summary(dir)?;
+    if summary.config.arch == "aarch64" {
+        return check_etm(dir, &summary);
+    }
     let file = PerfFile::open(dir)?;
     let mut info = None;
     let mut aux: Vec<Vec<u8>> = vec![Vec::new(); summary.config.cpus as usize];
@@ -254,4 +258,127 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
     let mut out = Vec::new();
     FlowDecoder::new(&aux, &src, cfg).run(|e| out.push(e));
     out
+}
+
+/// The ETMv4 runs: each CPU's AUXTRACE buffers, decoded by etm's flow decoder.
+///
+/// etm's decoder reads code at one time, the latest TIMESTAMP seen (ETM
+/// timestamps are perf time here), so `perf-style` and `timeline` decode
+/// alike; `timeline` also counts as uncertain every instruction whose bytes
+/// change between that timestamp and the next one (or lie in a PRE/POST
+/// window), where no image can say which code ran.
+fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, SimError> {
+    use etm::flow::{ElemKind, FlowDecoder, Item};
+    use perfdata::auxtrace::CsEtmInfo;
+    let file = PerfFile::open(dir)?;
+    let mut info = None;
+    let mut aux: Vec<Vec<u8>> = vec![Vec::new(); summary.config.cpus as usize];
+    for r in file.records() {
+        match r?.body {
+            RecordBody::AuxtraceInfo(i) => info = Some(CsEtmInfo::parse(&i)?),
+            RecordBody::Auxtrace(a) => {
+                if let Some(buf) = aux.get_mut(a.cpu as usize) {
+                    buf.extend_from_slice(a.data);
+                }
+            }
+            _ => {}
+        }
+    }
+    let info = info.ok_or_else(|| SimError::Config("no CoreSight AUXTRACE_INFO in the file".into()))?;
+    let configs: Vec<etm::EtmV4Config> = (0..aux.len())
+        .map(|c| {
+            let p = info.cpus.iter().find(|b| b.cpu == c as u64).map(|b| b.params.as_slice()).unwrap_or(&[]);
+            let g = |i: usize| p.get(i).map(|&v| v as u32);
+            let d = etm::EtmV4Config::default();
+            match (g(0), g(1)) {
+                (Some(configr), Some(traceidr)) => Ok(etm::EtmV4Config {
+                    configr,
+                    traceidr,
+                    idr0: g(2).unwrap_or(d.idr0),
+                    idr1: g(3).unwrap_or(d.idr1),
+                    idr2: g(4).unwrap_or(d.idr2),
+                    idr8: g(5).unwrap_or(d.idr8),
+                    ..d
+                }),
+                _ => Err(SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}"))),
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
+    let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline;
+    let mut base = BaseImage::new();
+    codeimage::add_base(&file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
+    let bare = TimelineBuilder::new(base).build();
+    let framing = etm::Framing::Aligned { reset_on_4x_fsync: false };
+    let mut reports = Vec::new();
+    for mode in Mode::ALL {
+        use rayon::prelude::*;
+        let cpus = aux
+            .par_iter()
+            .enumerate()
+            .map(|(cpu, trace)| {
+                let cfg = [configs[cpu]];
+                // The timestamps first: each one's successor bounds the instructions after it.
+                let mut stamps = Vec::new();
+                let mut reader = etm::PacketReader::new(trace, framing, &cfg, etm::ErrorRecovery::Resync);
+                while let Some(item) = reader.next() {
+                    if let Ok(etm::TracePacket { packet: etm::Packet::Timestamp(t), .. }) = item {
+                        stamps.push(t.value);
+                    }
+                }
+                stamps.sort_unstable();
+                let next_stamp = |t: u64| stamps.get(stamps.partition_point(|&s| s <= t)).copied().unwrap_or(u64::MAX);
+                let code = if mode == Mode::Static { &bare } else { &full };
+                let truth = dir.join(format!("truth/cpu{cpu}.bin"));
+                let io = |source| SimError::Io { path: truth.clone(), source };
+                let reader_t = TruthReader::open(&truth).map_err(io)?.peekable();
+                let mut m = Matcher { reader: reader_t, synced: true, failure: None, s: Score::default(), cpu: cpu as u32 };
+                let mut flow = FlowDecoder::new(code, &cfg);
+                let mut reader = etm::PacketReader::new(trace, framing, &cfg, etm::ErrorRecovery::Resync);
+                let (mut lo, mut hi) = (0u64, next_stamp(0));
+                let mut word = [0u8; 4];
+                etm::flow::run(&mut reader, &mut flow, |item| {
+                    let Item::Element(e) = item else { return };
+                    match e.kind {
+                        ElemKind::Timestamp { value, .. } => {
+                            lo = value;
+                            hi = next_stamp(value);
+                        }
+                        ElemKind::InstrRange(r) => {
+                            for ip in (r.start..r.end).step_by(4) {
+                                if mode == Mode::Timeline {
+                                    let i = full.read_into(ip, &mut word, lo);
+                                    m.s.uncertain += (i.uncertain || i.valid.end <= hi) as u64;
+                                }
+                                m.insn(ip, lo, hi);
+                            }
+                        }
+                        // A BRK trap: the BRK (its preferred return address) ran.
+                        ElemKind::Exception { ret_addr, .. } => m.insn(ret_addr, lo, hi),
+                        ElemKind::Error(_) | ElemKind::AddrNacc(_) => {
+                            m.s.errors += 1;
+                            m.synced = false;
+                        }
+                        _ => {}
+                    }
+                });
+                if let Some(e) = m.failure {
+                    return Err(io(e));
+                }
+                let mut s = m.s;
+                for r in m.reader {
+                    r.map_err(io)?;
+                    s.instructions += 1;
+                    s.missing += 1;
+                }
+                Ok(s)
+            })
+            .collect::<Result<Vec<Score>, SimError>>()?;
+        let mut total = Score::default();
+        for s in &cpus {
+            total.add(s);
+        }
+        reports.push(ModeReport { mode, total, cpus });
+    }
+    Ok(reports)
 }

@@ -231,3 +231,30 @@ fn perf_decodes_the_coresight_perf_data() {
         eprintln!("cpu {cpu}: perf {} branches of the truth's {}, all in order", got.len(), want.len());
     }
 }
+
+fn mode(r: &[sim::check::ModeReport], m: sim::check::Mode) -> &sim::check::Score {
+    &r.iter().find(|x| x.mode == m).unwrap().total
+}
+
+#[test]
+fn check_decodes_etm_with_three_images() {
+    use sim::check::Mode;
+    // No pokes: every image is the code that ran.
+    let d = dir("check-none");
+    let s = sim::simulate(&a64(30_000, 0, "none"), &d).unwrap();
+    let r = sim::check::check(&d).unwrap();
+    for m in Mode::ALL {
+        let t = mode(&r, m);
+        assert_eq!(t.instructions, s.instructions.iter().sum::<u64>());
+        assert_eq!((t.correct, t.wrong, t.missing, t.errors), (t.instructions, 0, 0, 0), "{m:?} {t:?}");
+    }
+    // Pokes announced at the write (the kernel's single-instruction writes):
+    // the image at each timestamp is right, the static image is not.
+    let d = dir("check-int3");
+    sim::simulate(&SimConfig { tsc_period: 20, ..a64(30_000, 200, "int3") }, &d).unwrap();
+    let r = sim::check::check(&d).unwrap();
+    let tl = mode(&r, Mode::Timeline);
+    assert_eq!((tl.wrong, tl.missing, tl.errors), (0, 0, 0), "{tl:?}");
+    let st = mode(&r, Mode::Static);
+    assert!(st.wrong > 0 && st.correct < tl.correct, "{st:?}");
+}
