@@ -551,6 +551,20 @@ impl CodeTimeline {
         info
     }
 
+    /// The base code at `[addr, addr + len)`, cut at the end of its region,
+    /// when no recorded change touches that range: what a read gives at any
+    /// time, borrowed instead of copied (a decoder's block builder reads
+    /// whole runs of code this way). `None` when a change touches it, or
+    /// nothing is mapped at `addr`.
+    pub fn unchanging(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let (r, off) = self.base.find(addr)?;
+        let n = len.min(r.bytes().len() - off);
+        if self.index.touches(addr, addr.saturating_add(n as u64)) {
+            return None;
+        }
+        Some(&r.bytes()[off..off + n])
+    }
+
     /// Copies base code only (no span touches the range); returns the bytes mapped.
     fn read_base(&self, addr: u64, buf: &mut [u8]) -> usize {
         let mut done = 0;

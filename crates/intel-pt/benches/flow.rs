@@ -32,12 +32,15 @@
 
 #[path = "../tests/common/flow.rs"]
 mod common;
+#[path = "../tests/common/kernel_elf.rs"]
+mod kernel_elf;
 
 use std::sync::OnceLock;
 
 use common::{ImageKind, LibiptImage, Run};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent};
 use intel_pt::sources::{Interval, Static};
 
 struct Fixture {
@@ -49,10 +52,22 @@ struct Fixture {
     instructions: u64,
 }
 
-/// The inputs: the simulator's generated kernel (64 small functions, 5.5 KB
-/// of code) and random walks through /usr/bin/perf's real code (2.4 MB).
-const INPUTS: [&str; 2] = ["sim_kernel", "usr_bin_perf"];
+/// The inputs: random walks through a real Debian kernel's code (the vmlinux
+/// of scripts/fetch-test-kernels.sh), the simulator's generated kernel (64
+/// small functions, 5.5 KB of code) and random walks through /usr/bin/perf's
+/// real code (2.4 MB).
+const INPUTS: [&str; 3] = ["vmlinux", "sim_kernel", "usr_bin_perf"];
 const PERF: &str = "/usr/bin/perf";
+
+/// scripts/fetch-test-kernels.sh's vmlinux (cached after the first run), if
+/// it works, made walkable (`kernel_elf`).
+fn vmlinux() -> Option<std::path::PathBuf> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-test-kernels.sh");
+    let out = std::process::Command::new("bash").arg(&script).output().ok().filter(|o| o.status.success())?;
+    let path = std::path::Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("vmlinux-x86_64");
+    let walkable = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("vmlinux-walkable.elf");
+    path.is_file().then(|| kernel_elf::walkable_vmlinux(&path, &walkable))
+}
 
 fn main() {
     for input in INPUTS {
@@ -69,6 +84,52 @@ fn main() {
         }
     }
     divan::main();
+    summary();
+}
+
+/// After divan: each decoder timed on its own (fastest of `FLOW_BENCH_REPS`,
+/// default 5), as a table with the ratio to libipt's fastest image. Only the
+/// rows whose name contains `FLOW_BENCH_ONLY`, and libipt's section cache.
+fn summary() {
+    let reps: usize = std::env::var("FLOW_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let best = |run: &mut dyn FnMut() -> (u64, u64)| {
+        (0..reps.max(1))
+            .map(|_| {
+                let t = std::time::Instant::now();
+                black_box(run());
+                t.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    println!("\n| input | decoder | time (fastest of {reps}) | M instructions/s | MB/s of trace | vs libipt |\n|---|---|---|---|---|---|");
+    for input in INPUTS {
+        let Some(f) = fixture(input) else { continue };
+        let mut rows: Vec<(&str, std::time::Duration)> = Vec::new();
+        let only = std::env::var("FLOW_BENCH_ONLY").unwrap_or_default();
+        let mut row = |name: &'static str, run: &mut dyn FnMut() -> (u64, u64)| {
+            if name.contains(only.as_str()) || name.contains("section cache") {
+                rows.push((name, best(run)));
+            }
+        };
+        row("ours, Static", &mut || timed_ours_static(f));
+        row("ours, Interval", &mut || timed_ours_interval(f));
+        for (name, kind) in [("libipt file sections", ImageKind::File), ("libipt section cache", ImageKind::Cached), ("libipt callback", ImageKind::Callback)] {
+            let image = LibiptImage::new(&f.run, kind);
+            row(name, &mut || libipt(f, &image));
+        }
+        let libipt_best = rows.iter().filter(|(n, _)| n.starts_with("libipt") && !n.ends_with("callback")).map(|r| r.1).min().unwrap();
+        for (name, d) in rows {
+            let secs = d.as_secs_f64();
+            println!(
+                "| {input} | {name} | {:.1} ms | {:.1} | {:.1} | {:.2}x |",
+                secs * 1e3,
+                f.instructions as f64 / secs / 1e6,
+                f.bytes as f64 / secs / 1e6,
+                libipt_best.as_secs_f64() / secs
+            );
+        }
+    }
 }
 
 /// `None` when the input is skipped: not the one `FLOW_BENCH_INPUT` names,
@@ -79,20 +140,27 @@ fn fixture(input: &str) -> Option<&'static Fixture> {
     }
     static KERNEL: OnceLock<Fixture> = OnceLock::new();
     static PERF_WALK: OnceLock<Option<Fixture>> = OnceLock::new();
+    static VMLINUX: OnceLock<Option<Fixture>> = OnceLock::new();
     match input {
+        "vmlinux" => VMLINUX.get_or_init(|| vmlinux().map(|p| make("vmlinux", Some(&p)))).as_ref(),
         "sim_kernel" => Some(KERNEL.get_or_init(|| make("sim_kernel", None))),
-        "usr_bin_perf" => PERF_WALK.get_or_init(|| std::path::Path::new(PERF).is_file().then(|| make("usr_bin_perf", Some(PERF)))).as_ref(),
+        "usr_bin_perf" => PERF_WALK.get_or_init(|| std::path::Path::new(PERF).is_file().then(|| make("usr_bin_perf", Some(std::path::Path::new(PERF))))).as_ref(),
         _ => unreachable!(),
     }
 }
 
-fn make(name: &str, elf: Option<&str>) -> Fixture {
-    let insns = std::env::var("FLOW_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(4_000_000);
+fn make(name: &str, elf: Option<&std::path::Path>) -> Fixture {
+    let default = if name == "vmlinux" { 25_000_000 } else { 4_000_000 };
+    let insns = std::env::var("FLOW_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(default);
     let cfg = sim::SimConfig { cpus: 4, protocol: "none".into(), pokes: 0, instructions: insns, ..sim::SimConfig::default() };
-    let (summary, run) = common::simulate(&format!("bench-{name}"), &cfg, elf.map(std::path::Path::new));
+    let (summary, run) = common::simulate(&format!("bench-{name}"), &cfg, elf);
     let traces: Vec<Vec<u8>> = run.aux.iter().map(|t| common::without_start_pge(t).0).collect();
     let bytes = traces.iter().map(Vec::len).sum();
-    let instructions: u64 = summary.instructions.iter().sum();
+    // What ran: instructions, and traps (INT3, UD2, SYSCALL end a random
+    // walk's path), which both decoders report as events, not instructions.
+    let ran: u64 = summary.instructions.iter().sum();
+    let (instructions, traps) = run.aux.iter().map(|t| insns_and_traps(t, &run)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert_eq!(instructions + traps, ran, "{name}: every instruction that ran is decoded");
     // Every decoder decodes every instruction, without an error.
     let f = Fixture { run, traces, bytes, instructions };
     assert_eq!(check_ours_static(&f), (instructions, 0));
@@ -102,6 +170,17 @@ fn make(name: &str, elf: Option<&str>) -> Fixture {
         assert_eq!(check_libipt(&f, &image), (instructions, 0), "libipt {kind:?}");
     }
     f
+}
+
+/// Our instructions and traps on one CPU's trace (over `Static`).
+fn insns_and_traps(trace: &[u8], run: &Run) -> (u64, u64) {
+    let (mut n, mut traps) = (0, 0);
+    FlowDecoder::new(trace, &Static(&run.bare), run.cfg.clone()).run(|e| match e {
+        FlowEvent::Insn { .. } => n += 1,
+        FlowEvent::Trap { .. } => traps += 1,
+        _ => {}
+    });
+    (n, traps)
 }
 
 /// libipt's blocks over the whole input.
@@ -114,36 +193,46 @@ fn blocks(f: &Fixture) -> u64 {
     n
 }
 
-/// Instructions and errors (an error folds `1 << 63` into the checksum).
-fn errors((n, acc): (u64, u64)) -> (u64, u64) {
-    (n, acc >> 63)
+/// Instructions and errors over every CPU's trace in turn, on one thread.
+/// Ours: one decoder for all the traces, so that its block cache carries
+/// over (as libipt's does, in the image's sections).
+fn ours<C: CodeSource>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig) -> (u64, u64) {
+    let (mut n, mut errors) = (0u64, 0u64);
+    let mut dec = FlowDecoder::new(&[], code, cfg.clone());
+    for t in traces {
+        dec.reset(t);
+        dec.run(|e| match e {
+            FlowEvent::Insn { .. } => n += 1,
+            FlowEvent::Error { .. } => errors += 1,
+            _ => {}
+        });
+    }
+    (n, errors)
 }
 
 fn ours_static(f: &Fixture) -> (u64, u64) {
-    let code = Static(&f.run.bare);
-    f.traces.iter().map(|t| common::ours_count(t, &code, &f.run.cfg)).fold((0, 0), |a, b| (a.0 + b.0, a.1 ^ b.1))
+    ours(&f.traces, &Static(&f.run.bare), &f.run.cfg)
 }
 
 fn ours_interval(f: &Fixture) -> (u64, u64) {
-    let code = Interval(&f.run.full);
-    f.traces.iter().map(|t| common::ours_count(t, &code, &f.run.cfg)).fold((0, 0), |a, b| (a.0 + b.0, a.1 ^ b.1))
+    ours(&f.traces, &Interval(&f.run.full), &f.run.cfg)
 }
 
 fn libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
-    f.traces.iter().map(|t| common::libipt_count(t, image)).fold((0, 0), |a, b| (a.0 + b.0, a.1 ^ b.1))
+    f.traces.iter().map(|t| common::libipt_count(t, image)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 
 #[inline(never)]
 fn check_ours_static(f: &Fixture) -> (u64, u64) {
-    errors(ours_static(f))
+    ours_static(f)
 }
 #[inline(never)]
 fn check_ours_interval(f: &Fixture) -> (u64, u64) {
-    errors(ours_interval(f))
+    ours_interval(f)
 }
 #[inline(never)]
 fn check_libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
-    errors(libipt(f, image))
+    libipt(f, image)
 }
 
 #[inline(never)]
@@ -172,7 +261,7 @@ fn timed_libipt_callback(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
 
 macro_rules! bench {
     ($name:ident, |$f:ident| $setup:expr, |$g:ident, $image:ident| $body:expr) => {
-        #[divan::bench(args = INPUTS, sample_count = 20)]
+        #[divan::bench(args = INPUTS, sample_count = 10)]
         fn $name(b: Bencher, input: &str) {
             let Some($f) = fixture(input) else {
                 eprintln!("{input}: skipped");

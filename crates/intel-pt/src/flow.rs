@@ -10,8 +10,11 @@
 //! are tried in turn against the packets that follow; the one that fits is
 //! taken, and if several fit the instruction is reported as uncertain.
 
+use std::ops::Range;
+
 use isa::{BranchClass, Insn, KernelIdioms};
 
+use crate::block_cache::{class_of, BlockCache, MAX_BLOCK_INSNS};
 use crate::{Packet, PacketDecoder, PacketError};
 
 /// perf time in nanoseconds.
@@ -32,6 +35,29 @@ pub enum Fetch {
 pub trait CodeSource {
     /// Fills `buf` with candidate `which` of the code at `addr` for `[lo, hi]`.
     fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch;
+
+    /// For the decoded-block cache: what [`CodeSource::fetch`] gives as
+    /// `Exact` at `addr` for `[lo, hi]` (bytes filled), and a window of time
+    /// such that `fetch` gives the same bytes, exactly, for every `[lo', hi']`
+    /// that [`CodeSource::admits`] with it. `None` (the default) when the code
+    /// there is not exact, or the source does not say: no block is cached.
+    fn fetch_window(&self, _addr: u64, _lo: Time, _hi: Time, _buf: &mut [u8; 16]) -> Option<(usize, Range<Time>)> {
+        None
+    }
+
+    /// For building cached blocks without a fetch per instruction: bytes at
+    /// `addr` such that `fetch` of any 16 of them gives those 16 for every
+    /// `[lo', hi']` [`CodeSource::admits`] with the window. `None` (the
+    /// default): [`CodeSource::fetch_window`] instruction by instruction.
+    fn code_run(&self, _addr: u64, _lo: Time, _hi: Time) -> Option<(&[u8], Range<Time>)> {
+        None
+    }
+
+    /// Whether bytes read with `window` (from [`CodeSource::fetch_window`])
+    /// are what `fetch` gives for `[lo, hi]`.
+    fn admits(&self, _window: &Range<Time>, _lo: Time, _hi: Time) -> bool {
+        false
+    }
 }
 
 /// TSC to perf time, as perf converts it (AUXTRACE_INFO time_shift, time_mult, time_zero).
@@ -133,7 +159,7 @@ struct State<'a> {
     ip: Option<u64>,
     tnt_bits: u64,
     tnt_count: u8,
-    stack: Vec<u64>,
+    stack: ReturnStack,
     lo: Time,
     hi: Time,
     /// Offset of the TSC that gave `hi` (re-scan when passed).
@@ -148,30 +174,50 @@ struct Failure {
 }
 
 /// Decodes one AUX buffer's packets into instruction flow.
+///
+/// Blocks of decoded code are cached across calls to [`FlowDecoder::run`]
+/// and buffers given to [`FlowDecoder::reset`] (the code source and config
+/// stay the same), so decoding several buffers with one decoder decodes each
+/// piece of code once.
 pub struct FlowDecoder<'a, C: CodeSource> {
     buf: &'a [u8],
     code: &'a C,
     cfg: FlowConfig,
     st: State<'a>,
+    cache: BlockCache,
 }
 
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
-        let st = State {
+        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default() }
+    }
+
+    /// Starts over on another buffer (another CPU's, another PSB segment),
+    /// over the same code, keeping the decoded-block cache.
+    pub fn reset(&mut self, buf: &'a [u8]) {
+        self.buf = buf;
+        self.st = State::new(buf);
+    }
+}
+
+impl<'a> State<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        State {
             packets: PacketDecoder::new(buf),
             ip: None,
             tnt_bits: 0,
             tnt_count: 0,
-            stack: Vec::new(),
+            stack: ReturnStack::default(),
             lo: 0,
             hi: Time::MAX,
             hi_at: 0,
             peeked: None,
             walked: 0,
-        };
-        FlowDecoder { buf, code, cfg, st }
+        }
     }
+}
 
+impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Runs to the end of the buffer, reporting every event.
     pub fn run(&mut self, mut emit: impl FnMut(FlowEvent)) {
         if let Some(at) = crate::find_psb(self.buf) {
@@ -180,8 +226,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             }
         }
         let mut st = self.st.clone();
+        let mut cache = std::mem::take(&mut self.cache);
         loop {
-            match self.step(&mut st, &mut emit, false) {
+            match self.step_cached(&mut st, &mut cache, &mut emit) {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(f) => {
@@ -204,6 +251,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             }
         }
         self.st = st;
+        self.cache = cache;
     }
 
     /// The next flow packet, processing timing and sync packets on the way.
@@ -331,6 +379,101 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             (_, Flow::Pgd(_)) => Ok(None),
             (offset, _) => Err(Failure { offset, kind: FlowErrorKind::NoTip }),
         }
+    }
+
+    /// A cached block of instructions at once, when the cache has one for
+    /// this IP and time (building it if the code allows), else [`Self::step`].
+    /// Gives exactly what stepping instruction by instruction gives: the
+    /// block's window holds for every fetch those steps would make.
+    #[inline(always)]
+    fn step_cached(&self, st: &mut State<'a>, cache: &mut BlockCache, emit: &mut impl FnMut(FlowEvent)) -> Result<bool, Failure> {
+        let Some(ip) = st.ip else { return self.step(st, emit, false) };
+        let b = match cache.get(ip) {
+            Some(b) if self.code.admits(&b.window(), st.lo, st.hi) => b,
+            _ => {
+                if !self.build(cache, ip, st.lo, st.hi) {
+                    return self.step(st, emit, false);
+                }
+                cache.get(ip).expect("just built")
+            }
+        };
+        let count = b.count as u64;
+        if st.walked + count > self.cfg.max_walk {
+            return self.step(st, emit, false);
+        }
+        // The first instruction's fetch was at the time before this peek (as
+        // in `step`); the others are at the time after it.
+        let mut whole = true;
+        if st.tnt_count == 0 {
+            match self.peek_flow(st)? {
+                Some((_, Flow::Fup(Some(f)) | Flow::Pgd(Some(f)))) if f >= ip && f <= b.last_ip() => whole = false,
+                None => whole = false,
+                _ => {}
+            }
+        }
+        if !whole || (count > 1 && !self.code.admits(&b.window(), st.lo, st.hi)) {
+            // One instruction the slow way (an event inside the block, or the
+            // code changes after the first instruction).
+            st.walked += 1;
+            return self.run_insn(st, ip, b.first(cache), false, emit, false);
+        }
+        st.walked += count;
+        let (lo, hi) = (st.lo, st.hi);
+        let mut at = ip;
+        for &l in cache.lens(b) {
+            let len = l & 0x7f;
+            emit(FlowEvent::Insn { ip: at, len, class: class_of(l), lo, hi, uncertain: false });
+            at = at.wrapping_add(len as u64);
+        }
+        let last = b.last();
+        emit(FlowEvent::Insn { ip: at, len: last.len, class: last.class, lo, hi, uncertain: false });
+        self.execute(st, at, last)?;
+        if st.ip.is_none() {
+            emit(FlowEvent::End { time: st.lo, at: None });
+        }
+        Ok(true)
+    }
+
+    /// Decodes and caches the block at `ip` for `[lo, hi]`; false when its
+    /// first instruction's code is not exact or not an instruction.
+    #[cold]
+    #[inline(never)]
+    fn build(&self, cache: &mut BlockCache, ip: u64, lo: Time, hi: Time) -> bool {
+        let mut window = 0..Time::MAX;
+        let mut at = ip;
+        let mut last: Option<(u64, Insn)> = None;
+        let mut run: (u64, &[u8]) = (ip, &[]);
+        let mut buf = [0u8; 16];
+        for _ in 0..MAX_BLOCK_INSNS {
+            // 16 bytes at `at`, as `fetch` would give them: from a borrowed
+            // run of code while it lasts, else fetched.
+            let off = at.wrapping_sub(run.0) as usize;
+            let (bytes, w) = if off.checked_add(16).is_some_and(|end| end <= run.1.len()) {
+                (&run.1[off..off + 16], window.clone())
+            } else if let Some((r, w)) = self.code.code_run(at, lo, hi).filter(|(r, _)| r.len() >= 16) {
+                run = (at, r);
+                (&r[..16], w)
+            } else {
+                let Some((n, w)) = self.code.fetch_window(at, lo, hi, &mut buf) else { break };
+                (&buf[..n], w)
+            };
+            let Ok(insn) = isa::classify_x86_64(at, bytes, &self.cfg.idioms) else { break };
+            window = window.start.max(w.start)..window.end.min(w.end);
+            if let Some((_, prev)) = last {
+                cache.push_len(&prev);
+            }
+            last = Some((at, insn));
+            if insn.class.is_branch() {
+                break;
+            }
+            at = at.wrapping_add(insn.len as u64);
+        }
+        let Some((last_ip, last)) = last else {
+            cache.discard();
+            return false;
+        };
+        cache.insert(ip, window, last_ip.wrapping_sub(ip) as u32, last);
+        true
     }
 
     /// One instruction (or one event). `Ok(false)` at the end of the trace.
@@ -507,13 +650,13 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             BranchClass::DirectCall => {
                 // A zero-length CALL (to the next IP) is not pushed (SDM).
                 if insn.target != Some(next) {
-                    push_return(&mut st.stack, next);
+                    st.stack.push(next);
                 }
                 insn.target
             }
             BranchClass::IndirectJump | BranchClass::FarTransfer => self.take_tip(st)?,
             BranchClass::IndirectCall => {
-                push_return(&mut st.stack, next);
+                st.stack.push(next);
                 self.take_tip(st)?
             }
             BranchClass::Return => {
@@ -548,11 +691,45 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 /// what a trial copies.
 const RETURN_STACK: usize = 64;
 
-fn push_return(stack: &mut Vec<u64>, ip: u64) {
-    if stack.len() == RETURN_STACK {
-        stack.remove(0);
+/// The youngest [`RETURN_STACK`] return addresses, in a ring: a push onto a
+/// full stack drops the oldest.
+#[derive(Clone, Copy)]
+struct ReturnStack {
+    addrs: [u64; RETURN_STACK],
+    /// Where the next push goes.
+    top: usize,
+    len: usize,
+}
+
+impl Default for ReturnStack {
+    fn default() -> Self {
+        ReturnStack { addrs: [0; RETURN_STACK], top: 0, len: 0 }
     }
-    stack.push(ip);
+}
+
+impl ReturnStack {
+    fn push(&mut self, ip: u64) {
+        self.addrs[self.top] = ip;
+        self.top = (self.top + 1) % RETURN_STACK;
+        self.len = (self.len + 1).min(RETURN_STACK);
+    }
+
+    fn pop(&mut self) -> Option<u64> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        self.top = (self.top + RETURN_STACK - 1) % RETURN_STACK;
+        Some(self.addrs[self.top])
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
 }
 
 fn packet_failure(e: PacketError) -> Failure {

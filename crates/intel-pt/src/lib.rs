@@ -33,6 +33,7 @@
 //! # Ok::<(), intel_pt::EncodeError>(())
 //! ```
 
+mod block_cache;
 mod decode;
 mod encode;
 pub mod flow;

@@ -1,6 +1,8 @@
 //! Code sources over a [`CodeTimeline`] for the flow decoder: the three ways
 //! of knowing the code that `poketrace check` compares.
 
+use std::ops::Range;
+
 use codeimage::{CodeTimeline, Read};
 
 use crate::flow::{CodeSource, Fetch, Time};
@@ -20,15 +22,64 @@ impl CodeSource for Static<'_> {
     fn fetch(&self, addr: u64, _lo: Time, _hi: Time, _which: usize, buf: &mut [u8; 16]) -> Fetch {
         exact(self.0.read_into(addr, buf, 0).mapped)
     }
+
+    /// Always the code at time 0: any window.
+    fn fetch_window(&self, addr: u64, _lo: Time, _hi: Time, buf: &mut [u8; 16]) -> Option<(usize, Range<Time>)> {
+        let n = self.0.read_into(addr, buf, 0).mapped;
+        (n > 0).then_some((n, 0..Time::MAX))
+    }
+
+    fn code_run(&self, addr: u64, _lo: Time, _hi: Time) -> Option<(&[u8], Range<Time>)> {
+        unchanging(self.0, addr)
+    }
+
+    fn admits(&self, _window: &Range<Time>, _lo: Time, _hi: Time) -> bool {
+        true
+    }
 }
 
 impl CodeSource for PerfStyle<'_> {
     fn fetch(&self, addr: u64, lo: Time, _hi: Time, _which: usize, buf: &mut [u8; 16]) -> Fetch {
         exact(self.0.read_into(addr, buf, lo).mapped)
     }
+
+    /// Read at `lo`: the bytes hold while `lo` is in their validity window.
+    fn fetch_window(&self, addr: u64, lo: Time, _hi: Time, buf: &mut [u8; 16]) -> Option<(usize, Range<Time>)> {
+        let info = self.0.read_into(addr, buf, lo);
+        (info.mapped > 0).then_some((info.mapped, info.valid))
+    }
+
+    fn code_run(&self, addr: u64, _lo: Time, _hi: Time) -> Option<(&[u8], Range<Time>)> {
+        unchanging(self.0, addr)
+    }
+
+    fn admits(&self, window: &Range<Time>, lo: Time, _hi: Time) -> bool {
+        window.contains(&lo)
+    }
 }
 
 impl CodeSource for Interval<'_> {
+    /// Exact when the bytes read at `lo` hold, with no uncertain span, past
+    /// `hi`, or forever (`hi` unbounded: `fetch` then finds one content over
+    /// the whole read, which is this one when all 16 bytes are mapped; a
+    /// shorter read's window is cut short of forever).
+    fn fetch_window(&self, addr: u64, lo: Time, hi: Time, buf: &mut [u8; 16]) -> Option<(usize, Range<Time>)> {
+        let info = self.0.read_into(addr, buf, lo);
+        let mut w = info.valid;
+        if w.end == Time::MAX && info.mapped < buf.len() {
+            w.end = Time::MAX - 1;
+        }
+        (info.mapped > 0 && !info.uncertain && (w.end > hi || w.end == Time::MAX)).then_some((info.mapped, w))
+    }
+
+    fn code_run(&self, addr: u64, _lo: Time, _hi: Time) -> Option<(&[u8], Range<Time>)> {
+        unchanging(self.0, addr)
+    }
+
+    fn admits(&self, window: &Range<Time>, lo: Time, hi: Time) -> bool {
+        window.start <= lo && lo < window.end && (hi < window.end || window.end == Time::MAX)
+    }
+
     fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
         let info = self.0.read_into(addr, buf, lo);
         if info.mapped == 0 && info.valid.end > hi {
@@ -66,6 +117,12 @@ impl CodeSource for Interval<'_> {
             None => Fetch::Unmapped,
         }
     }
+}
+
+/// Code no change touches: the same at every time (for `hi` unbounded too,
+/// as `Interval::fetch` then finds one content).
+fn unchanging(code: &CodeTimeline, addr: u64) -> Option<(&[u8], Range<Time>)> {
+    code.unchanging(addr, 512).map(|r| (r, 0..Time::MAX))
 }
 
 fn exact(n: usize) -> Fetch {
