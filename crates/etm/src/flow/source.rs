@@ -395,9 +395,13 @@ impl Source {
         self.is64 = false;
     }
 
+    /// A frame-level fault: an error element unless the source has had no
+    /// packet since it last lost sync (it reports NO_SYNC at its next one).
     pub fn reset_after_fault(&mut self, out: &mut Vec<Element>) {
-        self.emit(out, self.last_index, ElemKind::Error(FlowError::Frame));
-        self.reset(UnsyncReason::ResetDecoder);
+        if self.state != State::NoSync {
+            self.emit(out, self.last_index, ElemKind::Error(FlowError::Frame));
+            self.reset(UnsyncReason::ResetDecoder);
+        }
     }
 
     fn context_elem(&mut self, ctx: &Context, is: u8) -> ElemKind {
