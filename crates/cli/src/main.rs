@@ -244,10 +244,10 @@ fn demo(out: &mut impl Write) -> Result<i32> {
     let root = std::env::temp_dir().join(format!("poketrace-demo-{}", std::process::id()));
     writeln!(
         out,
-        "poketrace demo: 4 simulated CPUs run kernel-like x86-64 code while it is patched\n\
-         (jump labels, ftrace, static calls, kprobes, a trampoline created and removed).\n\
-         Each run is traced as Intel PT into a perf.data directory, then decoded with\n\
-         three images of the code and compared with what really ran.\n"
+        "poketrace demo: 4 simulated CPUs run kernel-like x86-64 or AArch64 code while it is\n\
+         patched (jump labels, ftrace, static calls, kprobes, a trampoline created and removed).\n\
+         Each run is traced as Intel PT or ETMv4 into a perf.data directory, then decoded\n\
+         with three images of the code and compared with what really ran.\n"
     )?;
     let runs = [
         ("int3", 20, "x86 text_poke_bp, fine timing (a TSC every 20 ns)"),
@@ -255,9 +255,14 @@ fn demo(out: &mut impl Write) -> Result<i32> {
         ("prepost", 20, "the Arm PRE/POST proposal: a window where either code may run"),
         ("none", 20, "no events at all"),
     ];
-    for (protocol, tsc_period, what) in runs {
-        let dir = root.join(format!("{protocol}-{tsc_period}ns"));
-        let cfg = sim::SimConfig { protocol: protocol.into(), instructions: 200_000, pokes: 400, tsc_period, ..sim::SimConfig::default() };
+    let arm = [
+        ("int3", 20, "AArch64, ETMv4: the arm64 kernel's single-instruction writes, an event at each"),
+        ("prepost", 20, "AArch64, ETMv4: the PRE/POST proposal"),
+    ];
+    let runs = runs.iter().map(|r| ("x86_64", r)).chain(arm.iter().map(|r| ("aarch64", r)));
+    for (arch, &(protocol, tsc_period, what)) in runs {
+        let dir = root.join(format!("{arch}-{protocol}-{tsc_period}ns"));
+        let cfg = sim::SimConfig { arch: arch.into(), protocol: protocol.into(), instructions: 200_000, pokes: 400, tsc_period, ..sim::SimConfig::default() };
         sim::simulate(&cfg, &dir)?;
         writeln!(out, "== {what}\n   {}", dir.display())?;
         print_table(&sim::check::check(&dir)?, out)?;
@@ -266,7 +271,9 @@ fn demo(out: &mut impl Write) -> Result<i32> {
     writeln!(
         out,
         "static: no poke awareness; perf-style: one image updated in timestamp order (what perf does);\n\
-         timeline: poketrace's code timeline, asked for the interval between timing packets.\n\
+         timeline: poketrace's code timeline, asked for the interval between timing packets\n\
+         (ETMv4: etm's decoder reads the code at the latest timestamp, as perf-style; the\n\
+         timeline row adds as uncertain the instructions whose code changes before the next one).\n\
          The files stay in {} (perf.data directories: try `poketrace pokes DIR`).",
         root.display()
     )?;

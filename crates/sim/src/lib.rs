@@ -1,17 +1,21 @@
 //! A ground-truth simulator of CPUs running kernel code while it is patched.
 //!
 //! A real trace never says what really ran. The simulator generates a
-//! kernel-like x86-64 program with patch sites of every kind (jump labels,
-//! ftrace, static calls, kprobes, trampolines created and removed), runs N
-//! CPUs through it with a deterministic interleaving while one agent patches
-//! it under a [`Protocol`], and writes:
+//! kernel-like program in real x86-64 or A64 machine code with patch sites
+//! of every kind (jump labels, ftrace, static calls, kprobes, trampolines
+//! created and removed), runs N CPUs through it with a deterministic
+//! interleaving while one agent patches it under a [`Protocol`], and writes:
 //! - `DIR/data` + `DIR/kcore_dir/`: a perf.data directory with the base code,
-//!   kallsyms, TEXT_POKE and KSYMBOL records at their times, and one Intel PT
-//!   AUX stream per CPU, which Linux perf and poketrace both decode;
+//!   kallsyms, TEXT_POKE and KSYMBOL records at their times, and one AUX
+//!   stream per CPU (Intel PT; or ETMv4 in CoreSight frames with a CoreSight
+//!   AUXTRACE_INFO), which Linux perf and poketrace both decode;
+//! - for AArch64, `DIR/snapshot/`: the same ETMv4 streams as an OpenCSD
+//!   snapshot over the base code, for `trc_pkt_lister`;
 //! - `DIR/truth/cpuN.bin`: every instruction each CPU executed, with its time,
 //!   and `DIR/truth/meta.json`.
 //!
-//! Same seed, same bytes.
+//! Truth and trace are streamed to files as they are made: memory does not
+//! grow with the run. Same seed, same bytes.
 
 pub mod check;
 mod a64prog;

@@ -17,6 +17,11 @@ use crate::rng::Rng;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
     /// x86 text_poke_bp: INT3, sync, tail, event, sync, first byte, sync.
+    /// On AArch64, what the arm64 kernel does: every site is one
+    /// instruction, written whole (aarch64_insn_patch_text_nosync for jump
+    /// labels, ftrace and static calls; the same write under stop_machine
+    /// for kprobes, whose handler loop is not simulated), so the event is
+    /// exact: at the write.
     Int3,
     /// The Arm proposal: PRE event, write, flush, POST event.
     PrePost,

@@ -186,11 +186,14 @@ fn truth_branches(d: &Path, cpu: u32, text_base: u64, text: &[u8]) -> Vec<(u64, 
         .collect()
 }
 
+/// Taken branches (from, to) per CPU.
+type Branches = BTreeMap<u32, Vec<(u64, u64)>>;
+
 /// perf's branches per CPU ("tr strt"/"tr end" left out), and its other lines.
-fn perf_branches(d: &Path) -> (BTreeMap<u32, Vec<(u64, u64)>>, Vec<String>) {
+fn perf_branches(d: &Path) -> (Branches, Vec<String>) {
     let out = Command::new("perf").arg("script").arg("-i").arg(d).args(["--itrace=be", "-F", "cpu,time,ip,addr,flags", "--ns"]).output().unwrap();
     assert!(out.status.success(), "perf script: {}", String::from_utf8_lossy(&out.stderr));
-    let mut per: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut per = Branches::new();
     let mut other = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let parsed = (|| {
@@ -257,4 +260,56 @@ fn check_decodes_etm_with_three_images() {
     assert_eq!((tl.wrong, tl.missing, tl.errors), (0, 0, 0), "{tl:?}");
     let st = mode(&r, Mode::Static);
     assert!(st.wrong > 0 && st.correct < tl.correct, "{st:?}");
+}
+
+/// perf against the truth: (index of the first difference, perf's branches
+/// that the truth never takes at all: decoded from code that was not there).
+fn compare(perf: &[(u64, u64)], truth: &[(u64, u64)]) -> (usize, usize) {
+    let first = perf.iter().zip(truth).take_while(|(a, b)| a == b).count();
+    let taken: std::collections::HashSet<&(u64, u64)> = truth.iter().collect();
+    (first, perf.iter().filter(|b| !taken.contains(b)).count())
+}
+
+/// perf 6.1 applies every TEXT_POKE before it decodes CoreSight trace (the
+/// AUX data is decoded when its PERF_RECORD_AUX comes, after the run), so
+/// with events its branches part from the truth before the first poke;
+/// with no events it follows the truth up to the first poke. This measures
+/// by how much, and pins those two facts.
+#[test]
+fn perf_with_pokes_is_measured() {
+    if !have("perf", "--version") {
+        return;
+    }
+    // int3 and none make the same writes at the same ticks (int3 only adds
+    // the events), so int3's first TEXT_POKE is the time of none's first write.
+    let mut first_write = u64::MAX;
+    for protocol in ["int3", "prepost", "none"] {
+        let d = dir(&format!("perf-{protocol}"));
+        sim::simulate(&SimConfig { cpus: 2, ..a64(50_000, 100, protocol) }, &d).unwrap();
+        let t0 = if protocol == "none" { first_write } else { first_poke(&d).unwrap() };
+        if protocol == "int3" {
+            first_write = t0;
+        }
+        let text = std::fs::read(d.join("snapshot/kernel.bin")).unwrap();
+        let (per, _) = perf_branches(&d);
+        for cpu in 0..2 {
+            let want = truth_branches(&d, cpu, 0xffff_8000_0801_0000, &text);
+            let got = &per[&cpu];
+            let (first, impossible) = compare(got, &want);
+            // Branches taken before the first poke: those whose source ran before it.
+            let truth = truth(&d, cpu);
+            let ran_before = truth.iter().take_while(|t| t.0 < t0).count();
+            let before = truth[..ran_before.min(truth.len())].windows(2).filter(|w| want.contains(&(w[0].1, w[1].1))).count();
+            eprintln!(
+                "{protocol} cpu {cpu}: truth {} branches ({before} before the first poke), perf {}: first difference at {first}, {impossible} that the truth never takes",
+                want.len(),
+                got.len()
+            );
+            if protocol == "none" {
+                assert!(first >= before, "{protocol} cpu {cpu}: perf parts at {first}, before the first poke ({before})");
+            } else {
+                assert!(first < before, "{protocol} cpu {cpu}: perf agreed up to {first}, {before} branches ran before the first poke");
+            }
+        }
+    }
 }
