@@ -427,6 +427,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         let last = b.last();
         emit(FlowEvent::Insn { ip: at, len: last.len, class: last.class, lo, hi, uncertain: false });
+        // Where an error in taking the branch's packets is reported.
+        st.ip = Some(at);
         self.execute(st, at, last)?;
         if st.ip.is_none() {
             emit(FlowEvent::End { time: st.lo, at: None });

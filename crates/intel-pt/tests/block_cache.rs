@@ -1,0 +1,151 @@
+//! The decoded-block cache changes nothing: every event is what decoding
+//! instruction by instruction gives (a source that offers no windows is
+//! never cached), on simulated runs whose code is poked under every
+//! protocol, and a poke inside a cached block is seen from its time on,
+//! not before.
+
+#[path = "common/flow.rs"]
+mod common;
+
+use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
+use intel_pt::sources::{Interval, PerfStyle, Static};
+use intel_pt::{Encoder, Packet, Tnt};
+use isa::BranchClass;
+
+/// `C` without its windows: the decoder steps instruction by instruction.
+struct Uncached<C>(C);
+
+impl<C: CodeSource> CodeSource for Uncached<C> {
+    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
+        self.0.fetch(addr, lo, hi, which, buf)
+    }
+}
+
+fn decode(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) -> Vec<FlowEvent> {
+    let mut out = Vec::new();
+    FlowDecoder::new(trace, code, cfg.clone()).run(|e| out.push(e));
+    out
+}
+
+/// Every CPU's events, cached and not, for each source; one decoder reused
+/// across the CPUs (the cache carries over).
+fn same_events(name: &str, run: &common::Run) -> usize {
+    fn check<C: CodeSource>(name: &str, what: &str, run: &common::Run, cached: C, uncached: Uncached<C>) -> usize {
+        let mut dec = FlowDecoder::new(&[], &cached, run.cfg.clone());
+        let mut n = 0;
+        for (cpu, trace) in run.aux.iter().enumerate() {
+            let mut got = Vec::new();
+            dec.reset(trace);
+            dec.run(|e| got.push(e));
+            let want = decode(trace, &uncached, &run.cfg);
+            if let Some(i) = (0..got.len().max(want.len())).find(|&i| got.get(i) != want.get(i)) {
+                panic!("{name} {what} cpu {cpu}: event {i} differs: cached {:x?}, stepped {:x?}", got.get(i), want.get(i));
+            }
+            n += got.len();
+        }
+        n
+    }
+    check(name, "Static", run, Static(&run.bare), Uncached(Static(&run.bare)))
+        + check(name, "PerfStyle", run, PerfStyle(&run.full), Uncached(PerfStyle(&run.full)))
+        + check(name, "Interval", run, Interval(&run.full), Uncached(Interval(&run.full)))
+}
+
+#[test]
+fn cached_equals_stepped_on_poked_runs() {
+    for (protocol, tsc_period) in [("int3", 20), ("int3", 200), ("prepost", 50), ("single-after", 100), ("none", 200)] {
+        let cfg = sim::SimConfig { cpus: 2, protocol: protocol.into(), pokes: 150, instructions: 30_000, tsc_period, ..sim::SimConfig::default() };
+        let name = format!("cache-{protocol}-{tsc_period}");
+        let (summary, run) = common::simulate(&name, &cfg, None);
+        assert!(summary.pokes > 0 || protocol == "none", "{name}: no pokes");
+        let events = same_events(&name, &run);
+        assert!(events > 50_000, "{name}: {events} events");
+    }
+}
+
+const K: u64 = 0xffff_ffff_8100_0000;
+
+/// A loop at `K`: `nop; nop2; jne K` then `ret`, with the two-byte NOP
+/// turned into `xor eax, eax` (same length, class `None`) at time 1000.
+fn poked_loop() -> CodeTimeline {
+    let mut base = BaseImage::new();
+    base.add_bytes(K, vec![0x90, 0x66, 0x90, 0x75, 0xfb, 0xc3], "loop");
+    let mut b = TimelineBuilder::new(base);
+    b.poke(Poke { time: 1000, settled: None, addr: K + 1, old: &[0x66, 0x90], new: &[0x31, 0xc0], cpu: None });
+    b.build()
+}
+
+/// Ten turns of the loop before the poke (TSC 100 to 500), then turns
+/// whose time brackets it (500 to 1500), then after it (1500 to 2000),
+/// then out of the loop and the end of tracing.
+fn loop_trace() -> Vec<u8> {
+    let mut enc = Encoder::new();
+    let mut out = Vec::new();
+    let mut put = |enc: &mut Encoder, p: Packet| enc.encode(&p, &mut out).expect("encodes");
+    let tnt = |n: u8, taken: bool| Packet::TntShort(Tnt { bits: if taken { (1 << n) - 1 } else { 0 }, count: n });
+    put(&mut enc, Packet::Psb);
+    put(&mut enc, Packet::Tsc(100));
+    let fup = enc.compress(K);
+    put(&mut enc, Packet::Fup(fup));
+    put(&mut enc, Packet::PsbEnd);
+    for _ in 0..2 {
+        put(&mut enc, tnt(5, true));
+    }
+    put(&mut enc, Packet::Tsc(500));
+    put(&mut enc, tnt(3, true));
+    put(&mut enc, Packet::Tsc(1500));
+    put(&mut enc, tnt(6, true));
+    put(&mut enc, Packet::Tsc(2000));
+    put(&mut enc, tnt(1, false));
+    let end = enc.compress(K + 5);
+    put(&mut enc, Packet::TipPgd(end));
+    out
+}
+
+#[test]
+fn poke_inside_a_cached_block_is_seen_at_its_time() {
+    let code = poked_loop();
+    let trace = loop_trace();
+    let cfg = FlowConfig {
+        time: TimeConv { shift: 0, mult: 1, zero: 0 },
+        noretcomp: false,
+        idioms: isa::KernelIdioms::default(),
+        max_walk: 1000,
+        trial_insns: 64,
+    };
+    // The NOP2's slot, K + 1, as each instruction event has it: (lo, hi, class, uncertain).
+    let at_site = |events: &[FlowEvent]| -> Vec<(Time, Time, BranchClass, bool)> {
+        events
+            .iter()
+            .filter_map(|e| match *e {
+                FlowEvent::Insn { ip, lo, hi, class, uncertain, .. } if ip == K + 1 => Some((lo, hi, class, uncertain)),
+                _ => None,
+            })
+            .collect()
+    };
+
+    let interval = decode(&trace, &Interval(&code), &cfg);
+    assert_eq!(interval, decode(&trace, &Uncached(Interval(&code)), &cfg));
+    let site = at_site(&interval);
+    assert_eq!(site.len(), 10 + 3 + 6 + 1, "{site:?}");
+    for &(lo, hi, class, uncertain) in &site {
+        if hi < 1000 {
+            assert_eq!((class, uncertain), (BranchClass::Nop, false), "before the poke: {site:?}");
+        } else if lo >= 1000 {
+            assert_eq!((class, uncertain), (BranchClass::None, false), "after the poke: {site:?}");
+        } else {
+            assert!(uncertain, "the interval holds the poke: {site:?}");
+        }
+    }
+    // Each side of the poke is there: the cache neither missed it nor saw it early.
+    assert_eq!(site.iter().filter(|s| s.1 < 1000).count(), 10);
+    assert_eq!(site.iter().filter(|s| s.0 >= 1000).count(), 7);
+
+    // Read at the last timestamp (perf): the old NOP until the TSC past the poke.
+    let perf = decode(&trace, &PerfStyle(&code), &cfg);
+    assert_eq!(perf, decode(&trace, &Uncached(PerfStyle(&code)), &cfg));
+    let classes: Vec<BranchClass> = at_site(&perf).iter().map(|s| s.2).collect();
+    let nops = classes.iter().take_while(|&&c| c == BranchClass::Nop).count();
+    assert_eq!(nops, 13, "{classes:?}");
+    assert!(classes[nops..].iter().all(|&c| c == BranchClass::None), "{classes:?}");
+}
