@@ -89,3 +89,32 @@ fn bad_config_is_an_error() {
     assert!(e.to_string().contains("later"));
     assert!(sim::simulate(&SimConfig { cpus: 0, ..SimConfig::default() }, &d).is_err());
 }
+
+/// The trace is written as it is made, cut into AUXTRACE buffers that each
+/// begin at a PSB, follow one another, and stay within 64 KiB (perf pads
+/// each buffer's data to 8 bytes, with PAD packets; offsets count the trace).
+#[test]
+fn aux_buffers_begin_at_a_psb() {
+    use perfdata::{PerfFile, RecordBody};
+    const PSB: [u8; 16] = [0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82];
+    let d = dir("aux-buffers");
+    let s = sim::simulate(&SimConfig { cpus: 2, instructions: 400_000, pokes: 100, ..SimConfig::default() }, &d).unwrap();
+    let file = PerfFile::open(&d).unwrap();
+    let mut ends = [0u64; 2];
+    let mut buffers = [0usize; 2];
+    for r in file.records() {
+        if let RecordBody::Auxtrace(a) = r.unwrap().body {
+            let c = a.cpu as usize;
+            assert!(a.offset <= ends[c] && ends[c] <= a.offset + 7 || buffers[c] == 0 && a.offset == 0, "cpu {c}: buffer at {:#x} after one ending at {:#x}", a.offset, ends[c]);
+            assert!(a.data.starts_with(&PSB), "cpu {c} buffer at {:#x} does not begin with a PSB", a.offset);
+            assert!(a.data.len() <= 1 << 16, "cpu {c} buffer at {:#x}: {} bytes", a.offset, a.data.len());
+            ends[c] = a.offset + a.data.len() as u64;
+            buffers[c] += 1;
+        }
+    }
+    for c in 0..2 {
+        let n = s.trace_bytes[c] as u64;
+        assert!(n <= ends[c] && ends[c] < n + 8, "cpu {c}: {n} bytes of trace, buffers end at {}", ends[c]);
+    }
+    assert!(buffers.iter().all(|&b| b > 2), "{buffers:?}");
+}
