@@ -112,9 +112,9 @@ fn aux_buffers_begin_at_a_psb() {
             buffers[c] += 1;
         }
     }
-    for c in 0..2 {
-        let n = s.trace_bytes[c] as u64;
-        assert!(n <= ends[c] && ends[c] < n + 8, "cpu {c}: {n} bytes of trace, buffers end at {}", ends[c]);
+    for (c, (&n, &end)) in s.trace_bytes.iter().zip(&ends).enumerate() {
+        let n = n as u64;
+        assert!(n <= end && end < n + 8, "cpu {c}: {n} bytes of trace, buffers end at {end}");
     }
     assert!(buffers.iter().all(|&b| b > 2), "{buffers:?}");
 }
