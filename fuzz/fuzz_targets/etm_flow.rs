@@ -27,7 +27,8 @@ fuzz_target!(|input: &[u8]| {
         configr: 0x1 | ((cfg & 1) as u32) << 12 | ((cfg >> 1 & 1) as u32) << 4 | ((cfg >> 2 & 1) as u32) << 11,
         traceidr: 0x10,
         idr0: 0x28000EA1 | 0x200,
-        idr2: 0x488 | ((cfg >> 3 & 1) as u32) << 29,
+        idr1: 0x4100F430,
+        idr2: 0x488 | ((cfg >> 3 & 1) as u32) << 31,
         idr8: [0, 1, 4, 0x20][(cfg >> 4 & 3) as usize],
         ..EtmV4Config::default()
     };

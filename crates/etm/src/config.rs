@@ -139,10 +139,10 @@ impl EtmV4Config {
         self.idr8
     }
 
-    /// TRCIDR2.WFXMODE (ETMv4 and later): WFI and WFE are P0 instructions
-    /// (traced like branches).
+    /// TRCIDR2.WFXMODE (bit 31, from ETMv4.3): WFI and WFE are P0
+    /// instructions (traced like branches).
     pub fn wfx_is_p0(&self) -> bool {
-        self.idr2 & (1 << 29) != 0 && self.major_version() >= 4
+        self.idr2 & (1 << 31) != 0 && self.version() >= 0x43
     }
 
     /// TRCCONFIGR.CCI: cycle counting enabled.

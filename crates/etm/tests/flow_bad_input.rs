@@ -141,7 +141,8 @@ fn random_packets_under_every_configuration() {
             let cfg = EtmV4Config {
                 configr: c.configr ^ ((round & 1) << 12),
                 idr8: [0, 1, 8, 32][(round >> 1 & 3) as usize],
-                idr2: c.idr2 | (round >> 3 & 1) << 29,
+                idr1: 0x4100F430,
+                idr2: c.idr2 | (round >> 3 & 1) << 31,
                 ..c
             };
             let len;

@@ -429,9 +429,19 @@ fn wfi_is_p0_only_when_the_trace_unit_says_so() {
     let mut p = sync(0x2014);
     p.push(atoms("EE"));
     let wfx = EtmV4Config {
-        idr2: 0x488 | (1 << 29),
+        idr1: 0x4100F430, // ETMv4.3
+        idr2: 0x488 | (1 << 31),
         ..config(0, false)
     };
+    // WFXMODE is RES0 before ETMv4.3.
+    let old = EtmV4Config {
+        idr1: 0x4100F420,
+        ..wfx
+    };
+    assert_eq!(
+        ranges(&decode(old, &p)),
+        [(0x2014, 0x2018, true), (0x2018, 0x2104, true)]
+    );
     assert_eq!(
         ranges(&decode(wfx, &p)),
         [(0x2014, 0x2018, true), (0x2018, 0x201c, true)]
@@ -472,4 +482,26 @@ fn timestamps_come_out_in_trace_order_with_cycle_counts_when_enabled() {
         .unwrap();
     assert!(matches!(e[ts - 1].1, ElemKind::InstrRange(r) if r.executed));
     assert!(matches!(e[ts + 1].1, ElemKind::InstrRange(r) if !r.executed));
+}
+
+/// A TRACE_INFO claiming a huge speculation depth (found by cargo-fuzz:
+/// the depth overflowed): the commit it forces runs out of elements.
+#[test]
+fn huge_speculation_depth_is_an_error_not_an_overflow() {
+    let mut p = sync(0x2000);
+    p[1] = Packet::TraceInfo(TraceInfo {
+        spec_depth: u32::MAX,
+        ..TraceInfo::default()
+    });
+    p.push(atoms("EEEE"));
+    p.push(Packet::Exception(Exception {
+        number: 1,
+        addr_interp: 1,
+        ..Default::default()
+    }));
+    p.push(Packet::Address(addr(0x2000)));
+    let e = decode(config(0, false), &p);
+    assert!(e
+        .iter()
+        .any(|x| x.1 == ElemKind::Error(FlowError::CommitOverrun)));
 }

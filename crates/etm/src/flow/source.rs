@@ -215,7 +215,7 @@ impl Source {
     fn push_atoms(&mut self, index: u64, bits: u32, count: u8) {
         if count > 0 {
             self.push(index, Pending::Atoms { bits, count });
-            self.spec_depth += count as u32;
+            self.spec_depth = self.spec_depth.saturating_add(count as u32);
         }
     }
 
@@ -299,24 +299,24 @@ impl Source {
             // the newest elements, correct the newest remaining atom, then
             // the packet's own atoms.
             Packet::CancelF1 { count, mispredict } => {
-                if !self.cancel(count, idx, out) || (mispredict && !self.mispredict(idx, out)) {
+                if !self.cancel(count, out) || (mispredict && !self.mispredict(out)) {
                     return;
                 }
             }
             Packet::Mispredict(a) => {
-                if !self.mispredict(idx, out) {
+                if !self.mispredict(out) {
                     return;
                 }
                 self.push_atoms(idx, a.bits, a.count);
             }
             Packet::CancelF2(a) => {
-                if !self.cancel(1, idx, out) || !self.mispredict(idx, out) {
+                if !self.cancel(1, out) || !self.mispredict(out) {
                     return;
                 }
                 self.push_atoms(idx, a.bits, a.count);
             }
             Packet::CancelF3 { e_atom, count } => {
-                if !self.cancel(count as u32, idx, out) || !self.mispredict(idx, out) {
+                if !self.cancel(count as u32, out) || !self.mispredict(out) {
                     return;
                 }
                 self.push_atoms(idx, e_atom as u32, e_atom as u8);
@@ -350,7 +350,7 @@ impl Source {
             }
         }
         if is_addr && self.exception_pending_addr {
-            self.spec_depth += 1;
+            self.spec_depth = self.spec_depth.saturating_add(1);
             self.exception_pending_addr = false;
         }
         if self.spec_depth > self.max_spec {
@@ -360,7 +360,7 @@ impl Source {
             self.commit_elements(code, out);
         }
         if self.discard {
-            self.discard_elements(out);
+            self.discard_elements(idx, out);
         }
     }
 
@@ -374,10 +374,22 @@ impl Source {
         };
     }
 
-    /// Bad trace: an error element, and the source waits for the next A-sync.
+    /// A bad packet: an error element, and the source waits for the next
+    /// A-sync (NO_SYNC comes with the next packet, as OpenCSD reports it).
     fn fail(&mut self, index: u64, e: FlowError, why: UnsyncReason, out: &mut Vec<Element>) {
         self.emit(out, index, ElemKind::Error(e));
         self.reset(why);
+    }
+
+    /// Packets that do not fit together (resolving more elements than the
+    /// trace holds): an error element, NO_SYNC at once, and the source
+    /// waits for the next A-sync.
+    fn fail_resolving(&mut self, e: FlowError, out: &mut Vec<Element>) {
+        let index = self.last_index;
+        self.emit(out, index, ElemKind::Error(e));
+        self.reset(UnsyncReason::BadPacket);
+        self.emit(out, index, ElemKind::NoSync(UnsyncReason::BadPacket));
+        self.state = State::WaitSync;
     }
 
     fn reset(&mut self, why: UnsyncReason) {
@@ -433,12 +445,7 @@ impl Source {
         let requested = self.commit;
         while self.commit > 0 {
             let Some(&Stacked { index, e }) = self.stack.front() else {
-                self.fail(
-                    self.last_index,
-                    FlowError::CommitOverrun,
-                    UnsyncReason::BadPacket,
-                    out,
-                );
+                self.fail_resolving(FlowError::CommitOverrun, out);
                 return;
             };
             match e {
@@ -472,7 +479,7 @@ impl Source {
                         bits >>= 1;
                         count -= 1;
                         self.commit -= 1;
-                        if !self.pop_return_stack(index, out) {
+                        if !self.pop_return_stack(out) {
                             return;
                         }
                         if !self.need_ctxt && !self.need_addr {
@@ -489,7 +496,7 @@ impl Source {
                     ret_is_target,
                 } => {
                     self.commit -= 1;
-                    if !self.pop_return_stack(index, out) {
+                    if !self.pop_return_stack(out) {
                         return;
                     }
                     self.stack.pop_front();
@@ -514,7 +521,7 @@ impl Source {
 
     /// An indirect branch left its target to the return stack: pop it now
     /// that no address packet came. False (and an error) when it is empty.
-    fn pop_return_stack(&mut self, index: u64, out: &mut Vec<Element>) -> bool {
+    fn pop_return_stack(&mut self, out: &mut Vec<Element>) -> bool {
         if !self.ret.pop_pending {
             return true;
         }
@@ -526,12 +533,7 @@ impl Source {
                 true
             }
             None => {
-                self.fail(
-                    index,
-                    FlowError::ReturnStackEmpty,
-                    UnsyncReason::BadPacket,
-                    out,
-                );
+                self.fail_resolving(FlowError::ReturnStackEmpty, out);
                 false
             }
         }
@@ -633,12 +635,7 @@ impl Source {
             ..
         }) = self.stack.front()
         else {
-            self.fail(
-                index,
-                FlowError::ExceptionWithoutAddress,
-                UnsyncReason::BadPacket,
-                out,
-            );
+            self.fail_resolving(FlowError::ExceptionWithoutAddress, out);
             return;
         };
         self.stack.pop_front();
@@ -683,7 +680,7 @@ impl Source {
 
     /// Cancels the newest `n` P0 elements (and the addresses and contexts
     /// that came with them; timestamps, cycle counts and events stay).
-    fn cancel(&mut self, n: u32, index: u64, out: &mut Vec<Element>) -> bool {
+    fn cancel(&mut self, n: u32, out: &mut Vec<Element>) -> bool {
         let mut left = n;
         let mut i = self.stack.len();
         while left > 0 && i > 0 {
@@ -713,12 +710,7 @@ impl Source {
         }
         self.spec_depth = self.spec_depth.saturating_sub(n - left);
         if left > 0 {
-            self.fail(
-                index,
-                FlowError::CancelOverrun,
-                UnsyncReason::BadPacket,
-                out,
-            );
+            self.fail_resolving(FlowError::CancelOverrun, out);
             return false;
         }
         true
@@ -726,7 +718,7 @@ impl Source {
 
     /// The newest atom was predicted wrongly: it flips, and addresses
     /// traced after it are dropped.
-    fn mispredict(&mut self, index: u64, out: &mut Vec<Element>) -> bool {
+    fn mispredict(&mut self, out: &mut Vec<Element>) -> bool {
         let mut i = self.stack.len();
         while i > 0 {
             i -= 1;
@@ -744,30 +736,27 @@ impl Source {
                 _ => {}
             }
         }
-        self.fail(
-            index,
-            FlowError::MispredictWithoutAtom,
-            UnsyncReason::BadPacket,
-            out,
-        );
+        self.fail_resolving(FlowError::MispredictWithoutAtom, out);
         false
     }
 
     /// DISCARD or OVERFLOW: speculative elements are dropped (their
-    /// timestamps and counts reported), and the source resynchronises.
-    fn discard_elements(&mut self, out: &mut Vec<Element>) {
+    /// timestamps and counts reported), NO_SYNC says why, and the source
+    /// waits for the next A-sync.
+    fn discard_elements(&mut self, index: u64, out: &mut Vec<Element>) {
         while let Some(Stacked { index, e }) = self.stack.pop_front() {
             self.emit_time(index, e, out);
         }
         self.commit = 0;
         self.discard = false;
         self.spec_depth = 0;
-        self.state = State::NoSync;
         self.unsync = if self.prev_overflow {
             UnsyncReason::Overflow
         } else {
             UnsyncReason::Discard
         };
+        self.emit(out, index, ElemKind::NoSync(self.unsync));
+        self.state = State::WaitSync;
         self.need_ctxt = true;
         self.need_addr = true;
         self.exception_pending_addr = false;

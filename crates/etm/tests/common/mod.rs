@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod lister;
+pub mod program;
 pub mod synth;
 
 use std::path::{Path, PathBuf};
