@@ -109,8 +109,9 @@ fn a55_test_tpiu() {
 /// Synthetic runs (tests/common/program.rs) under configurations the real
 /// snapshots do not use: the return stack, cycle counting (cycle count
 /// packets, timestamps with cycle counts), WFI/WFE as P0, events,
-/// overflows, exceptions and exception returns, code that is not in the
-/// image. Every line must agree with trc_pkt_lister.
+/// overflows, exceptions (also at a branch target) and exception returns,
+/// code that is not in the image, speculation (commits, mispredicts,
+/// cancels). Every line must agree with trc_pkt_lister.
 #[test]
 fn synthetic_runs() {
     let Some(lister) = lister::lister() else {

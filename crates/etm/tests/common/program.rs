@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use etm::packet::{
-    AddrForm, Address, Context, CycleCount, Exception, Packet, Timestamp, TraceInfo,
+    AddrForm, Address, Atoms, Context, CycleCount, Exception, Packet, Timestamp, TraceInfo,
 };
 use etm::{Encoder, EtmV4Config, FrameWriter};
 
@@ -333,7 +333,33 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
             }
             Kind::Cond(t) => {
                 let taken = rng.chance(50);
-                atom!(taken);
+                // Speculation gone wrong: a wrong guess corrected by a
+                // mispredict, or a wrong-path atom cancelled (with room
+                // under the maximum depth for it).
+                let room = spec + 1 < max_spec;
+                match rng.below(if max_spec > 0 { 20 } else { 1 }) {
+                    1 => {
+                        atom!(!taken);
+                        put!(Packet::Mispredict(Atoms::default()));
+                    }
+                    2 if room => {
+                        atom!(taken);
+                        atoms.push(rng.chance(50));
+                        put!(Packet::CancelF1 {
+                            count: 1,
+                            mispredict: false,
+                        });
+                    }
+                    3 if room => {
+                        atom!(!taken);
+                        atoms.push(rng.chance(50));
+                        put!(Packet::CancelF1 {
+                            count: 1,
+                            mispredict: true,
+                        });
+                    }
+                    _ => atom!(taken),
+                }
                 pc = if taken { t } else { pc + 4 };
             }
             Kind::B(t) => {
