@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use codeimage::{BaseImage, CodeTimeline};
-use intel_pt::flow::{FlowConfig, FlowDecoder, FlowEvent, TimeConv};
+use intel_pt::flow::{FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use isa::{BranchClass, KernelIdioms};
 use perfdata::auxtrace::IntelPtInfo;
@@ -39,6 +39,64 @@ impl Itrace {
     }
 }
 
+/// perf script's `-F` fields that `decode` prints, always in perf's own
+/// order (comm, pid/tid, cpu, time, flags, ip, sym, dso, addr, insn), with
+/// perf's column layout, so the output diffs against `perf script -F`.
+#[derive(Clone, Copy, Default)]
+pub struct Fields {
+    comm: bool,
+    pid: bool,
+    tid: bool,
+    cpu: bool,
+    time: bool,
+    flags: bool,
+    ip: bool,
+    sym: bool,
+    symoff: bool,
+    dso: bool,
+    addr: bool,
+    insn: bool,
+    insnlen: bool,
+    /// Nanosecond times (`--ns`); perf's default is microseconds.
+    ns: bool,
+}
+
+impl Fields {
+    pub fn parse(s: &str, ns: bool) -> Result<Fields> {
+        let mut f = Fields { ns, ..Fields::default() };
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let field = match name {
+                "comm" => &mut f.comm,
+                "pid" => &mut f.pid,
+                "tid" => &mut f.tid,
+                "cpu" => &mut f.cpu,
+                "time" => &mut f.time,
+                "flags" => &mut f.flags,
+                "ip" => &mut f.ip,
+                "sym" => &mut f.sym,
+                "symoff" => &mut f.symoff,
+                "dso" => &mut f.dso,
+                "addr" => &mut f.addr,
+                "insn" => &mut f.insn,
+                "insnlen" => &mut f.insnlen,
+                _ => bail!("-F {name}: not a field poketrace prints (comm, pid, tid, cpu, time, flags, ip, sym, symoff, dso, addr, insn, insnlen)"),
+            };
+            *field = true;
+        }
+        Ok(f)
+    }
+}
+
+/// What `decode` prints and from which code image.
+pub struct Options {
+    pub itrace: Itrace,
+    /// timeline, perf or static.
+    pub image: String,
+    pub json: bool,
+    /// perf script's layout with these fields, instead of poketrace's own.
+    pub fields: Option<Fields>,
+}
+
 /// Which task ran on each CPU when: from ITRACE_START, context switches and
 /// COMM records, as perf attributes samples.
 #[derive(Default)]
@@ -46,6 +104,8 @@ struct Threads {
     /// Per CPU: (from time, pid, tid), in time order once finished.
     runs: std::collections::HashMap<u32, Vec<(u64, i32, i32)>>,
     comms: std::collections::HashMap<i32, String>,
+    /// Thread id -> process id, from COMM records (for per-thread buffers).
+    pids: std::collections::HashMap<i32, i32>,
 }
 
 impl Threads {
@@ -54,6 +114,7 @@ impl Threads {
         let (Some(cpu), time) = (r.sample_id.cpu, r.sample_id.time.unwrap_or(0)) else {
             if let RecordBody::Comm(c) = &r.body {
                 self.comms.insert(c.tid as i32, crate::hex::text(c.comm));
+                self.pids.insert(c.tid as i32, c.pid as i32);
             }
             return;
         };
@@ -65,6 +126,7 @@ impl Threads {
             }
             RecordBody::Comm(c) => {
                 self.comms.insert(c.tid as i32, crate::hex::text(c.comm));
+                self.pids.insert(c.tid as i32, c.pid as i32);
                 None
             }
             _ => None,
@@ -80,33 +142,53 @@ impl Threads {
         }
     }
 
-    /// (pid, tid, comm) running on `cpu` at `time`, if known.
-    fn at(&self, cpu: u32, time: u64) -> Option<(i32, i32, &str)> {
-        let v = self.runs.get(&cpu)?;
-        let i = v.partition_point(|r| r.0 <= time).checked_sub(1)?;
-        let (_, pid, tid) = v[i];
+    /// (pid, tid, comm) that produced a line of `queue`: the buffer's own
+    /// thread for per-thread buffers, else the task on that CPU at that time.
+    fn at(&self, queue: &Queue, time: u64) -> Option<(i32, i32, &str)> {
+        let (pid, tid) = match queue.thread {
+            Some(tid) => (self.pids.get(&tid).copied().unwrap_or(-1), tid),
+            None => {
+                let v = self.runs.get(&queue.cpu)?;
+                let i = v.partition_point(|r| r.0 <= time).checked_sub(1)?;
+                (v[i].1, v[i].2)
+            }
+        };
         let comm = self.comms.get(&tid).map_or(if tid == 0 { "swapper" } else { "" }, String::as_str);
         Some((pid, tid, comm))
     }
 }
 
-/// One line of output, from one CPU.
+/// One AUX buffer of the input (perf's queue): per CPU, or per thread.
+struct Queue {
+    /// The mmap index of its AUXTRACE records.
+    idx: u32,
+    /// The CPU (`u32::MAX` for a per-thread buffer followed across CPUs).
+    cpu: u32,
+    /// The traced thread of a per-thread buffer.
+    thread: Option<i32>,
+    trace: Vec<u8>,
+}
+
+/// One line of output, from one queue.
 struct Out {
     time: u64,
-    cpu: u32,
+    queue: usize,
     kind: Kind,
 }
 
 enum Kind {
     Branch { from: u64, to: u64, flags: &'static str },
-    Insn { ip: u64, len: u8, uncertain: bool },
-    Error { offset: usize, ip: Option<u64>, reason: String },
+    /// An instruction; `class` and, once the next one is known, where a
+    /// taken branch went (perf's `flags` and `addr` of instruction samples).
+    Insn { ip: u64, len: u8, class: BranchClass, to: Option<u64>, uncertain: bool },
+    Error { offset: usize, ip: Option<u64>, kind: FlowErrorKind },
 }
 
-pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut impl Write) -> Result<i32> {
+pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
+    let (itrace, image, json) = (&opts.itrace, opts.image.as_str(), opts.json);
     let file = PerfFile::open(input)?;
     let mut info = None;
-    let mut aux: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut aux: Vec<Queue> = Vec::new();
     let mut threads = Threads::default();
     for r in file.records() {
         let r = r?;
@@ -115,16 +197,23 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
             RecordBody::AuxtraceInfo(i) if i.auxtrace_type == perfdata::abi::auxtrace_type::INTEL_PT => {
                 info = Some(IntelPtInfo::parse(&i)?)
             }
-            RecordBody::Auxtrace(a) => match aux.iter_mut().find(|(c, _)| *c == a.cpu) {
-                Some((_, buf)) => buf.extend_from_slice(a.data),
-                None => aux.push((a.cpu, a.data.to_vec())),
+            // perf queues AUX data by mmap index: one buffer per CPU, or per thread.
+            RecordBody::Auxtrace(a) => match aux.iter_mut().find(|q| q.idx == a.idx) {
+                Some(q) => q.trace.extend_from_slice(a.data),
+                None => aux.push(Queue {
+                    idx: a.idx,
+                    cpu: a.cpu,
+                    thread: (a.cpu == u32::MAX).then_some(a.tid as i32),
+                    trace: a.data.to_vec(),
+                }),
             },
             _ => {}
         }
     }
     let info = info.context("no Intel PT AUXTRACE_INFO in the input (CoreSight decode is `poketrace etm`)")?;
     let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
-    let symbols = Symbolizer::for_input(&file, None)?;
+    let mut symbols = Symbolizer::for_input(&file, None)?;
+    symbols.add_user_mappings(&file);
     let idioms = match file.kcore_dir() {
         Some(d) if d.join("kallsyms").is_file() => {
             let (ks, _) = perfdata::kcore::Kallsyms::load(&d.join("kallsyms"))?;
@@ -154,14 +243,15 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
     if !matches!(image, "timeline" | "perf" | "static") {
         bail!("--image {image}: timeline, perf or static");
     }
-    aux.sort_by_key(|(c, _)| *c);
-    // Each CPU's buffer decodes on its own core.
+    aux.sort_by_key(|q| (q.cpu, q.thread, q.idx));
+    // Each buffer decodes on its own core.
     use rayon::prelude::*;
     let per_cpu: Vec<Vec<Out>> = aux
         .par_iter()
-        .map(|(cpu, trace)| {
+        .enumerate()
+        .map(|(queue, Queue { trace, .. })| {
             let mut lines = Vec::new();
-            let mut emit = collector(*cpu, itrace, tl, &mut lines);
+            let mut emit = collector(queue, itrace, tl, &mut lines);
             match image {
                 "timeline" => FlowDecoder::new(trace, &Interval(tl), cfg.clone()).run(&mut emit),
                 "perf" => FlowDecoder::new(trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
@@ -172,17 +262,20 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
         })
         .collect();
     let mut lines: Vec<Out> = per_cpu.into_iter().flatten().collect();
-    // All CPUs in time order, as perf merges its queues.
-    lines.sort_by_key(|l| (l.time, l.cpu));
+    // All buffers in time order, as perf merges its queues.
+    lines.sort_by_key(|l| (l.time, l.queue));
     threads.finish();
     let mut errors = 0;
     for l in &lines {
         if matches!(l.kind, Kind::Error { .. }) {
             errors += 1;
         }
-        let who = threads.at(l.cpu, l.time);
-        if json {
-            let mut v = line_json(l, &symbols, tl);
+        let queue = &aux[l.queue];
+        let who = threads.at(queue, l.time);
+        if let Some(fields) = &opts.fields {
+            write_perf_line(out, fields, l, queue.cpu, who, &symbols, tl)?;
+        } else if json {
+            let mut v = line_json(l, queue.cpu, &symbols, tl);
             if let (Some((pid, tid, comm)), Some(m)) = (who, v.as_object_mut()) {
                 m.insert("pid".into(), json!(pid));
                 m.insert("tid".into(), json!(tid));
@@ -191,65 +284,108 @@ pub fn run(input: &Path, itrace: &Itrace, image: &str, json: bool, out: &mut imp
             serde_json::to_writer(&mut *out, &v)?;
             writeln!(out)?;
         } else {
-            write_line(out, l, who, &symbols)?;
+            write_line(out, l, queue.cpu, who, &symbols)?;
         }
     }
-    eprintln!("poketrace decode: {} CPUs, {} lines, {errors} decode errors, image {image}", aux.len(), lines.len());
+    eprintln!("poketrace decode: {} trace buffers, {} lines, {errors} decode errors, image {image}", aux.len(), lines.len());
     Ok(0)
 }
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
 /// instruction before to the one after), instructions, traps, errors.
-fn collector<'a>(cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
+fn collector<'a>(queue: usize, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
     let mut prev: Option<(u64, u8, BranchClass, u64)> = None;
     let mut tracing = false;
+    // The line of the previous instruction, to note where its branch went.
+    let mut prev_line: Option<usize> = None;
+    let is_taken = |from: u64, len: u8, class: BranchClass, to: u64| {
+        class.is_branch() && (class != BranchClass::CondBranch || to != from + len as u64)
+    };
     // The taken branch of the previous instruction, now that where it went (`to`) is known.
     let taken = move |prev: Option<(u64, u8, BranchClass, u64)>, to: u64| match prev {
-        Some((from, len, class, t)) if class.is_branch() && (class != BranchClass::CondBranch || to != from + len as u64) => {
-            Some(Out { time: t, cpu, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, tl) } })
+        Some((from, len, class, t)) if is_taken(from, len, class, to) => {
+            Some(Out { time: t, queue, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, tl) } })
         }
         _ => None,
     };
-    move |e| match e {
+    move |e| {
+        // Where the previous instruction's branch went, for its instruction line.
+        if let (Some(i), Some((from, len, class, _))) = (prev_line.take(), prev) {
+            let next = match e {
+                FlowEvent::Insn { ip, .. } => Some(ip),
+                FlowEvent::Trap { from, .. } => Some(from),
+                FlowEvent::End { at, .. } => at,
+                FlowEvent::Error { .. } => None,
+            };
+            if let (Some(to), Kind::Insn { to: slot, .. }) = (next, &mut lines[i].kind) {
+                *slot = is_taken(from, len, class, to).then_some(to);
+            }
+        }
+        match e {
         FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
             if itrace.branches {
                 match taken(prev, ip) {
                     Some(b) => lines.push(b),
-                    None if !tracing => lines.push(Out { time: lo, cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt" } }),
+                    None if !tracing => lines.push(Out { time: lo, queue, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt" } }),
                     None => {}
                 }
             }
             tracing = true;
             if itrace.instructions {
-                lines.push(Out { time: lo, cpu, kind: Kind::Insn { ip, len, uncertain } });
+                prev_line = Some(lines.len());
+                lines.push(Out { time: lo, queue, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
             }
             prev = Some((ip, len, class, lo));
         }
         FlowEvent::Trap { from, to, time } => {
             if itrace.branches {
                 lines.extend(taken(prev, from));
-                lines.push(Out { time, cpu, kind: Kind::Branch { from, to, flags: "hw int" } });
+                lines.push(Out { time, queue, kind: Kind::Branch { from, to, flags: "hw int" } });
             }
             prev = None;
         }
-        FlowEvent::End { time, at } => {
-            if itrace.branches && tracing {
-                if let Some(at) = at {
-                    lines.extend(taken(prev, at));
+        // perf's trace-end samples: an asynchronous stop (FUP + TIP.PGD)
+        // goes from the FUP's IP to the TIP.PGD's; a TIP.PGD taking an
+        // indirect branch's place goes from that branch. The end of the
+        // data is no branch, and gets no line.
+        FlowEvent::End { time, at, disabled, to } => {
+            if itrace.branches && tracing && disabled {
+                let to = to.unwrap_or(0);
+                match at {
+                    Some(at) => {
+                        lines.extend(taken(prev, at));
+                        let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
+                        lines.push(Out { time, queue, kind: Kind::Branch { from: at, to, flags } });
+                    }
+                    None => {
+                        let (from, class) = prev.map_or((0, BranchClass::None), |p| (p.0, p.2));
+                        lines.push(Out { time, queue, kind: Kind::Branch { from, to, flags: end_flags(class) } });
+                    }
                 }
-                let from = prev.map_or(0, |p| p.0);
-                lines.push(Out { time, cpu, kind: Kind::Branch { from, to: 0, flags: "tr end" } });
             }
             tracing = false;
             prev = None;
         }
         FlowEvent::Error { offset, time, ip, kind } => {
             if itrace.errors {
-                lines.push(Out { time, cpu, kind: Kind::Error { offset, ip, reason: kind.describe() } });
+                lines.push(Out { time, queue, kind: Kind::Error { offset, ip, kind } });
             }
             tracing = false;
             prev = None;
         }
+        }
+    }
+}
+
+/// perf's flags for a branch of this class that a TIP.PGD ended tracing at.
+fn end_flags(class: BranchClass) -> &'static str {
+    match class {
+        BranchClass::CondBranch => "tr end  jcc",
+        BranchClass::DirectJump | BranchClass::IndirectJump => "tr end  jmp",
+        BranchClass::DirectCall | BranchClass::IndirectCall => "tr end  call",
+        BranchClass::Return => "tr end  return",
+        BranchClass::FarTransfer => "tr end  far",
+        _ => "tr end",
     }
 }
 
@@ -279,12 +415,16 @@ fn seconds(t: u64) -> String {
     format!("{}.{:09}", t / 1_000_000_000, t % 1_000_000_000)
 }
 
-fn write_line(out: &mut impl Write, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) -> Result<()> {
+fn cpu_text(cpu: u32) -> String {
+    format!("[{:03}]", cpu as i32)
+}
+
+fn write_line(out: &mut impl Write, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) -> Result<()> {
     let task = match who {
         Some((_, tid, comm)) => format!("{comm:>16} {tid:>6} "),
         None => String::new(),
     };
-    let head = format!("{task}[{:03}] {:>20}:", l.cpu, seconds(l.time));
+    let head = format!("{task}{} {:>20}:", cpu_text(cpu), seconds(l.time));
     match &l.kind {
         Kind::Branch { from, to, flags } => writeln!(
             out,
@@ -292,30 +432,162 @@ fn write_line(out: &mut impl Write, l: &Out, who: Option<(i32, i32, &str)>, symb
             symbols.describe(*from),
             symbols.describe(*to)
         )?,
-        Kind::Insn { ip, len, uncertain } => {
+        Kind::Insn { ip, len, uncertain, .. } => {
             writeln!(out, "{head}   {ip:>16x} {:<32} len {len}{}", symbols.describe(*ip), if *uncertain { "  (uncertain: several code versions fit)" } else { "" })?
         }
-        Kind::Error { offset, ip, reason } => writeln!(
+        Kind::Error { offset, ip, kind } => writeln!(
             out,
-            "{head}   instruction trace error at offset {offset:#x}{}: {reason}",
-            ip.map_or(String::new(), |ip| format!(" ip {ip:#x}"))
+            "{head}   instruction trace error at offset {offset:#x}{}: {}",
+            ip.map_or(String::new(), |ip| format!(" ip {ip:#x}")),
+            kind.describe()
         )?,
     }
     Ok(())
 }
 
-fn line_json(l: &Out, symbols: &Symbolizer, tl: &CodeTimeline) -> serde_json::Value {
+/// perf's error code and message for a decode error (its intel-pt decoder's
+/// numbering: 3 bad packet, 4 no more data, 5 failed to get instruction,
+/// 6 trace doesn't match instruction, 7 overflow, 10 never-ending loop).
+fn perf_error(kind: &FlowErrorKind) -> (u32, &'static str) {
+    match kind {
+        FlowErrorKind::Packet(_) => (3, "Bad packet"),
+        FlowErrorKind::EndOfTrace => (4, "No more data"),
+        FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => (5, "Failed to get instruction"),
+        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets => (6, "Trace doesn't match instruction"),
+        FlowErrorKind::Overflow => (7, "Overflow packet"),
+        FlowErrorKind::NoProgress => (10, "Never-ending loop"),
+    }
+}
+
+/// One line in `perf script -F`'s layout (the fields in perf's order and widths).
+fn write_perf_line(
+    out: &mut impl Write,
+    f: &Fields,
+    l: &Out,
+    cpu: u32,
+    who: Option<(i32, i32, &str)>,
+    symbols: &Symbolizer,
+    tl: &CodeTimeline,
+) -> Result<()> {
+    let (pid, tid, comm) = who.unwrap_or((-1, -1, ":-1"));
+    if let Kind::Error { ip, kind, .. } = &l.kind {
+        let (code, msg) = perf_error(kind);
+        writeln!(
+            out,
+            " instruction trace error type 1 time {} cpu {} pid {pid} tid {tid} ip {:#x} code {code}: {msg}",
+            seconds(l.time),
+            cpu as i32,
+            ip.unwrap_or(0)
+        )?;
+        return Ok(());
+    }
+    let mut s = String::with_capacity(160);
+    use std::fmt::Write as _;
+    if f.comm {
+        let _ = write!(s, "{comm:>16} ");
+    }
+    match (f.pid, f.tid) {
+        (true, true) => {
+            let _ = write!(s, "{pid:>5}/{tid:<5} ");
+        }
+        (true, false) => {
+            let _ = write!(s, "{pid:>5} ");
+        }
+        (false, true) => {
+            let _ = write!(s, "{tid:>5} ");
+        }
+        (false, false) => {}
+    }
+    if f.cpu {
+        let _ = write!(s, "{} ", cpu_text(cpu));
+    }
+    if f.time {
+        let secs = l.time / 1_000_000_000;
+        match f.ns {
+            true => write!(s, "{secs:>5}.{:09}: ", l.time % 1_000_000_000),
+            false => write!(s, "{secs:>5}.{:06}: ", l.time % 1_000_000_000 / 1000),
+        }?;
+    }
+    let sym = |s: &mut String, addr: u64| {
+        if f.sym {
+            match symbols.lookup(addr) {
+                Some((name, off)) if f.symoff => write!(s, " {name}+{off:#x}"),
+                Some((name, _)) => write!(s, " {name}"),
+                None => write!(s, " [unknown]"),
+            }?;
+        }
+        if f.dso {
+            write!(s, " ({})", if addr == 0 { "[unknown]" } else { symbols.dso(addr) })?;
+        }
+        std::fmt::Result::Ok(())
+    };
+    let (ip, len, flags, addr, branch) = match &l.kind {
+        Kind::Branch { from, to, flags } => (*from, None, *flags, *to, true),
+        Kind::Insn { ip, len, class, to, .. } => (*ip, Some(*len), flags_of(*class, *ip, l.time, tl), to.unwrap_or(0), false),
+        Kind::Error { .. } => unreachable!("written above"),
+    };
+    if f.flags {
+        let _ = write!(s, "  {flags:<21} ");
+    }
+    // perf prints an instruction sample's addr before its ip, a branch's after.
+    if f.addr && !branch {
+        let _ = write!(s, "{addr:>16x}");
+    }
+    if f.ip {
+        let _ = write!(s, " {ip:>16x}");
+        sym(&mut s, ip)?;
+    }
+    if f.addr && branch {
+        let _ = write!(s, " => {addr:>16x}");
+        sym(&mut s, addr)?;
+    }
+    if f.insnlen || f.insn {
+        // A branch sample's instruction is the branch itself.
+        let len = match len {
+            Some(n) => n as usize,
+            None => insn_len(tl, ip, l.time),
+        };
+        let mut bytes = [0u8; 16];
+        let bytes = &mut bytes[..len];
+        tl.read_into(ip, bytes, l.time);
+        if f.insnlen {
+            let _ = write!(s, " ilen: {len}");
+        }
+        if f.insn && !bytes.is_empty() {
+            let _ = write!(s, " insn:");
+            for b in bytes.iter() {
+                let _ = write!(s, " {b:02x}");
+            }
+        }
+    }
+    writeln!(out, "{s}")?;
+    Ok(())
+}
+
+/// Length of the instruction at `ip` at time `t` (0 when there is none).
+fn insn_len(tl: &CodeTimeline, ip: u64, t: u64) -> usize {
+    if ip == 0 {
+        return 0;
+    }
+    let mut b = [0u8; 16];
+    tl.read_into(ip, &mut b, t);
+    isa::classify_x86_64(ip, &b, &KernelIdioms::default()).map_or(0, |i| i.len as usize)
+}
+
+fn line_json(l: &Out, cpu: u32, symbols: &Symbolizer, tl: &CodeTimeline) -> serde_json::Value {
     match &l.kind {
         Kind::Branch { from, to, flags } => json!({
-            "time": l.time, "cpu": l.cpu, "ip": from, "addr": to,
+            "time": l.time, "cpu": cpu as i32, "ip": from, "addr": to,
             "sym": symbols.describe(*from), "addr_sym": symbols.describe(*to),
             "flags": flags.split(' ').filter(|f| !f.is_empty()).collect::<Vec<_>>(),
         }),
-        Kind::Insn { ip, len, uncertain } => {
+        Kind::Insn { ip, len, uncertain, .. } => {
             let mut buf = vec![0u8; *len as usize];
             tl.read_into(*ip, &mut buf, l.time);
-            json!({"time": l.time, "cpu": l.cpu, "ip": ip, "sym": symbols.describe(*ip), "insn": plain(&buf), "uncertain": uncertain})
+            json!({"time": l.time, "cpu": cpu as i32, "ip": ip, "sym": symbols.describe(*ip), "insn": plain(&buf), "uncertain": uncertain})
         }
-        Kind::Error { offset, ip, reason } => json!({"time": l.time, "cpu": l.cpu, "ip": ip, "offset": offset, "error": reason}),
+        Kind::Error { offset, ip, kind } => {
+            json!({"time": l.time, "cpu": cpu as i32, "ip": ip, "offset": offset, "error": kind.describe(), "code": perf_error(kind).0})
+        }
     }
 }

@@ -77,6 +77,12 @@ enum Command {
         image: String,
         #[arg(long)]
         json: bool,
+        /// perf script's fields, printed in its layout: comm, pid, tid, cpu, time, flags, ip, sym, symoff, dso, addr, insn, insnlen.
+        #[arg(short = 'F', long)]
+        fields: Option<String>,
+        /// Times in nanoseconds with -F (perf's default is microseconds).
+        #[arg(long)]
+        ns: bool,
     },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
     /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
@@ -146,9 +152,15 @@ fn main() {
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
-        Command::Decode { input, itrace, image, json } => {
-            decode::Itrace::parse(&itrace).and_then(|t| decode::run(&input, &t, &image, json, &mut out))
-        }
+        Command::Decode { input, itrace, image, json, fields, ns } => (|| {
+            let opts = decode::Options {
+                itrace: decode::Itrace::parse(&itrace)?,
+                image,
+                json,
+                fields: fields.map(|f| decode::Fields::parse(&f, ns)).transpose()?,
+            };
+            decode::run(&input, &opts, &mut out)
+        })(),
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
         Command::Demo => demo(&mut out),

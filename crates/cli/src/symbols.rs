@@ -1,11 +1,71 @@
-//! Kernel address -> `sym+0xoff`, from kallsyms plus the KSYMBOL records seen so far.
+//! Address -> `sym+0xoff` and dso: kernel addresses from kallsyms plus the
+//! KSYMBOL records seen so far, user addresses from the symbol tables of the
+//! ELF files that MMAP/MMAP2 records mapped.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use perfdata::kcore::Kallsyms;
-use perfdata::{Ksymbol, PerfFile};
+use object::{Object, ObjectSegment, ObjectSymbol};
+use perfdata::{Ksymbol, PerfFile, RecordBody};
+
+/// One executable file mapping and the symbols of its file.
+struct UserMap {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    /// Index into `Symbolizer::files`.
+    file: usize,
+}
+
+/// An ELF file's function symbols by virtual address, and its loadable
+/// segments to turn file offsets into those addresses.
+struct UserFile {
+    path: String,
+    /// (vaddr, end, name), sorted.
+    symbols: Vec<(u64, u64, String)>,
+    /// (file offset, size in file, vaddr) per PT_LOAD.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl UserFile {
+    fn load(path: &str) -> Option<UserFile> {
+        let data = std::fs::read(path).ok()?;
+        let elf = object::File::parse(&*data).ok()?;
+        let mut symbols: Vec<(u64, u64, String)> = elf
+            .symbols()
+            .chain(elf.dynamic_symbols())
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0 && !s.is_undefined())
+            .filter_map(|s| Some((s.address(), s.address() + s.size(), s.name().ok()?.to_string())))
+            .collect();
+        symbols.sort();
+        symbols.dedup_by_key(|s| s.0);
+        // A symbol without a size reaches to the next one, as perf reads them.
+        for i in 0..symbols.len() {
+            if symbols[i].1 == symbols[i].0 {
+                symbols[i].1 = symbols.get(i + 1).map_or(u64::MAX, |n| n.0);
+            }
+        }
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off, size, s.address())
+            })
+            .collect();
+        Some(UserFile { path: path.to_string(), symbols, segments })
+    }
+
+    /// The symbol covering file offset `off`.
+    fn lookup(&self, off: u64) -> Option<(&str, u64)> {
+        let &(seg_off, _, vaddr) = self.segments.iter().find(|(o, n, _)| (*o..o + n).contains(&off))?;
+        let va = vaddr + (off - seg_off);
+        let i = self.symbols.partition_point(|s| s.0 <= va).checked_sub(1)?;
+        let (start, end, name) = &self.symbols[i];
+        (va < *end).then(|| (name.as_str(), va - start))
+    }
+}
 
 /// Resolves kernel addresses the way perf prints them.
 #[derive(Default)]
@@ -13,6 +73,10 @@ pub struct Symbolizer {
     kallsyms: Kallsyms,
     /// Code announced by KSYMBOL (OOL trampolines, BPF programs): start -> (end, name).
     dynamic: BTreeMap<u64, (u64, String)>,
+    /// Executable user mappings (one address space for all processes: where
+    /// mappings overlap, the later one wins), sorted by start.
+    user: Vec<UserMap>,
+    files: Vec<UserFile>,
     /// Where the symbols came from, for the report.
     pub source: String,
 }
@@ -33,7 +97,50 @@ impl Symbolizer {
         if bad > 0 {
             source.push_str(&format!(" ({bad} malformed lines skipped)"));
         }
-        Ok(Symbolizer { kallsyms, dynamic: BTreeMap::new(), source })
+        Ok(Symbolizer { kallsyms, source, ..Default::default() })
+    }
+
+    /// Adds the symbols of every executable file the input mapped (MMAP2
+    /// with PROT_EXEC, MMAP without MAP_DATA) and that is on disk.
+    pub fn add_user_mappings(&mut self, file: &PerfFile) {
+        for r in file.records().flatten() {
+            let (start, len, pgoff, name) = match r.body {
+                RecordBody::Mmap2(m) if m.prot & 4 != 0 => (m.addr, m.len, m.pgoff, m.filename),
+                RecordBody::Mmap(m) if r.misc & perfdata::abi::misc::MMAP_DATA == 0 => (m.addr, m.len, m.pgoff, m.filename),
+                _ => continue,
+            };
+            let Ok(path) = std::str::from_utf8(name) else { continue };
+            if !path.starts_with('/') {
+                continue;
+            }
+            let file = match self.files.iter().position(|f| f.path == path) {
+                Some(i) => i,
+                None => match UserFile::load(path) {
+                    Some(f) => {
+                        self.files.push(f);
+                        self.files.len() - 1
+                    }
+                    None => continue,
+                },
+            };
+            self.user.retain(|m| m.end <= start || m.start >= start.saturating_add(len));
+            self.user.push(UserMap { start, end: start.saturating_add(len), pgoff, file });
+            self.user.sort_by_key(|m| m.start);
+        }
+    }
+
+    fn user_map(&self, addr: u64) -> Option<&UserMap> {
+        let i = self.user.partition_point(|m| m.start <= addr).checked_sub(1)?;
+        Some(&self.user[i]).filter(|m| addr < m.end)
+    }
+
+    /// perf's dso name for `addr`: the mapped file, `[kernel.kallsyms]`, or `[unknown]`.
+    pub fn dso(&self, addr: u64) -> &str {
+        match self.user_map(addr) {
+            Some(m) => &self.files[m.file].path,
+            None if addr >> 63 == 1 => "[kernel.kallsyms]",
+            None => "[unknown]",
+        }
     }
 
     /// Applies a KSYMBOL record: registers or unregisters its range.
@@ -46,22 +153,26 @@ impl Symbolizer {
         }
     }
 
-    /// `name+0xoff`, or an empty string when nothing covers `addr`.
-    pub fn describe(&self, addr: u64) -> String {
+    /// The symbol covering `addr` and the offset into it.
+    pub fn lookup(&self, addr: u64) -> Option<(&str, u64)> {
+        if let Some(m) = self.user_map(addr) {
+            return self.files[m.file].lookup(addr - m.start + m.pgoff);
+        }
         if let Some((start, (end, name))) = self.dynamic.range(..=addr).next_back() {
             if addr < *end {
-                return format!("{name}+{:#x}", addr - start);
+                return Some((name, addr - start));
             }
         }
-        match self.kallsyms.lookup(addr) {
-            Some((s, off)) => format!("{}+{off:#x}", s.name),
-            None => String::new(),
-        }
+        self.kallsyms.lookup(addr).map(|(s, off)| (s.name.as_str(), off))
+    }
+
+    /// `name+0xoff`, or an empty string when nothing covers `addr`.
+    pub fn describe(&self, addr: u64) -> String {
+        self.lookup(addr).map_or_else(String::new, |(name, off)| format!("{name}+{off:#x}"))
     }
 
     /// The bare symbol name covering `addr`, for kind rules that look at names.
     pub fn name(&self, addr: u64) -> Option<String> {
-        let d = self.describe(addr);
-        d.rsplit_once('+').map(|(n, _)| n.to_string())
+        self.lookup(addr).map(|(n, _)| n.to_string())
     }
 }

@@ -47,6 +47,26 @@ fn poketrace(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `poketrace simulate ARGS -o OUT`, which must succeed.
+fn simulate(out: &Path, args: &[&str]) {
+    let o = Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("simulate").args(args).arg("-o").arg(out).output().unwrap();
+    assert!(o.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// tests/data/walkme.c built with gcc into `dir`; None (a skip) without gcc unless perf is required.
+fn compile_walkme(dir: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/walkme.c");
+    let exe = dir.join("walkme");
+    match Command::new("gcc").args(["-O2", "-fno-inline-functions", "-o"]).arg(&exe).arg(&src).output() {
+        Ok(o) if o.status.success() => Some(exe),
+        other => {
+            assert!(std::env::var_os("POKETRACE_REQUIRE_PERF").is_none(), "gcc failed: {other:?}");
+            eprintln!("skipping: no gcc");
+            None
+        }
+    }
+}
+
 fn norm(line: &str) -> String {
     line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -509,12 +529,7 @@ fn simulated_intel_pt_decodes_the_same_in_perf_and_poketrace() {
         return;
     }
     let dir = scratch("sim-pt");
-    let out = Command::new(env!("CARGO_BIN_EXE_poketrace"))
-        .args(["simulate", "--cpus", "2", "--pokes", "40", "--instructions", "20000", "--tsc-period", "20", "-o"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    simulate(&dir, &["--cpus", "2", "--pokes", "40", "--instructions", "20000", "--tsc-period", "20"]);
     let home = scratch("sim-pt-home");
     let (perf_branches, our_branches) = (perf_branches(&home, &dir), our_branches(&dir));
     assert_eq!(perf_branches.keys().collect::<Vec<_>>(), our_branches.keys().collect::<Vec<_>>());
@@ -536,12 +551,7 @@ fn instruction_bytes_at_perf_times_match_the_timeline() {
         return;
     }
     let dir = scratch("sim-insn");
-    let out = Command::new(env!("CARGO_BIN_EXE_poketrace"))
-        .args(["simulate", "--cpus", "2", "--pokes", "60", "--instructions", "10000", "--tsc-period", "20", "--seed", "5", "-o"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    simulate(&dir, &["--cpus", "2", "--pokes", "60", "--instructions", "10000", "--tsc-period", "20", "--seed", "5"]);
     let home = scratch("sim-insn-home");
     let theirs = perf(&home, &["script", "-i", dir.to_str().unwrap(), "--itrace=i1i", "-F", "time,ip,insn", "--ns"]);
     let file = PerfFile::open(&dir).unwrap();
@@ -608,26 +618,9 @@ fn gcc_program_trace_decodes_the_same_in_perf_and_poketrace() {
         return;
     }
     let dir = scratch("gcc-walk");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/walkme.c");
-    let exe = dir.join("walkme");
-    let cc = Command::new("gcc").args(["-O2", "-fno-inline-functions", "-o"]).arg(&exe).arg(&src).output();
-    match cc {
-        Ok(o) if o.status.success() => {}
-        other => {
-            assert!(std::env::var_os("POKETRACE_REQUIRE_PERF").is_none(), "gcc failed: {other:?}");
-            eprintln!("skipping: no gcc");
-            return;
-        }
-    }
+    let Some(exe) = compile_walkme(&dir) else { return };
     let trace = dir.join("trace");
-    let out = Command::new(env!("CARGO_BIN_EXE_poketrace"))
-        .args(["simulate", "--elf"])
-        .arg(&exe)
-        .args(["--cpus", "2", "--instructions", "30000", "--tsc-period", "50", "-o"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    simulate(&trace, &["--elf", exe.to_str().unwrap(), "--cpus", "2", "--instructions", "30000", "--tsc-period", "50"]);
     let home = scratch("gcc-walk-home");
     let (theirs, ours) = (perf_branches(&home, &trace), our_branches(&trace));
     assert_eq!(theirs.keys().collect::<Vec<_>>(), ours.keys().collect::<Vec<_>>());
@@ -647,4 +640,111 @@ fn gcc_program_trace_decodes_the_same_in_perf_and_poketrace() {
     let timeline: serde_json::Value = check.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["mode"] == "timeline").unwrap();
     assert_eq!(timeline["correct"], timeline["instructions"], "{timeline}");
     assert_eq!(timeline["errors"], 0);
+}
+
+/// Lines of `perf script`-style output grouped by their `[cpu]` column, in order.
+fn by_cpu(text: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in text.lines() {
+        let cpu = l.split_whitespace().find(|w| w.starts_with('[') && w.ends_with(']')).unwrap_or("?").to_string();
+        out.entry(cpu).or_default().push(l.to_string());
+    }
+    out
+}
+
+/// `poketrace decode -F` prints perf script's layout: for a user program (ELF
+/// symbols and dso from its MMAP2) and for simulated kernel code with pokes,
+/// branch and instruction lines are byte for byte perf's, CPU by CPU, trace
+/// starts and ends included. (Times are left out: perf stamps a branch with
+/// the last timing packet it happened to read, we with the last one before
+/// the branch, so the two merge CPUs in different orders.)
+#[test]
+fn decode_fields_print_what_perf_script_prints() {
+    if !perf_available() {
+        return;
+    }
+    let dir = scratch("fields");
+    let Some(exe) = compile_walkme(&dir) else { return };
+    let (user, kernel) = (dir.join("user"), dir.join("kernel"));
+    simulate(&user, &["--elf", exe.to_str().unwrap(), "--cpus", "2", "--instructions", "8000", "--tsc-period", "50"]);
+    simulate(&kernel, &["--pokes", "40", "--seed", "3", "--cpus", "2", "--instructions", "8000", "--tsc-period", "50"]);
+    let home = scratch("fields-home");
+    let fields = "comm,tid,pid,cpu,flags,ip,sym,symoff,dso,addr,insn,insnlen";
+    for trace in [&user, &kernel] {
+        let t = trace.to_str().unwrap();
+        for (theirs, ours) in [("--itrace=be", "--itrace=be"), ("--itrace=i1i", "--itrace=i")] {
+            let perf_out = by_cpu(&perf(&home, &["script", "-i", t, theirs, "-F", fields]));
+            let our_out = by_cpu(&poketrace(&["decode", t, ours, "-F", fields]));
+            assert_eq!(perf_out.keys().collect::<Vec<_>>(), our_out.keys().collect::<Vec<_>>(), "{t} {theirs}");
+            for (cpu, p) in &perf_out {
+                let o = &our_out[cpu];
+                assert!(p.len() > 500, "{t} {theirs} {cpu}: {} lines", p.len());
+                let first = p.iter().zip(o).position(|(a, b)| a != b);
+                assert_eq!(first, None, "{t} {theirs} {cpu}:\nperf: {:?}\nours: {:?}", first.map(|i| &p[i]), first.map(|i| &o[i]));
+                assert_eq!(p.len(), o.len(), "{t} {theirs} {cpu}");
+            }
+        }
+    }
+    // perf's time layout: microseconds by default, nanoseconds with --ns.
+    let k = kernel.to_str().unwrap();
+    for ns in [&[][..], &["--ns"][..]] {
+        let first = |text: String| text.lines().next().unwrap().to_string();
+        let p = first(perf(&home, &[&["script", "-i", k, "--itrace=be", "-F", "cpu,time,flags,ip"][..], ns].concat()));
+        let o = first(poketrace(&[&["decode", k, "--itrace=be", "-F", "cpu,time,flags,ip"][..], ns].concat()));
+        assert_eq!(p, o, "first line with {ns:?}");
+    }
+}
+
+/// A per-thread AUX buffer (perf record --per-thread: AUXTRACE cpu -1,
+/// per_cpu_mmaps 0) is decoded as that thread's: `decode -F` names the
+/// thread from the buffer and prints what perf prints.
+#[test]
+fn per_thread_buffers_are_the_threads_own() {
+    if !perf_available() {
+        return;
+    }
+    use perfdata::auxtrace::IntelPtInfo;
+    let dir = scratch("per-thread");
+    let cpu_wide = dir.join("cpu-wide");
+    simulate(&cpu_wide, &["--cpus", "1", "--pokes", "10", "--instructions", "5000"]);
+    // The same trace, rewritten as thread 77's own buffer.
+    let per_thread = dir.join("per-thread");
+    std::fs::create_dir_all(&per_thread).unwrap();
+    let status = Command::new("cp").arg("-r").arg(cpu_wide.join("kcore_dir")).arg(&per_thread).status().unwrap();
+    assert!(status.success());
+    let file = PerfFile::open(&cpu_wide).unwrap();
+    let mut w = Writer::create(per_thread.join("data"), file.attrs().to_vec()).unwrap();
+    let info_bytes = file
+        .records()
+        .find_map(|r| match r.unwrap().body {
+            RecordBody::AuxtraceInfo(i) => Some(IntelPtInfo { per_cpu_mmaps: 0, ..IntelPtInfo::parse(&i).unwrap() }.to_priv_bytes()),
+            _ => None,
+        })
+        .unwrap();
+    let mut commed = false;
+    for r in file.records() {
+        let r = r.unwrap();
+        let body = match r.body {
+            RecordBody::AuxtraceInfo(i) => RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: i.auxtrace_type, priv_data: &info_bytes }),
+            RecordBody::Auxtrace(a) => RecordBody::Auxtrace(Auxtrace { cpu: u32::MAX, tid: 77, ..a }),
+            other => other,
+        };
+        if !commed && matches!(body, RecordBody::Auxtrace(_)) {
+            let sid = SampleId { pid: Some(70), tid: Some(77), time: Some(1), cpu: Some(0), ..r.sample_id };
+            w.write(0, &RecordBody::Comm(Comm { pid: 70, tid: 77, comm: b"worker" }), &sid).unwrap();
+            commed = true;
+        }
+        w.write(r.misc, &body, &r.sample_id).unwrap();
+    }
+    w.finish().unwrap();
+    let t = per_thread.to_str().unwrap();
+    let fields = "comm,tid,pid,flags,ip,sym,symoff,addr";
+    let ours = poketrace(&["decode", t, "--itrace=be", "-F", fields]);
+    let theirs = perf(&scratch("per-thread-home"), &["script", "-i", t, "--itrace=be", "-F", fields]);
+    assert!(ours.lines().count() > 500);
+    assert!(ours.lines().all(|l| l.starts_with("          worker    70/77   ")), "{}", ours.lines().next().unwrap());
+    let (t, o): (Vec<&str>, Vec<&str>) = (theirs.lines().collect(), ours.lines().collect());
+    let first = t.iter().zip(&o).position(|(a, b)| a != b);
+    assert_eq!(first, None, "perf: {:?}\nours: {:?}", first.map(|i| t[i]), first.map(|i| o[i]));
+    assert_eq!(t.len(), o.len());
 }

@@ -100,8 +100,10 @@ pub enum FlowEvent {
     /// poked) or was interrupted, into the handler at `to`. The trapping
     /// instruction is reported here, not as an [`FlowEvent::Insn`].
     Trap { from: u64, to: u64, time: Time },
-    /// Tracing stopped (TIP.PGD) before the instruction at `at` (when known), or the trace ended.
-    End { time: Time, at: Option<u64> },
+    /// Tracing stopped before the instruction at `at` (when known): by a
+    /// TIP.PGD when `disabled` (`to` is its IP, when the packet carries one),
+    /// else because the trace data ended.
+    End { time: Time, at: Option<u64>, disabled: bool, to: Option<u64> },
     /// The trace and the code disagree; decoding resumes at the next PSB.
     Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
 }
@@ -166,6 +168,8 @@ struct State<'a> {
     hi_at: usize,
     peeked: Option<(usize, Flow)>,
     walked: u64,
+    /// The IP of the last TIP.PGD taken (None when it had none).
+    pgd_ip: Option<u64>,
 }
 
 struct Failure {
@@ -213,6 +217,7 @@ impl<'a> State<'a> {
             hi_at: 0,
             peeked: None,
             walked: 0,
+            pgd_ip: None,
         }
     }
 }
@@ -376,7 +381,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         st.walked = 0;
         match self.take(st)? {
             (_, Flow::Tip(Some(ip))) => Ok(Some(ip)),
-            (_, Flow::Pgd(_)) => Ok(None),
+            (_, Flow::Pgd(ip)) => {
+                st.pgd_ip = ip;
+                Ok(None)
+            }
             (offset, _) => Err(Failure { offset, kind: FlowErrorKind::NoTip }),
         }
     }
@@ -431,7 +439,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         st.ip = Some(at);
         self.execute(st, at, last)?;
         if st.ip.is_none() {
-            emit(FlowEvent::End { time: st.lo, at: None });
+            emit(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
         }
         Ok(true)
     }
@@ -539,7 +547,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     if !trial {
                         emit(match to {
                             Some(to) => FlowEvent::Trap { from: ip, to, time: st.lo },
-                            None => FlowEvent::End { time: st.lo, at: Some(ip) },
+                            None => FlowEvent::End { time: st.lo, at: Some(ip), disabled: true, to: st.pgd_ip },
                         });
                     }
                     st.ip = to;
@@ -549,14 +557,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     st.peeked = None;
                     st.walked = 0;
                     if !trial {
-                        emit(FlowEvent::End { time: st.lo, at: Some(ip) });
+                        emit(FlowEvent::End { time: st.lo, at: Some(ip), disabled: true, to: Some(ip) });
                     }
                     st.ip = None;
                     return Ok(true);
                 }
                 None => {
                     if !trial {
-                        emit(FlowEvent::End { time: st.lo, at: Some(ip) });
+                        emit(FlowEvent::End { time: st.lo, at: Some(ip), disabled: false, to: None });
                     }
                     return Ok(false);
                 }
@@ -569,7 +577,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self.execute(st, ip, insn)?;
         // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
         if st.ip.is_none() && !trial {
-            emit(FlowEvent::End { time: st.lo, at: None });
+            emit(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
         }
         Ok(true)
     }

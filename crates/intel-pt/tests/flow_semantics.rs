@@ -328,10 +328,13 @@ fn tip_pgd_at_an_indirect_branch_ends_tracing_there() {
     let code = image(INDIRECT);
     let e = decode(&Trace::new().psb(Some(7), None).pge(0x10).pgd(None).bytes(), &Static(&code), cfg(true));
     assert_eq!(short(&e), [E::I(0x10), E::End(None)]);
-    assert_eq!(e[1], FlowEvent::End { time: 7, at: None });
+    assert_eq!(e[1], FlowEvent::End { time: 7, at: None, disabled: true, to: None });
     // And starts again at the next TIP.PGE.
     let e = decode(&Trace::new().psb(None, None).pge(0).pgd(Some(0x40)).pge(0x20).tip(3).bytes(), &Static(&code), cfg(true));
     assert_eq!(short(&e), [E::I(0), E::End(None), E::I(0x20), E::End(Some(3))]);
+    // The TIP.PGD's IP is where the branch went; the end of the data disables nothing.
+    assert!(matches!(e[1], FlowEvent::End { at: None, disabled: true, to: Some(t), .. } if t == K + 0x40), "{:?}", e[1]);
+    assert!(matches!(e[3], FlowEvent::End { disabled: false, to: None, .. }), "{:?}", e[3]);
 }
 
 #[test]
