@@ -122,11 +122,11 @@ enum Command {
     },
     /// Record text pokes, ksymbols, BPF programs (with their JIT code) and kernel code into a perf.data directory.
     Record(record::RecordArgs),
-    /// An OpenCSD snapshot's ETMv4 trace (packets; `--format opencsd` diffs against trc_pkt_lister -decode).
+    /// An OpenCSD snapshot's ETMv4 trace decoded into elements, or its packets (`--format opencsd` diffs against trc_pkt_lister -decode).
     Etm {
         /// Snapshot directory (snapshot.ini, device and trace ini files, buffers).
         snapshot: PathBuf,
-        /// List packets (decoded elements are not written yet).
+        /// List packets only, not the decoded elements.
         #[arg(long)]
         packets: bool,
         /// opencsd (trc_pkt_lister's layout), text or json.
