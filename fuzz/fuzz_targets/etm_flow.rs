@@ -15,12 +15,12 @@ fuzz_target!(|input: &[u8]| {
     let Some((&[cfg, mode], rest)) = input.split_first_chunk::<2>() else {
         return;
     };
-    // Up to 256 bytes of code at 0x1000 and again at the top of the address space.
+    // Up to 256 bytes of code at 0x1000 and again just below the top of the address space.
     let code_len = (rest.len() / 2).min(256) & !3;
     let (code, data) = rest.split_at(code_len);
     let mut base = BaseImage::new();
     base.add_bytes(0x1000, code.to_vec(), "low");
-    base.add_bytes(0xffff_ffff_ffff_ff00, code[..code.len().min(0x100)].to_vec(), "top");
+    base.add_bytes(0xffff_ffff_ffff_fe00, code.to_vec(), "top");
     let code = TimelineBuilder::new(base).build();
 
     let config = EtmV4Config {

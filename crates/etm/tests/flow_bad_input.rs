@@ -251,6 +251,17 @@ fn memory_dumps_that_lie() {
     .unwrap();
     let (elems, notes) = decode_dir(&dir);
     assert!(notes.is_empty(), "{notes:?}"); // an offset past the end leaves nothing to map
+                                            // A dump that would run past the top of the address space is cut there.
+    let top = juno_with_dump(
+        "top",
+        "[dump1]\nfile=kernel_dump.bin\naddress=0xFFFFFFFFFFFFF000\n",
+    )
+    .unwrap();
+    let (_, top_notes) = decode_dir(&top);
+    assert!(
+        top_notes.len() == 1 && top_notes[0].contains("top of the address space"),
+        "{top_notes:?}"
+    );
     let end = 0xFFFF_FFC0_0008_3000u64;
     for e in &elems {
         if let ElemKind::InstrRange(r) = e.kind {

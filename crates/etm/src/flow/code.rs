@@ -96,6 +96,19 @@ pub fn snapshot_code(snap: &Snapshot) -> (CodeTimeline, Vec<String>) {
                 Some(l) => l,
                 None => avail,
             };
+            // The image ends below 2^64: a dump running past the top of the address space is cut.
+            let room = u64::MAX - d.address;
+            let len = if len > room {
+                notes.push(format!(
+                    "{}: memory dump {} at {:#x} runs past the top of the address space: cut to {room:#x} bytes",
+                    dev.path.display(),
+                    d.file.display(),
+                    d.address
+                ));
+                room
+            } else {
+                len
+            };
             if len == 0 {
                 continue;
             }
