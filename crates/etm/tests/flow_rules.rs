@@ -505,3 +505,60 @@ fn huge_speculation_depth_is_an_error_not_an_overflow() {
         .iter()
         .any(|x| x.1 == ElemKind::Error(FlowError::CommitOverrun)));
 }
+
+/// The code is read as it was at the latest timestamp: a poke at time 100
+/// turns the nop at 0x2000 into `b 0x2008`; atoms before it walk the old
+/// code, atoms after it the new (a walk cached before the poke is not reused).
+#[test]
+fn code_is_read_at_the_trace_time() {
+    let mut b = codeimage::TimelineBuilder::new({
+        let mut base = BaseImage::new();
+        let r = code();
+        let bytes = r.base().regions()[0].bytes().to_vec();
+        base.add_bytes(0x2000, bytes, "program");
+        base
+    });
+    b.poke(codeimage::Poke {
+        time: 100,
+        settled: None,
+        addr: 0x2000,
+        old: &0xd503201f_u32.to_le_bytes(),
+        new: &0x14000002_u32.to_le_bytes(),
+        cpu: None,
+    });
+    let poked = b.build();
+    let ts = |value| {
+        Packet::Timestamp(Timestamp {
+            value,
+            updated_bits: 64,
+            cycle_count: None,
+        })
+    };
+    let mut p = sync(0x2000);
+    p.push(ts(50));
+    p.push(atoms("E")); // b.ne at 0x2004 taken: back to 0x2000
+    p.push(ts(150));
+    p.push(atoms("E")); // now `b 0x2008` at 0x2000
+    p.push(ts(160));
+    p.push(atoms("E")); // bl at 0x2008
+    let mut d = FlowDecoder::new(&poked, &[config(0, false)]);
+    let mut out = Vec::new();
+    for (i, pk) in p.iter().enumerate() {
+        let tp = TracePacket {
+            trace_id: 0x10,
+            index: i as u64,
+            packet: *pk,
+            raw: &[],
+        };
+        d.packet(&tp, &mut out);
+    }
+    let e: Vec<(u64, ElemKind)> = out.into_iter().map(|e| (e.index, e.kind)).collect();
+    assert_eq!(
+        ranges(&e),
+        [
+            (0x2000, 0x2008, true),
+            (0x2000, 0x2004, true),
+            (0x2008, 0x200c, true)
+        ]
+    );
+}
