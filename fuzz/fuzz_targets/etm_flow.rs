@@ -42,7 +42,7 @@ fuzz_target!(|input: &[u8]| {
     let sources: &[EtmV4Config] = if mode & 1 == 0 { &configs[..1] } else { &configs };
 
     let mut reader = PacketReader::with_container(data, Container::Plain, framing, sources, recovery);
-    let mut decoder = FlowDecoder::new(&code, sources);
+    let mut decoder = FlowDecoder::for_buffer(&code, framing, sources);
     let mut elems: Vec<Element> = Vec::new();
     flow::run(&mut reader, &mut decoder, |item| {
         if let Item::Element(e) = item {

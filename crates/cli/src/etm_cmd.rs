@@ -55,7 +55,7 @@ pub fn run(dir: &Path, packets: bool, format: &str, out: &mut impl Write) -> Res
     for n in notes {
         eprintln!("poketrace etm: {n}");
     }
-    let mut decoder = FlowDecoder::new(&code, &configs);
+    let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
     let mut result = Ok(());
     flow::run(&mut reader, &mut decoder, |item| {
         if result.is_err() {

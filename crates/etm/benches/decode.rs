@@ -68,7 +68,7 @@ fn decode(i: &Input) -> (u64, u64) {
         &b.configs,
         ErrorRecovery::Continue,
     );
-    let mut d = FlowDecoder::new(&i.code, &b.configs);
+    let mut d = FlowDecoder::for_buffer(&i.code, b.framing, &b.configs);
     let (mut elems, mut insns) = (0u64, 0u64);
     flow::run(&mut r, &mut d, |item| {
         if let Item::Element(e) = item {
@@ -107,7 +107,7 @@ fn decode_and_list(bencher: Bencher) {
                 &b.configs,
                 ErrorRecovery::Continue,
             );
-            let mut d = FlowDecoder::new(&i.code, &b.configs);
+            let mut d = FlowDecoder::for_buffer(&i.code, b.framing, &b.configs);
             let mut printer = OpenCsdPrinter::new(Listing::Decode);
             flow::run(&mut r, &mut d, |item| printer.write_item(&mut text, &item));
             black_box(text.len())

@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &configs,
         ErrorRecovery::Continue,
     );
-    let mut decoder = FlowDecoder::new(&code, &configs);
+    let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
     let mut printer = OpenCsdPrinter::new(Listing::Decode);
     let mut text = Vec::with_capacity(1 << 17);
     let mut out = std::io::stdout().lock();

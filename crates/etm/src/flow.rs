@@ -23,7 +23,7 @@ mod source;
 pub use code::{snapshot_code, CodeSource, Fetched, Time};
 
 use crate::config::EtmV4Config;
-use crate::frame::FrameError;
+use crate::frame::{FrameError, Framing};
 use crate::packet::PacketType;
 use crate::TracePacket;
 use source::Source;
@@ -233,6 +233,23 @@ impl<C: CodeSource> FlowDecoder<C> {
         }
     }
 
+    /// Decoders for a buffer with `framing`: unframed data is one source's
+    /// (the first config's), reported under the framing's trace ID as
+    /// [`crate::PacketStream`] reports it.
+    pub fn for_buffer(code: C, framing: Framing, configs: &[EtmV4Config]) -> FlowDecoder<C> {
+        match (framing, configs.first()) {
+            (Framing::Raw { trace_id }, Some(c)) => {
+                let c = EtmV4Config {
+                    traceidr: trace_id as u32,
+                    ..*c
+                };
+                FlowDecoder::new(code, &[c])
+            }
+            _ => FlowDecoder::new(code, configs),
+        }
+    }
+
+    /// The code source.
     pub fn code(&self) -> &C {
         &self.code
     }

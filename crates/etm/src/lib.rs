@@ -57,7 +57,7 @@
 //! let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
 //! let (code, _notes) = flow::snapshot_code(&snap);
 //! let mut reader = PacketReader::new(&data, setup.framing, &configs, ErrorRecovery::Continue);
-//! let mut decoder = FlowDecoder::new(&code, &configs);
+//! let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
 //! flow::run(&mut reader, &mut decoder, |item| {
 //!     if let Item::Element(e) = item {
 //!         println!("{:#x} {:x} {:?}", e.index, e.trace_id, e.kind);

@@ -32,7 +32,7 @@ fn our_listing(dir: &std::path::Path) -> String {
         &configs,
         ErrorRecovery::Continue,
     );
-    let mut decoder = FlowDecoder::new(&code, &configs);
+    let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
     let mut printer = OpenCsdPrinter::new(Listing::Decode);
     let mut text = Vec::new();
     flow::run(&mut reader, &mut decoder, |item| {

@@ -48,7 +48,7 @@ fn count(name: &str) -> Option<(usize, u64)> {
         &configs,
         ErrorRecovery::Continue,
     );
-    let mut d = FlowDecoder::new(&code, &configs);
+    let mut d = FlowDecoder::for_buffer(&code, setup.framing, &configs);
     let mut elements = 0u64;
     flow::run(&mut reader, &mut d, |item| {
         if let Item::Element(_) = item {

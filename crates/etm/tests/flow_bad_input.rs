@@ -24,7 +24,7 @@ fn elements(
 ) -> Vec<(Option<u64>, Element)> {
     let mut reader =
         PacketReader::with_container(data, container, framing, configs, ErrorRecovery::Continue);
-    let mut d = FlowDecoder::new(code, configs);
+    let mut d = FlowDecoder::for_buffer(code, framing, configs);
     let mut out = Vec::new();
     let mut at = None;
     let mut ended = false;

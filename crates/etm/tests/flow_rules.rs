@@ -562,3 +562,37 @@ fn code_is_read_at_the_trace_time() {
         ]
     );
 }
+
+/// Unframed source data is reported under the framing's trace ID (OpenCSD
+/// uses 0), whatever the source's TRCTRACEIDR says: its elements too.
+#[test]
+fn unframed_data_decodes_under_the_framing_trace_id() {
+    let cfg = config(0, false);
+    let mut enc = etm::Encoder::new(&cfg);
+    let mut data = Vec::new();
+    for p in sync(0x2000) {
+        enc.encode(&p, &mut data).unwrap();
+    }
+    enc.atoms(&[true, false], &mut data);
+    let code = code();
+    let framing = etm::Framing::Raw { trace_id: 0 };
+    let mut r = etm::PacketReader::new(&data, framing, &[cfg], etm::ErrorRecovery::Resync);
+    let mut d = FlowDecoder::for_buffer(&code, framing, &[cfg]);
+    let mut got = Vec::new();
+    etm::flow::run(&mut r, &mut d, |item| {
+        if let etm::flow::Item::Element(e) = item {
+            got.push((e.trace_id, e.index, e.kind));
+        }
+    });
+    let r: Vec<(u8, u64, u64)> = got
+        .iter()
+        .filter_map(|(id, _, k)| match k {
+            ElemKind::InstrRange(r) => Some((*id, r.start, r.end)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(r, [(0, 0x2000, 0x2008), (0, 0x2000, 0x2008)]);
+    assert!(got
+        .iter()
+        .any(|(id, _, k)| *id == 0 && matches!(k, ElemKind::EoTrace(_))));
+}
