@@ -41,6 +41,7 @@ use common::{ImageKind, LibiptImage, Run};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent};
+use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::{Interval, Static};
 
 struct Fixture {
@@ -107,17 +108,24 @@ fn summary() {
         let Some(f) = fixture(input) else { continue };
         let mut rows: Vec<(&str, std::time::Duration)> = Vec::new();
         let only = std::env::var("FLOW_BENCH_ONLY").unwrap_or_default();
-        let mut row = |name: &'static str, run: &mut dyn FnMut() -> (u64, u64)| {
+        // Each row runs once untimed (libipt's block cache, kept in the
+        // image, starts warm as in the divan loop; ours starts each run cold).
+        let mut row = |name: &'static str, warm: &mut dyn FnMut() -> (u64, u64), timed: &mut dyn FnMut() -> (u64, u64)| {
             if name.contains(only.as_str()) || name.contains("section cache") {
-                rows.push((name, best(run)));
+                black_box(warm());
+                rows.push((name, best(timed)));
             }
         };
-        row("ours, Static", &mut || timed_ours_static(f));
-        row("ours, Interval", &mut || timed_ours_interval(f));
-        for (name, kind) in [("libipt file sections", ImageKind::File), ("libipt section cache", ImageKind::Cached), ("libipt callback", ImageKind::Callback)] {
-            let image = LibiptImage::new(&f.run, kind);
-            row(name, &mut || libipt(f, &image));
-        }
+        row("ours, Static", &mut || ours_static(f), &mut || timed_ours_static(f));
+        row("ours, Interval", &mut || ours_interval(f), &mut || timed_ours_interval(f));
+        row("ours, Static, PSB segments on 1 thread", &mut || (0, 0), &mut || timed_ours_parallel(f, 1));
+        row("ours, Static, PSB segments on 2 threads", &mut || (0, 0), &mut || timed_ours_parallel(f, 2));
+        let image = LibiptImage::new(&f.run, ImageKind::File);
+        row("libipt file sections", &mut || libipt(f, &image), &mut || timed_libipt_file(f, &image));
+        let image = LibiptImage::new(&f.run, ImageKind::Cached);
+        row("libipt section cache", &mut || libipt(f, &image), &mut || timed_libipt_cached(f, &image));
+        let image = LibiptImage::new(&f.run, ImageKind::Callback);
+        row("libipt callback", &mut || libipt(f, &image), &mut || timed_libipt_callback(f, &image));
         let libipt_best = rows.iter().filter(|(n, _)| n.starts_with("libipt") && !n.ends_with("callback")).map(|r| r.1).min().unwrap();
         for (name, d) in rows {
             let secs = d.as_secs_f64();
@@ -165,6 +173,9 @@ fn make(name: &str, elf: Option<&std::path::Path>) -> Fixture {
     let f = Fixture { run, traces, bytes, instructions };
     assert_eq!(check_ours_static(&f), (instructions, 0));
     assert_eq!(check_ours_interval(&f), (instructions, 0));
+    for threads in [1, 2] {
+        assert_eq!(ours_parallel(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads), (instructions, 0), "{threads} threads");
+    }
     for kind in [ImageKind::File, ImageKind::Cached, ImageKind::Callback] {
         let image = LibiptImage::new(&f.run, kind);
         assert_eq!(check_libipt(&f, &image), (instructions, 0), "libipt {kind:?}");
@@ -218,6 +229,29 @@ fn ours_interval(f: &Fixture) -> (u64, u64) {
     ours(&f.traces, &Interval(&f.run.full), &f.run.cfg)
 }
 
+/// Ours with each CPU's trace cut at its PSBs, the segments decoded on
+/// `threads` threads (a pool of its own) and the events taken in order.
+fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
+    let (mut n, mut errors) = (0u64, 0u64);
+    let par = ParallelFlow::new(code, cfg.clone());
+    pool(threads).install(|| {
+        for t in traces {
+            par.run(t, |e| match e {
+                FlowEvent::Insn { .. } => n += 1,
+                FlowEvent::Error { .. } => errors += 1,
+                _ => {}
+            });
+        }
+    });
+    (n, errors)
+}
+
+/// A rayon pool of 1 or 2 threads, built once.
+fn pool(threads: usize) -> &'static rayon::ThreadPool {
+    static POOLS: [OnceLock<rayon::ThreadPool>; 2] = [OnceLock::new(), OnceLock::new()];
+    POOLS[threads - 1].get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool"))
+}
+
 fn libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
     f.traces.iter().map(|t| common::libipt_count(t, image)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
@@ -242,6 +276,10 @@ fn timed_ours_static(f: &Fixture) -> (u64, u64) {
 #[inline(never)]
 fn timed_ours_interval(f: &Fixture) -> (u64, u64) {
     ours_interval(f)
+}
+#[inline(never)]
+fn timed_ours_parallel(f: &Fixture, threads: usize) -> (u64, u64) {
+    ours_parallel(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads)
 }
 #[inline(never)]
 fn timed_libipt_file(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
@@ -278,6 +316,7 @@ macro_rules! bench {
 
 bench!(ours_static_source, |f| (), |g, _i| timed_ours_static(g));
 bench!(ours_interval_source, |f| (), |g, _i| timed_ours_interval(g));
+bench!(ours_static_parallel_2_threads, |f| (), |g, _i| timed_ours_parallel(g, 2));
 bench!(libipt_file, |f| LibiptImage::new(&f.run, ImageKind::File), |g, image| timed_libipt_file(g, &image));
 bench!(libipt_cached, |f| LibiptImage::new(&f.run, ImageKind::Cached), |g, image| timed_libipt_cached(g, &image));
 bench!(libipt_callback, |f| LibiptImage::new(&f.run, ImageKind::Callback), |g, image| timed_libipt_callback(g, &image));

@@ -101,6 +101,12 @@ impl<'a> PacketDecoder<'a> {
         self.pos
     }
 
+    /// Moves to `pos`, where a packet starts whose decoding the decoder's
+    /// state allows (the flow decoder returning to packets it decoded ahead).
+    pub(crate) fn seek(&mut self, pos: usize) {
+        self.pos = pos.min(self.buf.len());
+    }
+
     /// The next packet and its offset, or `None` at the end of the buffer.
     /// On error the position does not move.
     #[inline]

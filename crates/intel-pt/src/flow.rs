@@ -10,6 +10,7 @@
 //! are tried in turn against the packets that follow; the one that fits is
 //! taken, and if several fit the instruction is reported as uncertain.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
@@ -157,7 +158,7 @@ enum Flow {
 /// Everything the walk changes: cheap to copy for trials.
 #[derive(Clone)]
 struct State<'a> {
-    packets: PacketDecoder<'a>,
+    packets: Packets<'a>,
     ip: Option<u64>,
     tnt_bits: u64,
     tnt_count: u8,
@@ -170,12 +171,18 @@ struct State<'a> {
     walked: u64,
     /// The IP of the last TIP.PGD taken (None when it had none).
     pgd_ip: Option<u64>,
+    /// Where this decoder's segment ends (the next segment's PSB): reaching
+    /// it ends the run, without an event. Trials look past it.
+    stop_at: usize,
 }
 
 struct Failure {
     offset: usize,
     kind: FlowErrorKind,
 }
+
+/// A [`Failure`]'s offset when the walk reached the end of its segment.
+const SEGMENT_END: usize = usize::MAX;
 
 /// Decodes one AUX buffer's packets into instruction flow.
 ///
@@ -189,11 +196,13 @@ pub struct FlowDecoder<'a, C: CodeSource> {
     cfg: FlowConfig,
     st: State<'a>,
     cache: BlockCache,
+    /// Offset of `buf` in the whole trace, for error offsets.
+    base: usize,
 }
 
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
-        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default() }
+        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0 }
     }
 
     /// Starts over on another buffer (another CPU's, another PSB segment),
@@ -201,13 +210,24 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn reset(&mut self, buf: &'a [u8]) {
         self.buf = buf;
         self.st = State::new(buf);
+        self.base = 0;
+    }
+
+    /// Starts over on one PSB segment of `whole`, `start..end` (`start` at a
+    /// PSB, `end` at the next, or the end): the run stops where the walk
+    /// would read the packet at `end`, and error offsets are `whole`'s.
+    pub(crate) fn reset_segment(&mut self, whole: &'a [u8], start: usize, end: usize) {
+        self.buf = &whole[start..];
+        self.st = State::new(self.buf);
+        self.st.stop_at = if end >= whole.len() { usize::MAX } else { end - start };
+        self.base = start;
     }
 }
 
 impl<'a> State<'a> {
     fn new(buf: &'a [u8]) -> Self {
         State {
-            packets: PacketDecoder::new(buf),
+            packets: Packets { dec: PacketDecoder::new(buf), ahead: VecDeque::with_capacity(AHEAD) },
             ip: None,
             tnt_bits: 0,
             tnt_count: 0,
@@ -218,6 +238,7 @@ impl<'a> State<'a> {
             peeked: None,
             walked: 0,
             pgd_ip: None,
+            stop_at: usize::MAX,
         }
     }
 }
@@ -236,8 +257,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             match self.step_cached(&mut st, &mut cache, &mut emit) {
                 Ok(true) => {}
                 Ok(false) => break,
+                Err(f) if f.offset == SEGMENT_END => break,
                 Err(f) => {
-                    emit(FlowEvent::Error { offset: f.offset, time: st.lo, ip: st.ip, kind: f.kind });
+                    emit(FlowEvent::Error { offset: self.base + f.offset, time: st.lo, ip: st.ip, kind: f.kind });
                     if f.kind == FlowErrorKind::EndOfTrace {
                         break;
                     }
@@ -249,7 +271,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     // The walk starts afresh: a NoProgress count carried over
                     // would fail the next PSB segment at its first instruction.
                     st.walked = 0;
-                    if !resync.psb_found {
+                    if !resync.psb_found || resync.end >= st.stop_at {
                         break;
                     }
                 }
@@ -265,6 +287,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             return Ok(Some(p));
         }
         loop {
+            if st.packets.offset() >= st.stop_at {
+                return Err(Failure { offset: SEGMENT_END, kind: FlowErrorKind::EndOfTrace });
+            }
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
                 return Ok(None);
             };
@@ -301,30 +326,18 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Finds the TSC after `from` to bound the time of what comes next.
     fn next_tsc(&self, st: &mut State<'a>, from: usize) {
-        let mut scan = st.packets.clone();
         st.hi = Time::MAX;
         st.hi_at = usize::MAX;
-        loop {
-            match scan.next_packet() {
-                Ok(Some((off, Packet::Tsc(tsc)))) => {
-                    st.hi = self.cfg.time.perf_time(tsc);
-                    st.hi_at = off;
-                    return;
-                }
-                // Too far, or a bad packet: unbounded for now, and scan again
-                // at the first TSC past here (after a resync, say), so that one
-                // corrupt packet does not leave the rest of the buffer unbounded.
-                Ok(Some((off, _))) if off > from.saturating_add(1 << 20) => {
-                    st.hi_at = off;
-                    return;
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => return,
-                Err(e) => {
-                    st.hi_at = e.offset;
-                    return;
-                }
+        // Too far, or a bad packet: unbounded for now, and scan again at the
+        // first TSC past here (after a resync, say), so that one corrupt
+        // packet does not leave the rest of the buffer unbounded.
+        match st.packets.scan_to_tsc(from.saturating_add(1 << 20)) {
+            Scan::Tsc(off, tsc) => {
+                st.hi = self.cfg.time.perf_time(tsc);
+                st.hi_at = off;
             }
+            Scan::Stop(off) => st.hi_at = off,
+            Scan::End => {}
         }
     }
 
@@ -618,6 +631,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut fits: Vec<Insn> = Vec::new();
         for &insn in options {
             let mut trial = st.clone();
+            trial.stop_at = usize::MAX;
             let mut sink = |_e: FlowEvent| {};
             let ok = self.run_insn(&mut trial, ip, insn, true, &mut sink, true).is_ok() && {
                 let mut left = self.cfg.trial_insns;
@@ -693,6 +707,80 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             BranchClass::Trap => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTrapPackets }),
         };
         Ok(())
+    }
+}
+
+/// Packets decoded ahead (by the scan for the next TSC) and kept, so that
+/// each packet is decoded once.
+const AHEAD: usize = 512;
+
+/// The packet decoder, and what was decoded ahead of the walk.
+#[derive(Clone)]
+struct Packets<'a> {
+    dec: PacketDecoder<'a>,
+    ahead: VecDeque<(usize, Packet)>,
+}
+
+/// How a scan for the next TSC ended.
+enum Scan {
+    Tsc(usize, u64),
+    /// Past the limit (at the packet there), or a bad packet there.
+    Stop(usize),
+    End,
+}
+
+impl Packets<'_> {
+    /// Where the walk is: the offset of the next packet it takes.
+    fn offset(&self) -> usize {
+        self.ahead.front().map_or(self.dec.offset(), |p| p.0)
+    }
+
+    #[inline(always)]
+    fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
+        match self.ahead.pop_front() {
+            Some(p) => Ok(Some(p)),
+            None => self.dec.next_packet(),
+        }
+    }
+
+    fn sync_forward(&mut self) -> crate::Resync {
+        if let Some(&(at, _)) = self.ahead.front() {
+            self.dec.seek(at);
+            self.ahead.clear();
+        }
+        self.dec.sync_forward()
+    }
+
+    /// The first TSC from the walk's position, keeping the packets decoded
+    /// on the way (up to [`AHEAD`]; past that, a copy of the decoder scans on).
+    fn scan_to_tsc(&mut self, limit: usize) -> Scan {
+        for &(off, p) in &self.ahead {
+            match p {
+                Packet::Tsc(tsc) => return Scan::Tsc(off, tsc),
+                _ if off > limit => return Scan::Stop(off),
+                _ => {}
+            }
+        }
+        let mut copy = None;
+        loop {
+            let dec = copy.as_mut().unwrap_or(&mut self.dec);
+            let (off, p) = match dec.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => return Scan::End,
+                Err(e) => return Scan::Stop(e.offset),
+            };
+            if copy.is_none() {
+                self.ahead.push_back((off, p));
+                if self.ahead.len() == AHEAD {
+                    copy = Some(self.dec.clone());
+                }
+            }
+            match p {
+                Packet::Tsc(tsc) => return Scan::Tsc(off, tsc),
+                _ if off > limit => return Scan::Stop(off),
+                _ => {}
+            }
+        }
     }
 }
 

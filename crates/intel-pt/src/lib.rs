@@ -37,6 +37,7 @@ mod block_cache;
 mod decode;
 mod encode;
 pub mod flow;
+pub mod parallel;
 pub mod sources;
 mod packet;
 

@@ -1,0 +1,77 @@
+//! One trace buffer decoded on several threads: cut at its PSBs (each PSB+
+//! restates where execution is, so a segment decodes on its own), the
+//! segments decoded in parallel on rayon's pool, the events handed out in
+//! trace order.
+//!
+//! The events are those of [`FlowDecoder::run`] on the whole buffer when
+//! each PSB+ carries a TSC and, while tracing, a FUP (as hardware sends them
+//! with TSC on): a segment starts with the state its PSB+ gives, and ends
+//! where the walk would read the next PSB. Segments go in windows of a few
+//! per thread, so memory stays bounded whatever the buffer's size; each
+//! thread's decoder (and its block cache) is reused from window to window
+//! and buffer to buffer.
+
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use crate::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent};
+
+/// Segments per thread in one window.
+const PER_THREAD: usize = 4;
+
+/// Decodes buffers over one code source, PSB segments in parallel.
+pub struct ParallelFlow<'a, C: CodeSource + Sync> {
+    code: &'a C,
+    cfg: FlowConfig,
+    /// Idle decoders, their block caches warm.
+    decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
+    /// Event buffers for reuse.
+    spare: Mutex<Vec<Vec<FlowEvent>>>,
+}
+
+impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
+    pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
+        ParallelFlow { code, cfg, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
+    }
+
+    /// Decodes `buf`, reporting every event in order on the calling thread.
+    pub fn run(&self, buf: &'a [u8], mut emit: impl FnMut(FlowEvent)) {
+        let cuts = segments(buf);
+        let window = rayon::current_num_threads().max(1) * PER_THREAD;
+        let mut done: Vec<Vec<FlowEvent>> = Vec::with_capacity(window);
+        for group in cuts.chunks(window) {
+            group
+                .par_iter()
+                .map(|&(start, end)| {
+                    let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| FlowDecoder::new(&[], self.code, self.cfg.clone()));
+                    let mut events = self.spare.lock().expect("no panic while held").pop().unwrap_or_default();
+                    dec.reset_segment(buf, start, end);
+                    dec.run(|e| events.push(e));
+                    self.decoders.lock().expect("no panic while held").push(dec);
+                    events
+                })
+                .collect_into_vec(&mut done);
+            for mut events in done.drain(..) {
+                events.drain(..).for_each(&mut emit);
+                self.spare.lock().expect("no panic while held").push(events);
+            }
+        }
+    }
+}
+
+/// The PSB segments of `buf`: from each PSB to the next (the last to the
+/// end). Bytes before the first PSB are skipped, as [`FlowDecoder::run`]
+/// skips them; a buffer without a PSB is one segment.
+pub fn segments(buf: &[u8]) -> Vec<(usize, usize)> {
+    if crate::find_psb(buf).is_none() {
+        return vec![(0, buf.len())];
+    }
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while let Some(p) = crate::find_psb(&buf[at..]) {
+        starts.push(at + p);
+        at += p + crate::PSB.len();
+    }
+    starts.iter().enumerate().map(|(i, &s)| (s, starts.get(i + 1).copied().unwrap_or(buf.len()))).collect()
+}
