@@ -1,5 +1,5 @@
-//! `poketrace decode`: Intel PT in a perf.data directory, decoded over the
-//! code timeline, printed like `perf script --itrace`.
+//! `poketrace decode`: Intel PT or CoreSight ETMv4 in a perf.data
+//! directory, decoded over the code timeline, printed like `perf script --itrace`.
 
 use std::io::Write;
 use std::path::Path;
@@ -9,7 +9,8 @@ use codeimage::{BaseImage, CodeTimeline};
 use intel_pt::flow::{FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use isa::{BranchClass, KernelIdioms};
-use perfdata::auxtrace::IntelPtInfo;
+use perfdata::abi::auxtrace_type;
+use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
 use perfdata::{PerfFile, RecordBody};
 use serde_json::json;
 
@@ -18,9 +19,9 @@ use crate::symbols::Symbolizer;
 
 /// What to print, from `--itrace` letters: b (branches), i (instructions), e (errors).
 pub struct Itrace {
-    branches: bool,
-    instructions: bool,
-    errors: bool,
+    pub(crate) branches: bool,
+    pub(crate) instructions: bool,
+    pub(crate) errors: bool,
 }
 
 impl Itrace {
@@ -144,11 +145,11 @@ impl Threads {
 
     /// (pid, tid, comm) that produced a line of `queue`: the buffer's own
     /// thread for per-thread buffers, else the task on that CPU at that time.
-    fn at(&self, queue: &Queue, time: u64) -> Option<(i32, i32, &str)> {
+    fn at(&self, queue: &Queue, cpu: u32, time: u64) -> Option<(i32, i32, &str)> {
         let (pid, tid) = match queue.thread {
             Some(tid) => (self.pids.get(&tid).copied().unwrap_or(-1), tid),
             None => {
-                let v = self.runs.get(&queue.cpu)?;
+                let v = self.runs.get(&cpu)?;
                 let i = v.partition_point(|r| r.0 <= time).checked_sub(1)?;
                 (v[i].1, v[i].2)
             }
@@ -159,44 +160,51 @@ impl Threads {
 }
 
 /// One AUX buffer of the input (perf's queue): per CPU, or per thread.
-struct Queue {
+pub(crate) struct Queue {
     /// The mmap index of its AUXTRACE records.
     idx: u32,
     /// The CPU (`u32::MAX` for a per-thread buffer followed across CPUs).
-    cpu: u32,
+    pub cpu: u32,
     /// The traced thread of a per-thread buffer.
     thread: Option<i32>,
-    trace: Vec<u8>,
+    pub trace: Vec<u8>,
 }
 
-/// One line of output, from one queue.
-struct Out {
-    time: u64,
-    queue: usize,
-    kind: Kind,
+/// One line of output, from one queue and CPU.
+pub(crate) struct Out {
+    pub time: u64,
+    pub queue: usize,
+    pub cpu: u32,
+    pub kind: Kind,
 }
 
-enum Kind {
-    Branch { from: u64, to: u64, flags: &'static str },
+pub(crate) enum Kind {
+    /// A taken branch; `from_len` is the branching instruction's length when known.
+    Branch { from: u64, to: u64, flags: &'static str, from_len: Option<u8> },
     /// An instruction; `class` and, once the next one is known, where a
     /// taken branch went (perf's `flags` and `addr` of instruction samples).
     Insn { ip: u64, len: u8, class: BranchClass, to: Option<u64>, uncertain: bool },
-    Error { offset: usize, ip: Option<u64>, kind: FlowErrorKind },
+    /// A decode error: perf's error `code` and our reason.
+    Error { offset: usize, ip: Option<u64>, code: u32, reason: String },
 }
 
 pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     let (itrace, image, json) = (&opts.itrace, opts.image.as_str(), opts.json);
+    if !matches!(image, "timeline" | "perf" | "static") {
+        bail!("--image {image}: timeline, perf or static");
+    }
     let file = PerfFile::open(input)?;
     let mut info = None;
+    let mut time_conv = None;
     let mut aux: Vec<Queue> = Vec::new();
     let mut threads = Threads::default();
     for r in file.records() {
         let r = r?;
         threads.observe(&r);
         match r.body {
-            RecordBody::AuxtraceInfo(i) if i.auxtrace_type == perfdata::abi::auxtrace_type::INTEL_PT => {
-                info = Some(IntelPtInfo::parse(&i)?)
-            }
+            RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::INTEL_PT => info = Some(Trace::IntelPt(IntelPtInfo::parse(&i)?)),
+            RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::CS_ETM => info = Some(Trace::CoreSight(CsEtmInfo::parse(&i)?)),
+            RecordBody::TimeConv(t) => time_conv = Some(t),
             // perf queues AUX data by mmap index: one buffer per CPU, or per thread.
             RecordBody::Auxtrace(a) => match aux.iter_mut().find(|q| q.idx == a.idx) {
                 Some(q) => q.trace.extend_from_slice(a.data),
@@ -210,10 +218,73 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             _ => {}
         }
     }
-    let info = info.context("no Intel PT AUXTRACE_INFO in the input (CoreSight decode is `poketrace etm`)")?;
-    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
+    let info = info.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
     let mut symbols = Symbolizer::for_input(&file, None)?;
     symbols.add_user_mappings(&file);
+    let built = codeimage::from_perf_data(&file, BaseImage::new())?;
+    for e in &built.errors {
+        eprintln!("poketrace decode: {e}");
+    }
+    let tl: &CodeTimeline = &built.timeline;
+    let bare = if image == "static" {
+        let mut base = BaseImage::new();
+        codeimage::add_base(&file, &mut base)?;
+        Some(codeimage::TimelineBuilder::new(base).build())
+    } else {
+        None
+    };
+    let code = bare.as_ref().unwrap_or(tl);
+    aux.sort_by_key(|q| (q.cpu, q.thread, q.idx));
+    let per_queue = match &info {
+        Trace::IntelPt(info) => pt_lines(&file, info, &aux, itrace, image, tl, code)?,
+        Trace::CoreSight(info) => crate::decode_cs::lines(info, time_conv.as_ref(), &aux, itrace, code)?,
+    };
+    let mut lines: Vec<Out> = per_queue.into_iter().flatten().collect();
+    // All buffers in time order, as perf merges its queues.
+    lines.sort_by_key(|l| (l.time, l.queue));
+    threads.finish();
+    let mut errors = 0;
+    for l in &lines {
+        if matches!(l.kind, Kind::Error { .. }) {
+            errors += 1;
+        }
+        let who = threads.at(&aux[l.queue], l.cpu, l.time);
+        if let Some(fields) = &opts.fields {
+            write_perf_line(out, fields, l, l.cpu, who, &symbols, tl)?;
+        } else if json {
+            let mut v = line_json(l, l.cpu, &symbols, tl);
+            if let (Some((pid, tid, comm)), Some(m)) = (who, v.as_object_mut()) {
+                m.insert("pid".into(), json!(pid));
+                m.insert("tid".into(), json!(tid));
+                m.insert("comm".into(), json!(comm));
+            }
+            serde_json::to_writer(&mut *out, &v)?;
+            writeln!(out)?;
+        } else {
+            write_line(out, l, l.cpu, who, &symbols)?;
+        }
+    }
+    eprintln!("poketrace decode: {} trace buffers, {} lines, {errors} decode errors, image {image}", aux.len(), lines.len());
+    Ok(0)
+}
+
+/// The input's hardware trace.
+enum Trace {
+    IntelPt(IntelPtInfo),
+    CoreSight(CsEtmInfo),
+}
+
+/// Intel PT: each buffer decoded on its own core over the chosen image.
+fn pt_lines(
+    file: &PerfFile,
+    info: &IntelPtInfo,
+    aux: &[Queue],
+    itrace: &Itrace,
+    image: &str,
+    tl: &CodeTimeline,
+    code: &CodeTimeline,
+) -> Result<Vec<Vec<Out>>> {
+    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
     let idioms = match file.kcore_dir() {
         Some(d) if d.join("kallsyms").is_file() => {
             let (ks, _) = perfdata::kcore::Kallsyms::load(&d.join("kallsyms"))?;
@@ -228,72 +299,27 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         max_walk: 1 << 20,
         trial_insns: 256,
     };
-    let built = codeimage::from_perf_data(&file, BaseImage::new())?;
-    for e in &built.errors {
-        eprintln!("poketrace decode: {e}");
-    }
-    let tl: &CodeTimeline = &built.timeline;
-    let bare = if image == "static" {
-        let mut base = BaseImage::new();
-        codeimage::add_base(&file, &mut base)?;
-        Some(codeimage::TimelineBuilder::new(base).build())
-    } else {
-        None
-    };
-    if !matches!(image, "timeline" | "perf" | "static") {
-        bail!("--image {image}: timeline, perf or static");
-    }
-    aux.sort_by_key(|q| (q.cpu, q.thread, q.idx));
-    // Each buffer decodes on its own core.
     use rayon::prelude::*;
-    let per_cpu: Vec<Vec<Out>> = aux
+    Ok(aux
         .par_iter()
         .enumerate()
-        .map(|(queue, Queue { trace, .. })| {
+        .map(|(queue, q)| {
             let mut lines = Vec::new();
-            let mut emit = collector(queue, itrace, tl, &mut lines);
+            let mut emit = collector(queue, q.cpu, itrace, tl, &mut lines);
             match image {
-                "timeline" => FlowDecoder::new(trace, &Interval(tl), cfg.clone()).run(&mut emit),
-                "perf" => FlowDecoder::new(trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
-                _ => FlowDecoder::new(trace, &Static(bare.as_ref().expect("built above")), cfg.clone()).run(&mut emit),
+                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).run(&mut emit),
+                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
+                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).run(&mut emit),
             }
             drop(emit);
             lines
         })
-        .collect();
-    let mut lines: Vec<Out> = per_cpu.into_iter().flatten().collect();
-    // All buffers in time order, as perf merges its queues.
-    lines.sort_by_key(|l| (l.time, l.queue));
-    threads.finish();
-    let mut errors = 0;
-    for l in &lines {
-        if matches!(l.kind, Kind::Error { .. }) {
-            errors += 1;
-        }
-        let queue = &aux[l.queue];
-        let who = threads.at(queue, l.time);
-        if let Some(fields) = &opts.fields {
-            write_perf_line(out, fields, l, queue.cpu, who, &symbols, tl)?;
-        } else if json {
-            let mut v = line_json(l, queue.cpu, &symbols, tl);
-            if let (Some((pid, tid, comm)), Some(m)) = (who, v.as_object_mut()) {
-                m.insert("pid".into(), json!(pid));
-                m.insert("tid".into(), json!(tid));
-                m.insert("comm".into(), json!(comm));
-            }
-            serde_json::to_writer(&mut *out, &v)?;
-            writeln!(out)?;
-        } else {
-            write_line(out, l, queue.cpu, who, &symbols)?;
-        }
-    }
-    eprintln!("poketrace decode: {} trace buffers, {} lines, {errors} decode errors, image {image}", aux.len(), lines.len());
-    Ok(0)
+        .collect())
 }
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
 /// instruction before to the one after), instructions, traps, errors.
-fn collector<'a>(queue: usize, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
+fn collector<'a>(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
     let mut prev: Option<(u64, u8, BranchClass, u64)> = None;
     let mut tracing = false;
     // The line of the previous instruction, to note where its branch went.
@@ -304,7 +330,7 @@ fn collector<'a>(queue: usize, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: 
     // The taken branch of the previous instruction, now that where it went (`to`) is known.
     let taken = move |prev: Option<(u64, u8, BranchClass, u64)>, to: u64| match prev {
         Some((from, len, class, t)) if is_taken(from, len, class, to) => {
-            Some(Out { time: t, queue, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, tl) } })
+            Some(Out { time: t, queue, cpu, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, tl), from_len: Some(len) } })
         }
         _ => None,
     };
@@ -326,21 +352,21 @@ fn collector<'a>(queue: usize, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: 
             if itrace.branches {
                 match taken(prev, ip) {
                     Some(b) => lines.push(b),
-                    None if !tracing => lines.push(Out { time: lo, queue, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt" } }),
+                    None if !tracing => lines.push(Out { time: lo, queue, cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None } }),
                     None => {}
                 }
             }
             tracing = true;
             if itrace.instructions {
                 prev_line = Some(lines.len());
-                lines.push(Out { time: lo, queue, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
+                lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
             }
             prev = Some((ip, len, class, lo));
         }
         FlowEvent::Trap { from, to, time } => {
             if itrace.branches {
                 lines.extend(taken(prev, from));
-                lines.push(Out { time, queue, kind: Kind::Branch { from, to, flags: "hw int" } });
+                lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len: None } });
             }
             prev = None;
         }
@@ -355,11 +381,11 @@ fn collector<'a>(queue: usize, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: 
                     Some(at) => {
                         lines.extend(taken(prev, at));
                         let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
-                        lines.push(Out { time, queue, kind: Kind::Branch { from: at, to, flags } });
+                        lines.push(Out { time, queue, cpu, kind: Kind::Branch { from: at, to, flags, from_len: None } });
                     }
                     None => {
-                        let (from, class) = prev.map_or((0, BranchClass::None), |p| (p.0, p.2));
-                        lines.push(Out { time, queue, kind: Kind::Branch { from, to, flags: end_flags(class) } });
+                        let (from, len, class) = prev.map_or((0, None, BranchClass::None), |p| (p.0, Some(p.1), p.2));
+                        lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: len } });
                     }
                 }
             }
@@ -368,7 +394,7 @@ fn collector<'a>(queue: usize, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: 
         }
         FlowEvent::Error { offset, time, ip, kind } => {
             if itrace.errors {
-                lines.push(Out { time, queue, kind: Kind::Error { offset, ip, kind } });
+                lines.push(Out { time, queue, cpu, kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() } });
             }
             tracing = false;
             prev = None;
@@ -426,7 +452,7 @@ fn write_line(out: &mut impl Write, l: &Out, cpu: u32, who: Option<(i32, i32, &s
     };
     let head = format!("{task}{} {:>20}:", cpu_text(cpu), seconds(l.time));
     match &l.kind {
-        Kind::Branch { from, to, flags } => writeln!(
+        Kind::Branch { from, to, flags, .. } => writeln!(
             out,
             "{head}   {flags:<8} {from:>16x} {:<32} => {to:>16x} {}",
             symbols.describe(*from),
@@ -435,27 +461,38 @@ fn write_line(out: &mut impl Write, l: &Out, cpu: u32, who: Option<(i32, i32, &s
         Kind::Insn { ip, len, uncertain, .. } => {
             writeln!(out, "{head}   {ip:>16x} {:<32} len {len}{}", symbols.describe(*ip), if *uncertain { "  (uncertain: several code versions fit)" } else { "" })?
         }
-        Kind::Error { offset, ip, kind } => writeln!(
+        Kind::Error { offset, ip, reason, .. } => writeln!(
             out,
-            "{head}   instruction trace error at offset {offset:#x}{}: {}",
+            "{head}   instruction trace error at offset {offset:#x}{}: {reason}",
             ip.map_or(String::new(), |ip| format!(" ip {ip:#x}")),
-            kind.describe()
         )?,
     }
     Ok(())
 }
 
-/// perf's error code and message for a decode error (its intel-pt decoder's
-/// numbering: 3 bad packet, 4 no more data, 5 failed to get instruction,
-/// 6 trace doesn't match instruction, 7 overflow, 10 never-ending loop).
-fn perf_error(kind: &FlowErrorKind) -> (u32, &'static str) {
+/// perf's error code for an Intel PT decode error.
+fn perf_error_code(kind: &FlowErrorKind) -> u32 {
     match kind {
-        FlowErrorKind::Packet(_) => (3, "Bad packet"),
-        FlowErrorKind::EndOfTrace => (4, "No more data"),
-        FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => (5, "Failed to get instruction"),
-        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets => (6, "Trace doesn't match instruction"),
-        FlowErrorKind::Overflow => (7, "Overflow packet"),
-        FlowErrorKind::NoProgress => (10, "Never-ending loop"),
+        FlowErrorKind::Packet(_) => 3,
+        FlowErrorKind::EndOfTrace => 4,
+        FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => 5,
+        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets => 6,
+        FlowErrorKind::Overflow => 7,
+        FlowErrorKind::NoProgress => 10,
+    }
+}
+
+/// perf's message for its decode error code (its intel-pt decoder's numbering).
+pub(crate) fn perf_error_message(code: u32) -> &'static str {
+    match code {
+        3 => "Bad packet",
+        4 => "No more data",
+        5 => "Failed to get instruction",
+        6 => "Trace doesn't match instruction",
+        7 => "Overflow packet",
+        8 => "Lost trace data",
+        10 => "Never-ending loop",
+        _ => "Unknown error!",
     }
 }
 
@@ -470,8 +507,8 @@ fn write_perf_line(
     tl: &CodeTimeline,
 ) -> Result<()> {
     let (pid, tid, comm) = who.unwrap_or((-1, -1, ":-1"));
-    if let Kind::Error { ip, kind, .. } = &l.kind {
-        let (code, msg) = perf_error(kind);
+    if let Kind::Error { ip, code, .. } = &l.kind {
+        let msg = perf_error_message(*code);
         writeln!(
             out,
             " instruction trace error type 1 time {} cpu {} pid {pid} tid {tid} ip {:#x} code {code}: {msg}",
@@ -522,7 +559,7 @@ fn write_perf_line(
         std::fmt::Result::Ok(())
     };
     let (ip, len, flags, addr, branch) = match &l.kind {
-        Kind::Branch { from, to, flags } => (*from, None, *flags, *to, true),
+        Kind::Branch { from, to, flags, from_len } => (*from, *from_len, *flags, *to, true),
         Kind::Insn { ip, len, class, to, .. } => (*ip, Some(*len), flags_of(*class, *ip, l.time, tl), to.unwrap_or(0), false),
         Kind::Error { .. } => unreachable!("written above"),
     };
@@ -576,7 +613,7 @@ fn insn_len(tl: &CodeTimeline, ip: u64, t: u64) -> usize {
 
 fn line_json(l: &Out, cpu: u32, symbols: &Symbolizer, tl: &CodeTimeline) -> serde_json::Value {
     match &l.kind {
-        Kind::Branch { from, to, flags } => json!({
+        Kind::Branch { from, to, flags, .. } => json!({
             "time": l.time, "cpu": cpu as i32, "ip": from, "addr": to,
             "sym": symbols.describe(*from), "addr_sym": symbols.describe(*to),
             "flags": flags.split(' ').filter(|f| !f.is_empty()).collect::<Vec<_>>(),
@@ -586,8 +623,8 @@ fn line_json(l: &Out, cpu: u32, symbols: &Symbolizer, tl: &CodeTimeline) -> serd
             tl.read_into(*ip, &mut buf, l.time);
             json!({"time": l.time, "cpu": cpu as i32, "ip": ip, "sym": symbols.describe(*ip), "insn": plain(&buf), "uncertain": uncertain})
         }
-        Kind::Error { offset, ip, kind } => {
-            json!({"time": l.time, "cpu": cpu as i32, "ip": ip, "offset": offset, "error": kind.describe(), "code": perf_error(kind).0})
+        Kind::Error { offset, ip, code, reason } => {
+            json!({"time": l.time, "cpu": cpu as i32, "ip": ip, "offset": offset, "error": reason, "code": code})
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `poketrace`: the command line. Parses flags, wires the crates together, prints.
 
 mod decode;
+mod decode_cs;
 mod dump;
 mod etm_cmd;
 mod hex;

@@ -748,3 +748,94 @@ fn per_thread_buffers_are_the_threads_own() {
     assert_eq!(first, None, "perf: {:?}\nours: {:?}", first.map(|i| t[i]), first.map(|i| o[i]));
     assert_eq!(t.len(), o.len());
 }
+
+/// `decode --itrace=i -F cpu,ip` of `dir`, per CPU, against its ground
+/// truth without the BRKs that trapped (a trap is a `hw int` branch, not an
+/// instruction): the index of the first difference per CPU, and the count.
+fn cs_instructions_vs_truth(dir: &Path) -> Vec<(Option<usize>, usize)> {
+    let d = dir.to_str().unwrap();
+    let vectors: std::collections::BTreeSet<u64> = poketrace(&["decode", d, "--itrace=b", "-F", "flags,addr"])
+        .lines()
+        .filter(|l| l.contains("hw int"))
+        .map(|l| u64::from_str_radix(l.rsplit("=> ").next().unwrap().trim(), 16).unwrap())
+        .collect();
+    let ours = by_cpu(&poketrace(&["decode", d, "--itrace=i", "-F", "cpu,ip"]));
+    let mut out = Vec::new();
+    for (cpu, lines) in &ours {
+        let n: usize = cpu.trim_matches(|c| c == '[' || c == ']').parse().unwrap();
+        let truth: Vec<u64> = sim::TruthReader::open(&dir.join(format!("truth/cpu{n}.bin"))).unwrap().map(|r| r.unwrap().1).collect();
+        let want: Vec<u64> = truth.iter().zip(truth.iter().skip(1).map(Some).chain([None])).filter(|(_, next)| !next.is_some_and(|n| vectors.contains(n))).map(|(a, _)| *a).collect();
+        let got: Vec<u64> = lines.iter().map(|l| u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap()).collect();
+        let first = got.iter().zip(&want).position(|(a, b)| a != b).or((got.len() != want.len()).then_some(got.len().min(want.len())));
+        out.push((first, got.len()));
+    }
+    out
+}
+
+/// CoreSight ETMv4 in perf.data (the simulator's AArch64 runs): `decode`
+/// prints perf's branch lines CPU by CPU (perf 6.1 leaves off a CPU's last
+/// few branches; we print them), and its instructions are exactly what ran.
+#[test]
+fn coresight_decode_prints_what_perf_prints() {
+    if !perf_available() {
+        return;
+    }
+    let dir = scratch("cs");
+    simulate(&dir, &["--arch", "aarch64", "--cpus", "2", "--pokes", "0", "--instructions", "20000", "--seed", "7"]);
+    let d = dir.to_str().unwrap();
+    let fields = "comm,tid,cpu,flags,ip,sym,symoff,dso,addr,insn,insnlen";
+    let theirs = by_cpu(&perf(&scratch("cs-home"), &["script", "-i", d, "--itrace=be", "-F", fields]));
+    let ours = by_cpu(&poketrace(&["decode", d, "--itrace=be", "-F", fields]));
+    assert_eq!(theirs.keys().collect::<Vec<_>>(), ours.keys().collect::<Vec<_>>());
+    let mut kinds = std::collections::BTreeSet::new();
+    for (cpu, p) in &theirs {
+        let o = &ours[cpu];
+        assert!(p.len() > 2000, "{cpu}: {} lines", p.len());
+        let first = p.iter().zip(o).position(|(a, b)| a != b);
+        assert_eq!(first, None, "{cpu}:\nperf: {:?}\nours: {:?}", first.map(|i| &p[i]), first.map(|i| &o[i]));
+        assert!((p.len()..=p.len() + 16).contains(&o.len()), "{cpu}: perf {} lines, ours {}", p.len(), o.len());
+        kinds.extend(p.iter().filter_map(|l| l.split_whitespace().nth(3).map(str::to_string)));
+    }
+    for k in ["tr", "call", "return", "jcc", "jmp"] {
+        assert!(kinds.contains(k), "no {k} branch in {kinds:?}");
+    }
+    for (first, n) in cs_instructions_vs_truth(&dir) {
+        assert!(first.is_none() && n > 15_000, "first difference at instruction {first:?} of {n}");
+    }
+    // With kprobes (BRK traps), jump labels, ftrace and static call sites
+    // poked as the CPUs run: perf applies each poke when it reads the
+    // record, we at its time, so we follow what ran further than perf does.
+    let poked = scratch("cs-poked");
+    simulate(&poked, &["--arch", "aarch64", "--cpus", "2", "--pokes", "60", "--instructions", "20000", "--seed", "7"]);
+    let p = poked.to_str().unwrap();
+    let theirs = by_cpu(&perf(&scratch("cs-home"), &["script", "-i", p, "--itrace=be", "-F", "cpu,ip,addr"]));
+    let ours = by_cpu(&poketrace(&["decode", p, "--itrace=be", "-F", "cpu,ip,addr"]));
+    assert!(poketrace(&["decode", p, "--itrace=b", "-F", "flags"]).contains("hw int"));
+    for (cpu, t) in &theirs {
+        let n: usize = cpu.trim_matches(|c| c == '[' || c == ']').parse().unwrap();
+        let truth = truth_branches(&poked.join(format!("truth/cpu{n}.bin")));
+        let (perf_right, our_right) = (right_branches(t, &truth), right_branches(&ours[cpu], &truth));
+        eprintln!("{cpu}: {} branches ran; perf right for the first {perf_right}, poketrace for the first {our_right}", truth.len());
+        assert!(our_right > perf_right && our_right > 1000, "{cpu}: perf {perf_right}, ours {our_right}");
+    }
+}
+
+/// The taken branches (from, to) of a ground truth file: where the next
+/// instruction does not follow the last.
+fn truth_branches(path: &Path) -> Vec<(u64, u64)> {
+    let ips: Vec<u64> = sim::TruthReader::open(path).unwrap().map(|r| r.unwrap().1).collect();
+    ips.windows(2).filter(|w| w[1] != w[0] + 4).map(|w| (w[0], w[1])).collect()
+}
+
+/// How many of `lines` (`-F cpu,ip,addr` branch lines; trace starts and
+/// branches to the next instruction, which the truth cannot show, left out)
+/// agree with `truth` before the first that does not.
+fn right_branches(lines: &[String], truth: &[(u64, u64)]) -> usize {
+    let hex = |s: &str| u64::from_str_radix(s.trim(), 16).unwrap();
+    let got = lines.iter().filter_map(|l| {
+        let (from, to) = l.split_once("=>")?;
+        let (from, to) = (hex(from.split_whitespace().last()?), hex(to));
+        (from != 0 && to != from + 4).then_some((from, to))
+    });
+    got.zip(truth).take_while(|(a, b)| a == *b).count()
+}

@@ -128,6 +128,39 @@ impl CsEtmCpu {
     pub fn trace_id(&self) -> Option<u64> {
         self.params.get(1).map(|v| v & 0x7f)
     }
+
+    /// The ETMv4 or ETE registers, when this block is one and holds them.
+    pub fn etmv4(&self) -> Option<Etmv4Regs> {
+        if self.magic != cs_etm_magic::ETMV4 && self.magic != cs_etm_magic::ETE {
+            return None;
+        }
+        let r = |i: usize| self.params.get(i).map(|&v| v as u32);
+        Some(Etmv4Regs {
+            trcconfigr: r(0)?,
+            trctraceidr: r(1)?,
+            trcidr0: r(2)?,
+            trcidr1: r(3)?,
+            trcidr2: r(4)?,
+            trcidr8: r(5)?,
+            trcauthstatus: r(6)?,
+            ts_source: self.params.get(7).copied(),
+        })
+    }
+}
+
+/// An ETMv4 (or ETE) CPU block's registers, in perf's metadata order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Etmv4Regs {
+    pub trcconfigr: u32,
+    pub trctraceidr: u32,
+    pub trcidr0: u32,
+    pub trcidr1: u32,
+    pub trcidr2: u32,
+    pub trcidr8: u32,
+    pub trcauthstatus: u32,
+    /// 1 when timestamps are the kernel's clock counter (perf converts them
+    /// with TIME_CONV), 0 when not, absent before Linux 5.19.
+    pub ts_source: Option<u64>,
 }
 
 impl CsEtmInfo {

@@ -304,6 +304,21 @@ pub struct TimeConvExt {
     pub cap_user_time_short: bool,
 }
 
+impl TimeConv {
+    /// perf time (ns) of a hardware counter value, as perf's `tsc_to_perf_time`
+    /// (a short counter is first extended from `time_cycles`).
+    pub fn to_perf_time(&self, cycles: u64) -> u64 {
+        let cycles = match self.extended {
+            Some(e) if e.cap_user_time_short => e.time_cycles.wrapping_add(cycles.wrapping_sub(e.time_cycles) & e.time_mask),
+            _ => cycles,
+        };
+        let shift = self.time_shift.min(63) as u32;
+        let quot = cycles >> shift;
+        let rem = cycles & ((1u64 << shift) - 1);
+        self.time_zero.wrapping_add(quot.wrapping_mul(self.time_mult)).wrapping_add(rem.wrapping_mul(self.time_mult) >> shift)
+    }
+}
+
 /// PERF_RECORD_COMPRESSED: a zstd frame holding more records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compressed<'a> {

@@ -1,0 +1,185 @@
+//! CoreSight ETMv4 AUX data in perf.data, decoded by etm's flow decoder
+//! over the code timeline, into the lines `decode` prints: perf's branch
+//! samples from the instruction ranges (the last instruction of a range that
+//! ends in a taken branch, to the start of the next range), exceptions as
+//! `hw int`, trace starts, instructions and errors.
+//!
+//! The code is read at the perf time of the trace's latest timestamp: with
+//! the kernel's clock counter as timestamp source (TRCCONFIGR.TS, metadata
+//! `ts_source` 1) converted by TIME_CONV, so TEXT_POKE records apply at their
+//! time, where perf 6.1 applies them when the record is read.
+
+use anyhow::{bail, Result};
+use codeimage::CodeTimeline;
+use etm::flow::{CodeSource, ElemKind, Fetched, FlowDecoder, InstrRange, InstrSubtype, InstrType, Item};
+use perfdata::auxtrace::CsEtmInfo;
+use perfdata::TimeConv;
+
+use crate::decode::{Itrace, Kind, Out, Queue};
+
+/// The trace's timestamps on the perf clock: the code timeline read at the
+/// perf time of an ETM timestamp.
+struct PerfClock<'a> {
+    code: &'a CodeTimeline,
+    conv: Option<TimeConv>,
+}
+
+impl PerfClock<'_> {
+    fn perf_time(&self, ts: u64) -> u64 {
+        self.conv.map_or(ts, |c| c.to_perf_time(ts))
+    }
+}
+
+impl CodeSource for PerfClock<'_> {
+    fn fetch(&self, addr: u64, t: etm::flow::Time, buf: &mut [u8]) -> Fetched {
+        let info = self.code.read_into(addr, buf, self.perf_time(t));
+        // The validity window is on the perf clock; on the trace's clock it
+        // is exact only when the two are the same or the bytes never change.
+        let (valid_from, valid_to) = if self.conv.is_none() || (info.valid.start == 0 && info.valid.end == u64::MAX) {
+            (info.valid.start, info.valid.end)
+        } else {
+            (t, t.saturating_add(1))
+        };
+        Fetched { len: info.mapped, valid_from, valid_to }
+    }
+}
+
+/// perf's flags for the taken branch that ends a range, None when the last
+/// instruction is no branch (ISB, WFI, or a range cut short).
+fn branch_flags(r: &InstrRange) -> Option<&'static str> {
+    Some(match (r.last_type, r.last_subtype) {
+        (InstrType::Branch | InstrType::IndirectBranch, InstrSubtype::Link) => "call",
+        (InstrType::Branch, _) if r.last_cond => "jcc",
+        (InstrType::Branch, _) => "jmp",
+        // perf gives an exception return no flags, and takes every other
+        // indirect branch without link (RET, and BR too) as a return.
+        (InstrType::IndirectBranch, InstrSubtype::Eret) => "",
+        (InstrType::IndirectBranch, _) => "return",
+        _ => return None,
+    })
+}
+
+/// Per trace ID: where the flow stands between elements.
+#[derive(Default, Clone, Copy)]
+struct Flow {
+    /// The last range, whose taken branch (if any) goes to the next range's start.
+    prev: Option<InstrRange>,
+    /// The preferred return address of an exception taken, whose vector the next range starts at.
+    exception: Option<u64>,
+    tracing: bool,
+    /// Perf time of the latest timestamp.
+    time: u64,
+}
+
+/// Each queue's lines, decoded on its own core.
+pub(crate) fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &Itrace, code: &CodeTimeline) -> Result<Vec<Vec<Out>>> {
+    let mut configs = Vec::new();
+    let mut cpu_of = [u32::MAX; 128];
+    for c in &info.cpus {
+        let Some(r) = c.etmv4() else {
+            bail!("CoreSight AUXTRACE_INFO: cpu {} is not an ETMv4/ETE trace unit (magic {:#x}); only ETMv4 is decoded", c.cpu, c.magic)
+        };
+        let cfg = etm::EtmV4Config {
+            configr: r.trcconfigr,
+            traceidr: r.trctraceidr,
+            idr0: r.trcidr0,
+            idr1: r.trcidr1,
+            idr2: r.trcidr2,
+            idr8: r.trcidr8,
+            ..etm::EtmV4Config::default()
+        };
+        cpu_of[(cfg.trace_id() & 0x7f) as usize] = c.cpu as u32;
+        configs.push(cfg);
+    }
+    // Timestamps are perf's clock counter only with ts_source 1 on every CPU (as perf decides).
+    let virtual_ts = info.cpus.iter().all(|c| c.etmv4().and_then(|r| r.ts_source) == Some(1));
+    let clock = PerfClock { code, conv: conv.copied().filter(|_| virtual_ts) };
+    // perf separates AUX chunks with four FSYNCs: a discontinuity.
+    let framing = etm::Framing::Aligned { reset_on_4x_fsync: true };
+    use rayon::prelude::*;
+    Ok(aux
+        .par_iter()
+        .enumerate()
+        .map(|(queue, q)| {
+            let mut out = Vec::new();
+            let mut flows = [Flow::default(); 128];
+            let mut reader = etm::PacketReader::new(&q.trace, framing, &configs, etm::ErrorRecovery::Resync);
+            let mut decoder = FlowDecoder::new(&clock, &configs);
+            etm::flow::run(&mut reader, &mut decoder, |item| {
+                let Item::Element(e) = item else { return };
+                let id = (e.trace_id & 0x7f) as usize;
+                let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
+                element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
+            });
+            out
+        })
+        .collect())
+}
+
+/// One element's lines.
+fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace: &Itrace, clock: &PerfClock<'_>, out: &mut Vec<Out>) {
+    let line = |time, kind| Out { time, queue, cpu, kind };
+    match e.kind {
+        ElemKind::Timestamp { value, .. } => f.time = clock.perf_time(value),
+        ElemKind::InstrRange(r) => {
+            if itrace.branches {
+                if !f.tracing {
+                    out.push(line(f.time, Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None }));
+                } else if let Some((from, flags)) = taken(f.prev) {
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4) }));
+                }
+                if let Some(from) = f.exception.take() {
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4) }));
+                }
+            }
+            if itrace.instructions {
+                let mut word = [0u8; 4];
+                for ip in (r.start..r.end).step_by(4) {
+                    clock.code.read_into(ip, &mut word, f.time);
+                    let class = isa::classify_aarch64(ip, u32::from_le_bytes(word)).class;
+                    // The last instruction's taken branch goes where the next range starts: not known yet.
+                    out.push(line(f.time, Kind::Insn { ip, len: 4, class, to: None, uncertain: false }));
+                }
+            }
+            f.tracing = true;
+            f.exception = None;
+            f.prev = Some(r);
+        }
+        ElemKind::Exception { ret_addr, .. } => {
+            if itrace.branches && f.tracing {
+                if let Some((from, flags)) = taken(f.prev) {
+                    out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4) }));
+                }
+            }
+            f.exception = Some(ret_addr);
+            f.prev = None;
+        }
+        ElemKind::NoSync(_) | ElemKind::TraceOn(_) | ElemKind::EoTrace(_) => {
+            f.tracing = false;
+            f.prev = None;
+            f.exception = None;
+        }
+        ElemKind::Error(err) => {
+            if itrace.errors {
+                out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: None, code: 3, reason: err.to_string() }));
+            }
+            f.tracing = false;
+            f.prev = None;
+        }
+        ElemKind::AddrNacc(addr) => {
+            if itrace.errors {
+                let reason = format!("no code at {addr:#x} in the image");
+                out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: Some(addr), code: 5, reason }));
+            }
+            f.tracing = false;
+            f.prev = None;
+        }
+        _ => {}
+    }
+}
+
+/// The taken branch that ends `r`: its address and perf's flags.
+fn taken(r: Option<InstrRange>) -> Option<(u64, &'static str)> {
+    let r = r.filter(|r| r.executed)?;
+    Some((r.end - r.last_size as u64, branch_flags(&r)?))
+}
