@@ -52,6 +52,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Item::Packet(_) => packets += 1,
             Item::Element(e) => {
                 elements += 1;
+                if let etm::flow::ElemKind::Error(err) = e.kind {
+                    eprintln!("etm_decode: trace ID {:#x}, index {}: {err}", e.trace_id, e.index);
+                }
                 if let etm::flow::ElemKind::InstrRange(r) = e.kind {
                     instructions += r.num_i as u64;
                 }

@@ -45,6 +45,8 @@ enum Pending {
         ret_is_target: bool,
     },
     ExceptionReturn,
+    /// v8-M function return: a P0 element with nothing to output.
+    FunctionReturn,
     Timestamp {
         value: u64,
         cycles: Option<u32>,
@@ -101,7 +103,10 @@ pub(crate) struct Source {
     state: State,
     unsync: UnsyncReason,
     stack: VecDeque<Stacked>,
-    spec_depth: u32,
+    /// Uncommitted P0 elements. Signed: cancelling an exception whose
+    /// address has not come yet (so it was not counted) takes it below the
+    /// elements on the stack, as OpenCSD counts.
+    spec_depth: i64,
     max_spec: u32,
     commit: u32,
     discard: bool,
@@ -121,13 +126,29 @@ pub(crate) struct Source {
     time: Time,
     wfx_p0: bool,
     ts_with_cc: bool,
+    /// An M-profile PE: FUNC_RET packets are P0 elements.
+    m_profile: bool,
     cache: RunCache,
+    /// Elements in the output before the packet being decoded.
+    out_mark: usize,
 }
 
+/// What [`Source::check_isa`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Walkable {
+    Yes,
+    /// Not A64, and no code there either.
+    NoCode,
+    /// Not A64: reported.
+    Unsupported,
+}
+
+/// The instruction set of an address packet's IS bit in a PE state:
+/// AArch64 has only A64; in AArch32, IS 1 is T32.
 fn calc_isa(is64: bool, is: u8) -> Isa {
-    match (is, is64) {
-        (0, true) => Isa::A64,
-        (0, false) => Isa::A32,
+    match (is64, is) {
+        (true, _) => Isa::A64,
+        (false, 0) => Isa::A32,
         _ => Isa::T32,
     }
 }
@@ -160,7 +181,9 @@ impl Source {
             time: 0,
             wfx_p0: c.wfx_is_p0(),
             ts_with_cc: c.cycle_counting_enabled(),
+            m_profile: c.profile == crate::config::Profile::M,
             cache: RunCache::new(),
+            out_mark: 0,
         }
     }
 
@@ -194,7 +217,7 @@ impl Source {
                     self.need_ctxt = true;
                     self.need_addr = true;
                     if let Packet::TraceInfo(ti) = p.packet {
-                        self.spec_depth = ti.spec_depth;
+                        self.spec_depth = ti.spec_depth as i64;
                         self.state = State::Decode;
                         self.ret.flush();
                     }
@@ -215,15 +238,22 @@ impl Source {
     fn push_atoms(&mut self, index: u64, bits: u32, count: u8) {
         if count > 0 {
             self.push(index, Pending::Atoms { bits, count });
-            self.spec_depth = self.spec_depth.saturating_add(count as u32);
+            self.spec_depth += count as i64;
         }
     }
 
     fn decode(&mut self, p: &TracePacket<'_>, code: &impl CodeSource, out: &mut Vec<Element>) {
         let idx = p.index;
+        self.out_mark = out.len();
         let mut is_addr = false;
         match p.packet {
-            Packet::Async | Packet::Ignore | Packet::FunctionReturn => {}
+            Packet::Async | Packet::Ignore => {}
+            Packet::FunctionReturn => {
+                if self.m_profile {
+                    self.push(idx, Pending::FunctionReturn);
+                    self.spec_depth += 1;
+                }
+            }
             Packet::TraceInfo(_) => self.ret.flush(),
             Packet::TraceOn => self.push(idx, Pending::TraceOn),
             Packet::Atom { atoms, .. } => self.push_atoms(idx, atoms.bits, atoms.count),
@@ -350,17 +380,21 @@ impl Source {
             }
         }
         if is_addr && self.exception_pending_addr {
-            self.spec_depth = self.spec_depth.saturating_add(1);
+            self.spec_depth += 1;
             self.exception_pending_addr = false;
         }
-        if self.spec_depth > self.max_spec {
-            self.commit = self.spec_depth - self.max_spec;
+        if self.spec_depth > self.max_spec as i64 {
+            self.commit = (self.spec_depth - self.max_spec as i64).min(u32::MAX as i64) as u32;
         }
         if self.commit > 0 {
             self.commit_elements(code, out);
         }
         if self.discard {
             self.discard_elements(idx, out);
+        }
+        // Sync lost while resolving: the packet itself may be the A-sync to wait for.
+        if self.state == State::WaitSync && p.packet.packet_type() == PacketType::Async {
+            self.state = State::WaitInfo;
         }
     }
 
@@ -386,6 +420,8 @@ impl Source {
     /// waits for the next A-sync.
     fn fail_resolving(&mut self, e: FlowError, out: &mut Vec<Element>) {
         let index = self.last_index;
+        // What this packet's resolution produced is dropped with it (as OpenCSD drops it).
+        out.truncate(self.out_mark);
         self.emit(out, index, ElemKind::Error(e));
         self.reset(UnsyncReason::BadPacket);
         self.emit(out, index, ElemKind::NoSync(UnsyncReason::BadPacket));
@@ -464,12 +500,17 @@ impl Source {
                     if updated {
                         let k = self.context_elem(&ctx, is);
                         self.emit(out, index, k);
+                        // A new context is reported at once: an error later
+                        // in this resolution does not take it back (OpenCSD
+                        // sends it before decoding on in the new context).
+                        self.out_mark = out.len();
                     }
                 }
                 Pending::Timestamp { .. } | Pending::CycleCount(_) | Pending::Event(_) => {
                     self.emit_time(index, e, out);
                 }
                 Pending::ExceptionReturn => self.emit(out, index, ElemKind::ExceptionReturn),
+                Pending::FunctionReturn => self.commit -= 1,
                 Pending::Atoms {
                     mut bits,
                     mut count,
@@ -506,7 +547,9 @@ impl Source {
             }
             self.stack.pop_front();
         }
-        self.spec_depth = self.spec_depth.saturating_sub(requested);
+        if self.state == State::Decode {
+            self.spec_depth -= requested as i64;
+        }
     }
 
     fn emit_time(&mut self, index: u64, e: Pending, out: &mut Vec<Element>) {
@@ -553,10 +596,21 @@ impl Source {
         })
     }
 
-    /// The code is not A64: an error, and the source waits for a new address and context.
-    fn check_isa(&mut self, index: u64, out: &mut Vec<Element>) -> bool {
+    /// Whether the code at the current address can be walked. Code that is
+    /// not A64 is an error (the source waits for a new address and
+    /// context), unless there is no code there at all: then it is
+    /// inaccessible memory, whatever its instruction set.
+    fn check_isa(
+        &mut self,
+        index: u64,
+        code: &impl CodeSource,
+        out: &mut Vec<Element>,
+    ) -> Walkable {
         if self.isa == Isa::A64 {
-            return true;
+            return Walkable::Yes;
+        }
+        if code.fetch(self.addr, self.time, &mut [0u8; 4]).len < 4 {
+            return Walkable::NoCode;
         }
         let e = FlowError::UnsupportedIsa {
             isa: self.isa,
@@ -565,14 +619,20 @@ impl Source {
         self.emit(out, index, ElemKind::Error(e));
         self.need_addr = true;
         self.need_ctxt = true;
-        false
+        Walkable::Unsupported
     }
 
     /// One committed atom: the code from the current address to the next P0 instruction.
     #[inline]
     fn atom(&mut self, taken: bool, index: u64, code: &impl CodeSource, out: &mut Vec<Element>) {
-        if !self.check_isa(index, out) {
-            return;
+        match self.check_isa(index, code, out) {
+            Walkable::Yes => {}
+            Walkable::NoCode => {
+                self.need_addr = true;
+                self.emit(out, index, ElemKind::AddrNacc(self.addr));
+                return;
+            }
+            Walkable::Unsupported => return,
         }
         let start = self.addr;
         let w = self.cache.walk_to_p0(code, start, self.time, self.wfx_p0);
@@ -643,7 +703,12 @@ impl Source {
             // The return address is where the previous branch went: no range before the exception.
             let b64 = ctxt.map_or(self.isa == Isa::A64, |(c, _)| c.aarch64);
             self.addr = ret_addr;
-            self.isa = calc_isa(b64, is);
+            // As OpenCSD does here (unlike for other addresses): IS 1 is T32 even in AArch64.
+            self.isa = match (is, b64) {
+                (0, true) => Isa::A64,
+                (0, false) => Isa::A32,
+                _ => Isa::T32,
+            };
             self.need_addr = false;
         }
         if let Some((c, is)) = ctxt {
@@ -651,17 +716,26 @@ impl Source {
             self.emit(out, index, k);
         }
         let mut nacc = None;
-        if self.addr != ret_addr && self.check_isa(index, out) {
-            let start = self.addr;
-            let w = walk_to_addr(code, start, ret_addr, self.time, self.wfx_p0);
-            self.addr = w.end;
-            if w.nacc {
-                self.need_addr = true;
-                nacc = Some(w.end);
-            }
-            if !w.nacc || w.num_i > 0 {
-                let k = self.range(start, &w, true);
-                self.emit(out, index, k);
+        if self.addr != ret_addr {
+            match self.check_isa(index, code, out) {
+                Walkable::Yes => {
+                    let start = self.addr;
+                    let w = walk_to_addr(code, start, ret_addr, self.time, self.wfx_p0);
+                    self.addr = w.end;
+                    if w.nacc {
+                        self.need_addr = true;
+                        nacc = Some(w.end);
+                    }
+                    if !w.nacc || w.num_i > 0 {
+                        let k = self.range(start, &w, true);
+                        self.emit(out, index, k);
+                    }
+                }
+                Walkable::NoCode => {
+                    self.need_addr = true;
+                    nacc = Some(self.addr);
+                }
+                Walkable::Unsupported => {}
             }
         }
         if let Some(a) = nacc {
@@ -698,7 +772,7 @@ impl Source {
                         };
                     }
                 }
-                Pending::Exception { .. } => {
+                Pending::Exception { .. } | Pending::FunctionReturn => {
                     left -= 1;
                     self.stack.remove(i);
                 }
@@ -708,9 +782,14 @@ impl Source {
                 }
             }
         }
-        self.spec_depth = self.spec_depth.saturating_sub(n - left);
+        self.spec_depth -= (n - left) as i64;
         if left > 0 {
+            // Only timestamps, cycle counts and events are left: they were
+            // traced and stay to be reported after the resync, as OpenCSD
+            // keeps them.
+            let kept = std::mem::take(&mut self.stack);
             self.fail_resolving(FlowError::CancelOverrun, out);
+            self.stack = kept;
             return false;
         }
         true
@@ -773,7 +852,7 @@ impl Source {
                 | Pending::ExceptionReturn => {
                     self.stack.clear();
                 }
-                Pending::Addr { .. } | Pending::Ctxt { .. } => {}
+                Pending::Addr { .. } | Pending::Ctxt { .. } | Pending::FunctionReturn => {}
                 _ => self.emit_time(index, e, out),
             }
         }

@@ -437,3 +437,82 @@ pub fn write_snapshot(dir: &Path, rng: &mut Rng, prog: &Program, cfg: &EtmV4Conf
     .unwrap();
     std::fs::write(dir.join("cpu_0.ini"), cpu).unwrap();
 }
+
+/// A random packet sequence for `cfg` (valid packets in senseless order,
+/// with a few corrupt bytes): addresses near the program, every packet the
+/// flow decoder acts on except mispredicts (see `random_packet_sequences`
+/// in decode_oracle.rs).
+pub fn random_packets(rng: &mut Rng, cfg: &EtmV4Config, n: usize) -> Vec<u8> {
+    let mut enc = Encoder::new(cfg);
+    let mut out = Vec::new();
+    let cci = cfg.cycle_counting_enabled();
+    let _ = enc.encode(&Packet::Async, &mut out);
+    for _ in 0..n {
+        let pc = USER + rng.below(USER_WORDS) * 4;
+        let p = match rng.below(24) {
+            0 => Packet::Async,
+            1 => Packet::TraceInfo(TraceInfo {
+                info: cci as u32,
+                cc_threshold: cci.then_some(4),
+                spec_depth: if rng.chance(10) {
+                    rng.below(8) as u32
+                } else {
+                    0
+                },
+                ..TraceInfo::default()
+            }),
+            2 => Packet::TraceOn,
+            3 => Packet::AddressContext(long(pc), ctx(rng.below(2) as u8)),
+            4 => Packet::Context(rng.chance(70).then(|| ctx(rng.below(2) as u8))),
+            5..=7 => {
+                let _ = enc.address(pc, 0, &mut out);
+                continue;
+            }
+            8..=12 => {
+                let atoms: Vec<bool> = (0..1 + rng.below(6)).map(|_| rng.chance(60)).collect();
+                enc.atoms(&atoms, &mut out);
+                continue;
+            }
+            // (Return address also the last branch target, addr_interp 2,
+            // can leave the instruction set unknown, which OpenCSD then
+            // walks as A32: synthetic runs test it where it makes sense.)
+            13 => Packet::Exception(Exception {
+                number: rng.below(16) as u16,
+                addr_interp: 1,
+                ..Default::default()
+            }),
+            14 => Packet::ExceptionReturn,
+            15 => Packet::Timestamp(Timestamp {
+                value: rng.below(1 << 40),
+                updated_bits: 64,
+                cycle_count: cci.then(|| rng.below(100) as u32),
+            }),
+            16 if cci => Packet::CycleCount(CycleCount {
+                format: 3,
+                count: Some(4 + rng.below(3) as u32),
+                commit: None,
+            }),
+            17 => Packet::Event(1 + rng.below(15) as u8),
+            18 => Packet::Commit(1 + rng.below(4) as u32),
+            19 | 20 => Packet::CancelF1 {
+                count: 1 + rng.below(3) as u32,
+                mispredict: false,
+            },
+            21 => {
+                if rng.chance(30) {
+                    Packet::Overflow
+                } else {
+                    Packet::Discard
+                }
+            }
+            22 => {
+                // A corrupt byte (mostly reserved headers).
+                out.push([0x05, 0x47, 0x70, 0x87, 0x93, 0xac][rng.below(6) as usize]);
+                continue;
+            }
+            _ => Packet::Ignore,
+        };
+        let _ = enc.encode(&p, &mut out);
+    }
+    out
+}
