@@ -2,20 +2,28 @@
 //! produces generic trace elements, the ones OpenCSD's decoder produces
 //! (NO_SYNC, TRACE_ON, PE_CONTEXT, INSTR_RANGE, EXCEPTION, ...).
 //!
-//! Per trace ID a state machine ([`source`]) waits for an A-sync and a
+//! Per trace ID a state machine (`flow/source.rs`) waits for an A-sync and a
 //! TRACE_INFO, then keeps the packets' P0 elements (atoms, exceptions) and
 //! what comes with them (addresses, contexts, timestamps) on a speculation
 //! stack, oldest first. Elements leave it when they are committed (a COMMIT
 //! packet, or the speculation depth exceeding the source's maximum), are
 //! cancelled, mispredicted (the newest atom flips) or discarded, as the ETMv4
 //! architecture defines. Committed atoms walk the code from the current
-//! address to the next P0 instruction ([`code`]), asking a [`CodeSource`]
+//! address to the next P0 instruction (`flow/code.rs`), asking a [`CodeSource`]
 //! for the code as it was at the latest timestamp seen.
 //!
 //! Only AArch64 code is walked: A32/T32 state gives an
 //! [`FlowError::UnsupportedIsa`] element and waits for a new address and
 //! context. Bad packets give an error element; the source then waits for the
 //! next A-sync (a NO_SYNC element says so), never a panic.
+//!
+//! The elements, their order and their trace indices are OpenCSD's
+//! (`trc_pkt_lister -decode` 1.3.3 agrees line for line on real and
+//! synthetic traces, tests/decode_oracle.rs), with one deliberate
+//! difference: the atoms a Mispredict or Cancel (formats 2 and 3) packet
+//! carries are added after its cancel and mispredict, as the architecture
+//! orders them; OpenCSD adds them first, and so cancels or flips the
+//! packet's own atoms.
 
 mod code;
 mod source;
