@@ -1,13 +1,16 @@
-//! The flow decoder's decoded-block cache: straight runs of classified
-//! instructions, each valid over the window of time in which none of its
-//! bytes changes (what [`crate::flow::CodeSource::fetch_window`] reports), so
-//! a poke invalidates exactly the blocks it touches, at exactly its time.
+//! The flow decoder's decoded-block cache: runs of classified instructions
+//! that need no trace (they fall through, or jump or call directly), ending
+//! at one that may (a conditional or indirect branch, a return, a trap),
+//! each valid over the window of time in which none of its bytes changes
+//! (what [`crate::flow::CodeSource::fetch_window`] reports), so a poke
+//! invalidates exactly the blocks it touches, at exactly its time.
 //!
 //! One block is one 64-byte entry of an open-addressed table (linear
 //! probing): a lookup touches one cache line, which matters when the code
 //! walked is a whole kernel's. The lengths of up to [`INLINE`] instructions
-//! before the last are kept in the entry; longer blocks keep them in a side
-//! arena. Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
+//! before the last are kept in the entry when none is a jump or call; other
+//! blocks keep them, and the targets of their jumps and calls, in side
+//! arenas. Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
 //! and the arena holds at most [`MAX_SPILL`] bytes; past that everything is
 //! dropped and refilled, without allocating.
 
@@ -23,14 +26,18 @@ const MIN_ENTRIES: usize = 1 << 12;
 const MAX_ENTRIES: usize = 1 << 20;
 /// Entries looked at for one address.
 const PROBES: usize = 8;
-/// Bytes of spilled instruction lengths at most.
-const MAX_SPILL: usize = 1 << 24;
+/// Bytes of spilled instruction lengths at most (and as many targets).
+const MAX_SPILL: usize = 1 << 22;
 /// Instructions in one block at most: longer straight runs are cut.
 pub(crate) const MAX_BLOCK_INSNS: usize = 256;
 /// Lengths of instructions before the last kept in the entry itself.
 const INLINE: usize = 19;
-/// In a length byte: the instruction is a NOP (else it is of class `None`).
-const NOP: u8 = 0x80;
+/// In a length byte, over the length (bits 0-3): what the instruction is.
+pub(crate) const NOP: u8 = 1 << 4;
+pub(crate) const JUMP: u8 = 2 << 4;
+pub(crate) const CALL: u8 = 3 << 4;
+/// The classes of [`NOP`], [`JUMP`], [`CALL`] and plain instructions, by `byte >> 4`.
+pub(crate) const CLASSES: [BranchClass; 4] = [BranchClass::None, BranchClass::Nop, BranchClass::DirectJump, BranchClass::DirectCall];
 
 /// A straight run from `start`: instructions that fall through, then one
 /// that may not (a branch, a trap), or the run is cut short (too long, or
@@ -44,15 +51,15 @@ pub(crate) struct Block {
     pub window_end: Time,
     /// The last instruction's direct target, if `has_target`.
     target: u64,
-    /// The last instruction's offset from `start`.
-    last_off: u32,
     /// Where the lengths are in the arena, when not inline.
     spill: u32,
+    /// Where the jump and call targets are in theirs.
+    targets: u32,
     pub count: u16,
     last_len: u8,
     last_class: BranchClass,
     has_target: bool,
-    /// Each instruction before the last: its length, `| NOP` for a NOP.
+    /// Each instruction before the last: its length, `|` what it is.
     lens: [u8; INLINE],
 }
 
@@ -61,8 +68,8 @@ const EMPTY: Block = Block {
     window_start: 0,
     window_end: 0,
     target: 0,
-    last_off: 0,
     spill: 0,
+    targets: 0,
     count: 0,
     last_len: 0,
     last_class: BranchClass::None,
@@ -77,40 +84,22 @@ impl Block {
         self.window_start..self.window_end
     }
 
-    pub fn last_ip(&self) -> u64 {
-        self.start.wrapping_add(self.last_off as u64)
-    }
-
     pub fn last(&self) -> Insn {
         Insn { len: self.last_len, class: self.last_class, target: self.has_target.then_some(self.target) }
     }
 
     /// The first instruction (for stepping it alone).
     pub fn first(&self, cache: &BlockCache) -> Insn {
-        match cache.lens(self).first() {
-            Some(&l) => Insn { len: l & !NOP, class: class_of(l), target: None },
+        let (lens, targets) = cache.insns(self);
+        match lens.first() {
+            Some(&l) => Insn { len: l & 15, class: CLASSES[(l >> 4) as usize], target: (l >= JUMP).then(|| targets[0]) },
             None => self.last(),
         }
     }
-}
 
-#[inline(always)]
-pub(crate) fn class_of(len_byte: u8) -> BranchClass {
-    if len_byte & NOP != 0 {
-        BranchClass::Nop
-    } else {
-        BranchClass::None
-    }
-}
-
-/// What a block is built from: its instructions in order, with their offsets.
-pub(crate) struct Builder {
-    lens: Vec<u8>,
-}
-
-impl Builder {
-    pub fn new() -> Builder {
-        Builder { lens: Vec::with_capacity(MAX_BLOCK_INSNS) }
+    /// Whether the instructions before the last are all in the entry.
+    fn inline(&self) -> bool {
+        self.targets == u32::MAX
     }
 }
 
@@ -118,13 +107,16 @@ pub(crate) struct BlockCache {
     table: Vec<Block>,
     used: usize,
     spill: Vec<u8>,
-    pub(crate) builder: Builder,
+    spill_targets: Vec<u64>,
+    /// The block being built: its instructions before the last, and targets.
+    lens: Vec<u8>,
+    targets: Vec<u64>,
 }
 
 /// Empty, and allocates nothing until the first block.
 impl Default for BlockCache {
     fn default() -> Self {
-        BlockCache { table: Vec::new(), used: 0, spill: Vec::new(), builder: Builder::new() }
+        BlockCache { table: Vec::new(), used: 0, spill: Vec::new(), spill_targets: Vec::new(), lens: Vec::new(), targets: Vec::new() }
     }
 }
 
@@ -151,26 +143,27 @@ impl BlockCache {
         None
     }
 
-    /// Length bytes of the instructions before the last.
+    /// Length bytes of the instructions before the last, and the targets of
+    /// the jumps and calls among them, in order.
     #[inline(always)]
-    pub fn lens<'c>(&'c self, b: &'c Block) -> &'c [u8] {
+    pub fn insns<'c>(&'c self, b: &'c Block) -> (&'c [u8], &'c [u64]) {
         let n = b.count as usize - 1;
-        if n <= INLINE {
-            &b.lens[..n]
+        if b.inline() {
+            (&b.lens[..n], &[])
         } else {
-            &self.spill[b.spill as usize..b.spill as usize + n]
+            (&self.spill[b.spill as usize..b.spill as usize + n], &self.spill_targets[b.targets as usize..])
         }
     }
 
-    /// Adds the block `start` whose instructions before the last are in
-    /// `self.builder` (taken), replacing an older block at `start`.
-    pub fn insert(&mut self, start: u64, window: Range<Time>, last_off: u32, last: Insn) {
-        let lens = std::mem::take(&mut self.builder.lens);
-        let n = lens.len();
+    /// Adds the block `start` whose instructions before the last were pushed
+    /// ([`BlockCache::push`]), replacing an older block at `start`.
+    pub fn insert(&mut self, start: u64, window: Range<Time>, last: Insn) {
+        let n = self.lens.len();
+        let inline = n <= INLINE && self.targets.is_empty();
         if self.table.is_empty() {
             self.table = vec![EMPTY; MIN_ENTRIES];
         }
-        if n > INLINE && self.spill.len() + n > MAX_SPILL {
+        if !inline && (self.spill.len() + n > MAX_SPILL || self.spill_targets.len() + self.targets.len() > MAX_SPILL) {
             self.clear();
         }
         if (self.used + 1) * 2 > self.table.len() {
@@ -185,23 +178,24 @@ impl BlockCache {
             window_start: window.start,
             window_end: window.end,
             target: last.target.unwrap_or(0),
-            last_off,
             spill: 0,
+            targets: u32::MAX,
             count: n as u16 + 1,
             last_len: last.len,
             last_class: last.class,
             has_target: last.target.is_some(),
             lens: [0; INLINE],
         };
-        if n <= INLINE {
-            b.lens[..n].copy_from_slice(&lens);
+        if inline {
+            b.lens[..n].copy_from_slice(&self.lens);
         } else {
             b.spill = self.spill.len() as u32;
-            self.spill.extend_from_slice(&lens);
+            b.targets = self.spill_targets.len() as u32;
+            self.spill.extend_from_slice(&self.lens);
+            self.spill_targets.extend_from_slice(&self.targets);
         }
         self.place(b);
-        self.builder.lens = lens;
-        self.builder.lens.clear();
+        self.discard();
     }
 
     /// Puts `b` in the entry of an older block at its start, else the first
@@ -237,13 +231,29 @@ impl BlockCache {
         self.table.fill(EMPTY);
         self.used = 0;
         self.spill.clear();
+        self.spill_targets.clear();
     }
 
-    pub fn push_len(&mut self, insn: &Insn) {
-        self.builder.lens.push(insn.len | if insn.class == BranchClass::Nop { NOP } else { 0 });
+    /// Adds an instruction before the last to the block being built: one
+    /// of class `None` or `Nop`, or a direct jump or call (with its target).
+    pub fn push(&mut self, insn: &Insn) {
+        let kind = match (insn.class, insn.target) {
+            (BranchClass::Nop, _) => NOP,
+            (BranchClass::DirectJump, Some(t)) => {
+                self.targets.push(t);
+                JUMP
+            }
+            (BranchClass::DirectCall, Some(t)) => {
+                self.targets.push(t);
+                CALL
+            }
+            _ => 0,
+        };
+        self.lens.push(insn.len | kind);
     }
 
     pub fn discard(&mut self) {
-        self.builder.lens.clear();
+        self.lens.clear();
+        self.targets.clear();
     }
 }

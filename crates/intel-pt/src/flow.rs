@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
 
-use crate::block_cache::{class_of, BlockCache, MAX_BLOCK_INSNS};
+use crate::block_cache::{BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
 use crate::{Packet, PacketDecoder, PacketError};
 
 /// perf time in nanoseconds.
@@ -287,7 +287,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             return Ok(Some(p));
         }
         loop {
-            if st.packets.offset() >= st.stop_at {
+            if st.stop_at != usize::MAX && st.packets.offset() >= st.stop_at {
                 return Err(Failure { offset: SEGMENT_END, kind: FlowErrorKind::EndOfTrace });
             }
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
@@ -423,12 +423,13 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             return self.step(st, emit, false);
         }
         // The first instruction's fetch was at the time before this peek (as
-        // in `step`); the others are at the time after it.
+        // in `step`); the others are at the time after it. An event that may
+        // be at one of the block's instructions (a FUP or TIP.PGD with an IP:
+        // rare) is left to stepping.
         let mut whole = true;
         if st.tnt_count == 0 {
             match self.peek_flow(st)? {
-                Some((_, Flow::Fup(Some(f)) | Flow::Pgd(Some(f)))) if f >= ip && f <= b.last_ip() => whole = false,
-                None => whole = false,
+                Some((_, Flow::Fup(Some(_)) | Flow::Pgd(Some(_)))) | None => whole = false,
                 _ => {}
             }
         }
@@ -441,10 +442,32 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         st.walked += count;
         let (lo, hi) = (st.lo, st.hi);
         let mut at = ip;
-        for &l in cache.lens(b) {
-            let len = l & 0x7f;
-            emit(FlowEvent::Insn { ip: at, len, class: class_of(l), lo, hi, uncertain: false });
-            at = at.wrapping_add(len as u64);
+        let (lens, targets) = cache.insns(b);
+        if targets.is_empty() {
+            // Straight code: no jump or call before the last instruction.
+            for &l in lens {
+                let len = l & 15;
+                emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false });
+                at = at.wrapping_add(len as u64);
+            }
+        }
+        let mut targets = targets.iter();
+        for &l in lens.iter().take(if targets.len() == 0 { 0 } else { lens.len() }) {
+            let len = l & 15;
+            emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize], lo, hi, uncertain: false });
+            let next = at.wrapping_add(len as u64);
+            at = match l & !15 {
+                JUMP => *targets.next().expect("a target per jump"),
+                CALL => {
+                    let to = *targets.next().expect("a target per call");
+                    // A zero-length CALL (to the next IP) is not pushed (SDM).
+                    if to != next {
+                        st.stack.push(next);
+                    }
+                    to
+                }
+                _ => next,
+            };
         }
         let last = b.last();
         emit(FlowEvent::Insn { ip: at, len: last.len, class: last.class, lo, hi, uncertain: false });
@@ -464,7 +487,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn build(&self, cache: &mut BlockCache, ip: u64, lo: Time, hi: Time) -> bool {
         let mut window = 0..Time::MAX;
         let mut at = ip;
-        let mut last: Option<(u64, Insn)> = None;
+        let mut last: Option<Insn> = None;
         let mut run: (u64, &[u8]) = (ip, &[]);
         let mut buf = [0u8; 16];
         for _ in 0..MAX_BLOCK_INSNS {
@@ -482,20 +505,22 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             };
             let Ok(insn) = isa::classify_x86_64(at, bytes, &self.cfg.idioms) else { break };
             window = window.start.max(w.start)..window.end.min(w.end);
-            if let Some((_, prev)) = last {
-                cache.push_len(&prev);
+            if let Some(prev) = last {
+                cache.push(&prev);
             }
-            last = Some((at, insn));
-            if insn.class.is_branch() {
-                break;
-            }
-            at = at.wrapping_add(insn.len as u64);
+            last = Some(insn);
+            // Direct jumps and calls are followed: they need no trace.
+            at = match (insn.class, insn.target) {
+                (BranchClass::None | BranchClass::Nop, _) => at.wrapping_add(insn.len as u64),
+                (BranchClass::DirectJump | BranchClass::DirectCall, Some(to)) => to,
+                _ => break,
+            };
         }
-        let Some((last_ip, last)) = last else {
+        let Some(last) = last else {
             cache.discard();
             return false;
         };
-        cache.insert(ip, window, last_ip.wrapping_sub(ip) as u32, last);
+        cache.insert(ip, window, last);
         true
     }
 
