@@ -15,7 +15,7 @@ use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
 
-use crate::block_cache::{BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
+use crate::block_cache::{Block, BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
 use crate::{Packet, PacketDecoder, PacketError};
 
 /// perf time in nanoseconds.
@@ -440,6 +440,26 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             return self.run_insn(st, ip, b.first(cache), false, emit, false);
         }
         st.walked += count;
+        self.run_block(st, cache, b, ip, emit)?;
+        // Chained: while TNT bits are left, the next block needs no packet
+        // to start, so it runs here if cached and valid (else the next call
+        // takes it from the top, in the same state).
+        while st.tnt_count > 0 {
+            let Some(ip) = st.ip else { break };
+            let Some(b) = cache.get(ip) else { break };
+            let count = b.count as u64;
+            if !self.code.admits(&b.window(), st.lo, st.hi) || st.walked + count > self.cfg.max_walk {
+                break;
+            }
+            st.walked += count;
+            self.run_block(st, cache, b, ip, emit)?;
+        }
+        Ok(true)
+    }
+
+    /// Emits the instructions of block `b` at `ip`, and executes its last.
+    #[inline(always)]
+    fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, ip: u64, emit: &mut impl FnMut(FlowEvent)) -> Result<(), Failure> {
         let (lo, hi) = (st.lo, st.hi);
         let mut at = ip;
         let (lens, targets) = cache.insns(b);
@@ -477,7 +497,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if st.ip.is_none() {
             emit(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Decodes and caches the block at `ip` for `[lo, hi]`; false when its
