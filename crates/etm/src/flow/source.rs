@@ -174,7 +174,8 @@ impl Source {
             addr: 0,
             isa: Isa::Unknown,
             ret: ReturnStack {
-                enabled: c.return_stack_enabled(),
+                // TRCCONFIGR.RS is RES0 where TRCIDR0.RETSTACK says there is none.
+                enabled: c.return_stack_enabled() && c.has_return_stack(),
                 ..ReturnStack::default()
             },
             last_index: 0,
