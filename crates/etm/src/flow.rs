@@ -31,7 +31,7 @@ mod source;
 pub use code::{snapshot_code, CodeSource, Fetched, Time};
 
 use crate::config::EtmV4Config;
-use crate::frame::{FrameError, Framing};
+use crate::frame::{FrameError, FrameErrorKind, Framing};
 use crate::packet::PacketType;
 use crate::TracePacket;
 use source::Source;
@@ -276,8 +276,13 @@ impl<C: CodeSource> FlowDecoder<C> {
         }
     }
 
-    /// A frame-level fault: every source loses sync.
-    pub fn frame_error(&mut self, _e: &FrameError, out: &mut Vec<Element>) {
+    /// A frame-level fault: every source loses sync (as their packet
+    /// decoders do). A frame cut short by the end of the buffer is not a
+    /// fault in the trace before it: nothing changes.
+    pub fn frame_error(&mut self, e: &FrameError, out: &mut Vec<Element>) {
+        if matches!(e.kind, FrameErrorKind::PartialFrame(_)) {
+            return;
+        }
         for s in &mut self.sources {
             s.reset_after_fault(out);
         }

@@ -275,3 +275,25 @@ fn memory_dumps_that_lie() {
         |e| matches!(e.kind, ElemKind::AddrNacc(a) if (end..0xFFFF_FFC0_000D_1000).contains(&a))
     ));
 }
+
+/// A buffer that ends inside a frame lost those bytes only: no source is
+/// reset (no error element), each still ends with EO_TRACE.
+#[test]
+fn a_frame_cut_short_at_the_end_resets_nothing() {
+    let Some((b, code)) = juno() else { return };
+    for cut in [7, 9, 15] {
+        let data = &b.data[..b.data.len() - cut];
+        let elems = elements(data, b.container, b.framing, &b.configs, &code);
+        assert!(
+            !elems
+                .iter()
+                .any(|e| matches!(e.1.kind, ElemKind::Error(FlowError::Frame))),
+            "cut {cut}"
+        );
+        let ends = elems
+            .iter()
+            .filter(|e| matches!(e.1.kind, ElemKind::EoTrace(_)))
+            .count();
+        assert_eq!(ends, b.configs.len());
+    }
+}
