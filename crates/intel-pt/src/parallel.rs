@@ -7,13 +7,11 @@
 //! each PSB+ carries a TSC and, while tracing, a FUP (as hardware sends them
 //! with TSC on): a segment starts with the state its PSB+ gives, and ends
 //! where the walk would read the next PSB. Segments go in windows of a few
-//! per thread, so memory stays bounded whatever the buffer's size; each
-//! thread's decoder (and its block cache) is reused from window to window
-//! and buffer to buffer.
+//! per thread, so memory stays bounded whatever the buffer's size (two
+//! windows of events); decoders (and their block caches) are reused from
+//! window to window and buffer to buffer.
 
 use std::sync::Mutex;
-
-use rayon::prelude::*;
 
 use crate::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent};
 
@@ -35,28 +33,43 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         ParallelFlow { code, cfg, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
     }
 
-    /// Decodes `buf`, reporting every event in order on the calling thread.
+    /// Decodes `buf`, reporting every event in order on the calling thread:
+    /// while one window of segments is decoded on the pool, the events of
+    /// the window before are handed out.
     pub fn run(&self, buf: &'a [u8], mut emit: impl FnMut(FlowEvent)) {
         let cuts = segments(buf);
         let window = rayon::current_num_threads().max(1) * PER_THREAD;
-        let mut done: Vec<Vec<FlowEvent>> = Vec::with_capacity(window);
+        let mut ready: Vec<Vec<FlowEvent>> = Vec::new();
         for group in cuts.chunks(window) {
-            group
-                .par_iter()
-                .map(|&(start, end)| {
-                    let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| FlowDecoder::new(&[], self.code, self.cfg.clone()));
-                    let mut events = self.spare.lock().expect("no panic while held").pop().unwrap_or_default();
-                    dec.reset_segment(buf, start, end);
-                    dec.run(|e| events.push(e));
-                    self.decoders.lock().expect("no panic while held").push(dec);
-                    events
-                })
-                .collect_into_vec(&mut done);
-            for mut events in done.drain(..) {
-                events.drain(..).for_each(&mut emit);
-                self.spare.lock().expect("no panic while held").push(events);
-            }
+            let mut next: Vec<Vec<FlowEvent>> = (0..group.len()).map(|_| self.spare()).collect();
+            rayon::in_place_scope(|s| {
+                for (events, &(start, end)) in next.iter_mut().zip(group) {
+                    s.spawn(move |_| self.decode(buf, start, end, events));
+                }
+                self.hand_out(&mut ready, &mut emit);
+            });
+            ready = next;
         }
+        self.hand_out(&mut ready, &mut emit);
+    }
+
+    /// One segment's events into `events`, on a decoder from the pool.
+    fn decode(&self, buf: &'a [u8], start: usize, end: usize, events: &mut Vec<FlowEvent>) {
+        let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| FlowDecoder::new(&[], self.code, self.cfg.clone()));
+        dec.reset_segment(buf, start, end);
+        dec.run(|e| events.push(e));
+        self.decoders.lock().expect("no panic while held").push(dec);
+    }
+
+    fn hand_out(&self, ready: &mut Vec<Vec<FlowEvent>>, emit: &mut impl FnMut(FlowEvent)) {
+        for mut events in ready.drain(..) {
+            events.drain(..).for_each(&mut *emit);
+            self.spare.lock().expect("no panic while held").push(events);
+        }
+    }
+
+    fn spare(&self) -> Vec<FlowEvent> {
+        self.spare.lock().expect("no panic while held").pop().unwrap_or_default()
     }
 }
 
