@@ -152,7 +152,8 @@ fn write_elf(out: &Path, base: u64, text: &[u8], functions: &[u64]) {
     let sh_at = f.len().next_multiple_of(8);
     f.resize(sh_at, 0);
     // (name, type, flags, addr, offset, size, link, info, align, entsize)
-    let shdrs: [(u32, u32, u64, u64, usize, usize, u32, u32, u64, u64); 5] = [
+    type Shdr = (u32, u32, u64, u64, usize, usize, u32, u32, u64, u64);
+    let shdrs: [Shdr; 5] = [
         (0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
         (1, 1, 6, base, TEXT_AT, text.len(), 0, 0, 16, 0),
         (7, 2, 0, 0, symtab_at, strtab_at - symtab_at, 3, 1, 8, 24),
