@@ -107,6 +107,9 @@ enum Command {
         /// ns between timing packets (TSC; ETMv4 TIMESTAMP).
         #[arg(long, default_value_t = 200)]
         tsc_period: u64,
+        /// Intel PT timing by MTC every 2^N crystal clock ticks of 25 ns (TSC and TMA only in PSB+), instead of --tsc-period.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=15))]
+        mtc_freq: Option<u8>,
         /// Instead of the generated kernel: random walks through this ELF
         /// file's real code, as a user program (no code changes).
         #[arg(long, value_name = "ELF", conflicts_with_all = ["protocol", "pokes"])]
@@ -148,8 +151,8 @@ fn main() {
         Command::Image { input, at, history, addr, len, vmlinux, json } => {
             image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
         }
-        Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, elf, output } => {
-            let cfg = sim::SimConfig { arch, cpus, protocol, pokes, instructions, seed, tsc_period, ..sim::SimConfig::default() };
+        Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, elf, output } => {
+            let cfg = sim::SimConfig { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, ..sim::SimConfig::default() };
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),

@@ -57,6 +57,9 @@ pub struct BaseImage {
     regions: Vec<Region>,
     /// Overlapping ranges that were dropped: (start, end, name of the dropped part).
     pub overlaps: Vec<(u64, u64, String)>,
+    /// Bytes dropped because they ran past the top of the address space
+    /// (an address range ends below 2^64): (start of the region, bytes dropped, name).
+    pub clipped: Vec<(u64, u64, String)>,
 }
 
 impl BaseImage {
@@ -196,7 +199,12 @@ impl BaseImage {
     }
 
     /// Inserts the part of `r` (bytes `lo..hi` of it) that no existing region covers.
-    fn insert(&mut self, r: Region, lo: usize, hi: usize) {
+    fn insert(&mut self, r: Region, lo: usize, mut hi: usize) {
+        let room = u64::MAX - r.start;
+        if hi as u64 > room {
+            self.clipped.push((r.start, hi as u64 - room, r.name.clone()));
+            hi = room as usize;
+        }
         if lo >= hi {
             return;
         }

@@ -72,6 +72,18 @@ fn overlapping_regions_keep_the_first_and_say_so() {
 }
 
 #[test]
+fn bytes_past_the_top_of_the_address_space_are_clipped_and_said() {
+    let mut base = BaseImage::new();
+    base.add_bytes(u64::MAX - 3, vec![1, 2, 3, 4, 5, 6], "top");
+    base.add_bytes(0, vec![9; 4], "bottom");
+    assert_eq!(base.clipped, [(u64::MAX - 3, 3, "top".to_string())]);
+    assert_eq!(base.regions().iter().map(|r| (r.start, r.len())).collect::<Vec<_>>(), [(0, 4), (u64::MAX - 3, 3)]);
+    let tl = TimelineBuilder::new(base).build();
+    assert_eq!(tl.read(u64::MAX - 3, 3, 0), Read::Exact(vec![1, 2, 3]));
+    assert!(matches!(tl.read(u64::MAX - 1, 2, 0), Read::Exact(_) | Read::Unmapped { .. }));
+}
+
+#[test]
 fn opencsd_snapshot_dumps_load() {
     let juno = snapshots().join("juno_r1_1");
     let mut base = BaseImage::new();

@@ -39,6 +39,7 @@ mod encode;
 pub mod flow;
 pub mod parallel;
 pub mod sources;
+pub mod timing;
 mod packet;
 
 pub use decode::{find_psb, PacketDecoder, PacketError, PacketErrorKind, Resync};

@@ -41,6 +41,7 @@ use perfdata::{
 use serde::{Deserialize, Serialize};
 
 pub use machine::Protocol;
+pub use pt::TSC_PER_CTC;
 pub use truth::TruthReader;
 pub use walk::RealCode;
 
@@ -62,6 +63,10 @@ pub struct SimConfig {
     pub functions: usize,
     /// ns between timing packets (TSC; ETMv4 TIMESTAMP), at the next branch.
     pub tsc_period: u64,
+    /// Intel PT: time by MTC packets every 2^N crystal clock ticks (25 ns
+    /// each), with TSC + TMA only in PSB+, instead of TSC every `tsc_period`.
+    #[serde(default)]
+    pub mtc_freq: Option<u8>,
     /// Bytes of trace between synchronisations (PSB+; ETMv4 A-sync).
     pub psb_period: usize,
     /// ns between the steps of one change.
@@ -83,6 +88,7 @@ impl Default for SimConfig {
             seed: 1,
             functions: 64,
             tsc_period: 200,
+            mtc_freq: None,
             psb_period: 4096,
             sync_ns: 50,
         }
@@ -248,7 +254,7 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     };
     let (traces, counts) = match arch {
         isa::Arch::X86_64 => {
-            let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(cfg.tsc_period, cfg.psb_period)).collect();
+            let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period)).collect();
             record_run(cfg, dir, emitters, |sink| {
                 machine::run(&prog, &run, &mut rng, sink);
             })?
@@ -298,7 +304,7 @@ pub fn simulate_elf(cfg: &SimConfig, elf: &Path, dir: &Path) -> Result<Summary, 
     }
     let code = walk::RealCode::load(elf, PIE_BASE)?;
     let mut rng = rng::Rng::new(cfg.seed);
-    let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(cfg.tsc_period, cfg.psb_period)).collect();
+    let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period)).collect();
     let (traces, counts) = record_run(cfg, dir, emitters, |sink| {
         walk::walk(&code, cfg.cpus, cfg.instructions, TIME_ZERO, &mut rng, sink);
     })?;
@@ -398,7 +404,8 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
     let n = cfg.cpus as u64;
     let sample_type = st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER;
     let (pmu_type, config) = match aux {
-        Aux::IntelPt => (PT_PMU_TYPE, 0x400 | 0x800), // tsc, noretcomp
+        // tsc, noretcomp; mtc and its frequency
+        Aux::IntelPt => (PT_PMU_TYPE, 0x400 | 0x800 | cfg.mtc_freq.map_or(0, |f| 0x200 | (f as u64) << 14)),
         Aux::CsEtm => (CS_ETM_PMU_TYPE, ETM_OPT_TS),
     };
     let pt_attr = EventAttr {
@@ -440,6 +447,10 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
         tsc_bit: 0x400,
         noretcomp_bit: 0x800,
         per_cpu_mmaps: 1,
+        mtc_bit: 0x200,
+        mtc_freq_bits: 0xf << 14,
+        tsc_ctc_ratio_n: pt::TSC_PER_CTC,
+        tsc_ctc_ratio_d: 1,
         ..IntelPtInfo::default()
     }
     .to_priv_bytes();

@@ -4,7 +4,11 @@
 //! Timing: a TSC packet follows a flow packet once `tsc_period` ns have
 //! passed since the last one, after the pending TNT bits are flushed. So in
 //! the stream, every instruction decoded before a TSC(t) ran at or before t,
-//! and every one after it ran at or after t.
+//! and every one after it ran at or after t. With MTC timing instead, PSB+
+//! holds TSC and TMA, and an MTC follows a flow packet once the crystal
+//! clock (CTC, [`TSC_PER_CTC`] ns a tick) has passed a multiple of 2^freq
+//! ticks: the MTC of the last such tick, so what comes before it ran before
+//! the next tick, and what comes after at or after this one.
 //!
 //! The stream is cut into AUXTRACE buffers of at most [`AUX_CHUNK`] bytes,
 //! each beginning at a PSB (longer only when no PSB falls in one).
@@ -19,6 +23,27 @@ use crate::spool::Pending;
 /// Target size of one AUXTRACE buffer of Intel PT data.
 pub const AUX_CHUNK: u64 = 1 << 16;
 
+/// TSC ticks (ns: the simulator's TSC is perf time) per crystal clock tick.
+pub const TSC_PER_CTC: u64 = 25;
+
+/// Which timing packets the stream carries.
+#[derive(Clone, Copy, Debug)]
+pub enum Timing {
+    /// A TSC every `period` ns.
+    Tsc { period: u64 },
+    /// An MTC every 2^freq CTC ticks; TSC + TMA in PSB+.
+    Mtc { freq: u8 },
+}
+
+impl Timing {
+    pub fn of(cfg: &crate::SimConfig) -> Timing {
+        match cfg.mtc_freq {
+            Some(freq) => Timing::Mtc { freq: freq.min(15) },
+            None => Timing::Tsc { period: cfg.tsc_period.max(1) },
+        }
+    }
+}
+
 pub struct PtEmitter {
     pub out: Pending,
     enc: Encoder,
@@ -28,7 +53,9 @@ pub struct PtEmitter {
     last_time: u64,
     started: bool,
     last_psb_at: u64,
-    tsc_period: u64,
+    timing: Timing,
+    /// The CTC tick (>> freq) of the last MTC or TMA.
+    last_mtc: u64,
     psb_period: u64,
     /// Where the current AUXTRACE buffer began, and the PSBs after it.
     chunk_start: u64,
@@ -38,7 +65,7 @@ pub struct PtEmitter {
 }
 
 impl PtEmitter {
-    pub fn new(tsc_period: u64, psb_period: usize) -> PtEmitter {
+    pub fn new(timing: Timing, psb_period: usize) -> PtEmitter {
         PtEmitter {
             out: Pending::default(),
             enc: Encoder::new(),
@@ -48,7 +75,8 @@ impl PtEmitter {
             last_time: 0,
             started: false,
             last_psb_at: 0,
-            tsc_period: tsc_period.max(1),
+            timing,
+            last_mtc: 0,
             psb_period: psb_period.max(64) as u64,
             chunk_start: 0,
             psbs: VecDeque::new(),
@@ -83,6 +111,12 @@ impl PtEmitter {
         self.choose_cuts();
         self.put(Packet::Psb);
         self.put(Packet::Tsc(time));
+        if let Timing::Mtc { freq } = self.timing {
+            // Where CTC stood, and the TSC ticks since its last tick.
+            let ctc = time / TSC_PER_CTC;
+            self.put(Packet::Tma { ctc: ctc as u16, fast_counter: (time - ctc * TSC_PER_CTC) as u16 });
+            self.last_mtc = ctc >> freq;
+        }
         self.put(Packet::ModeExec { csl: true, csd: false, if_flag: false });
         if let Some(next_ip) = next_ip {
             let ip = self.ip(next_ip);
@@ -146,10 +180,18 @@ impl PtEmitter {
                 self.put(Packet::Tip(t));
             }
         }
-        if time >= self.last_tsc + self.tsc_period {
+        let due = match self.timing {
+            Timing::Tsc { period } => time >= self.last_tsc + period,
+            Timing::Mtc { freq } => time / TSC_PER_CTC >> freq > self.last_mtc,
+        };
+        if due {
             self.flush_tnt();
             if self.out.pos() - self.last_psb_at >= self.psb_period {
                 self.psb(time, Some(next));
+            } else if let Timing::Mtc { freq } = self.timing {
+                let tick = time / TSC_PER_CTC >> freq;
+                self.put(Packet::Mtc(tick as u8));
+                self.last_mtc = tick;
             } else {
                 self.put(Packet::Tsc(time));
                 self.last_tsc = time;

@@ -118,3 +118,39 @@ fn aux_buffers_begin_at_a_psb() {
     }
     assert!(buffers.iter().all(|&b| b > 2), "{buffers:?}");
 }
+
+#[test]
+fn mtc_timing_puts_tsc_only_in_psb_plus() {
+    use intel_pt::timing::{Clock, MtcConfig};
+    use intel_pt::{Packet, PacketDecoder};
+    use perfdata::{PerfFile, RecordBody};
+    let d = dir("mtc");
+    sim::simulate(&SimConfig { cpus: 2, instructions: 50_000, pokes: 50, mtc_freq: Some(2), ..SimConfig::default() }, &d).unwrap();
+    let file = PerfFile::open(&d).unwrap();
+    let mut trace = [Vec::new(), Vec::new()];
+    for r in file.records() {
+        if let RecordBody::Auxtrace(a) = r.unwrap().body {
+            trace[a.cpu as usize].extend_from_slice(a.data);
+        }
+    }
+    for (cpu, t) in trace.iter().enumerate() {
+        let mut clock = Clock::new(Some(MtcConfig { freq: 2, ratio_n: sim::TSC_PER_CTC as u32, ratio_d: 1 }));
+        let (mut mtcs, mut in_psb, mut last_hi) = (0, false, 0);
+        let mut dec = PacketDecoder::new(t);
+        while let Some((off, p)) = dec.next_packet().unwrap() {
+            match p {
+                Packet::Psb => in_psb = true,
+                Packet::PsbEnd => in_psb = false,
+                Packet::Tsc(_) => assert!(in_psb, "cpu {cpu}: TSC outside PSB+ at {off:#x}"),
+                Packet::Mtc(_) => mtcs += 1,
+                _ => {}
+            }
+            if let Some((lo, hi)) = clock.observe(&p) {
+                // Windows move forward and fit the run.
+                assert!(lo <= hi && hi >= last_hi, "cpu {cpu} at {off:#x}: [{lo}, {hi}] after {last_hi}");
+                last_hi = hi;
+            }
+        }
+        assert!(mtcs > 100, "cpu {cpu}: {mtcs} MTC packets");
+    }
+}
