@@ -37,6 +37,20 @@ pub trait CodeSource {
     /// Fills `buf` with candidate `which` of the code at `addr` for `[lo, hi]`.
     fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch;
 
+    /// What [`CodeSource::fetch`] gives for `which` in `0..count`, as bytes
+    /// and how many are filled, into `out` (those it finds unmapped left
+    /// out). The default calls `fetch` for each; a source that works out
+    /// all its candidates at once gives them in one go.
+    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<([u8; 16], usize)>) {
+        for which in 0..count {
+            let mut buf = [0u8; 16];
+            match self.fetch(addr, lo, hi, which, &mut buf) {
+                Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => out.push((buf, n)),
+                Fetch::Unmapped => {}
+            }
+        }
+    }
+
     /// For the decoded-block cache: what [`CodeSource::fetch`] gives as
     /// `Exact` at `addr` for `[lo, hi]` (bytes filled), and a window of time
     /// such that `fetch` gives the same bytes, exactly, for every `[lo', hi']`
@@ -650,12 +664,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn options(&self, st: &State<'a>, ip: u64, count: usize) -> Result<Vec<Insn>, Failure> {
         let mut options: Vec<Insn> = Vec::with_capacity(2);
         let mut first_err = None;
-        for which in 0..count.min(8) {
-            let mut buf = [0u8; 16];
-            let n = match self.code.fetch(ip, st.lo, st.hi, which, &mut buf) {
-                Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => n,
-                Fetch::Unmapped => continue,
-            };
+        let mut contents = Vec::with_capacity(count.min(8));
+        self.code.candidates(ip, st.lo, st.hi, count.min(8), &mut contents);
+        for (buf, n) in contents {
             match self.classify(ip, &buf[..n], st) {
                 Ok(i) if !options.contains(&i) => options.push(i),
                 Ok(_) => {}

@@ -81,41 +81,76 @@ impl CodeSource for Interval<'_> {
     }
 
     fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
+        match self.read(addr, lo, hi, buf) {
+            Contents::Unmapped => Fetch::Unmapped,
+            Contents::Exact(n) => Fetch::Exact(n),
+            Contents::Several(distinct) => match distinct.get(which) {
+                Some(b) => {
+                    buf[..b.len()].copy_from_slice(b);
+                    if distinct.len() == 1 {
+                        Fetch::Exact(b.len())
+                    } else {
+                        Fetch::Candidate { filled: b.len(), count: distinct.len() }
+                    }
+                }
+                None => Fetch::Unmapped,
+            },
+        }
+    }
+
+    /// All candidates from one look at the timeline (`fetch` for each
+    /// `which` would look again each time).
+    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<([u8; 16], usize)>) {
+        let mut buf = [0u8; 16];
+        match self.read(addr, lo, hi, &mut buf) {
+            Contents::Unmapped => {}
+            Contents::Exact(n) => out.extend(std::iter::repeat_n((buf, n), count)),
+            Contents::Several(distinct) => {
+                for b in distinct.iter().take(count) {
+                    let mut buf = [0u8; 16];
+                    buf[..b.len()].copy_from_slice(b);
+                    out.push((buf, b.len()));
+                }
+            }
+        }
+    }
+}
+
+/// What `Interval` finds at an address for an interval.
+enum Contents {
+    Unmapped,
+    /// In the buffer, this many bytes, the same over the whole interval.
+    Exact(usize),
+    /// A change lands inside: every distinct content, in the order they held.
+    Several(Vec<Vec<u8>>),
+}
+
+impl Interval<'_> {
+    fn read(&self, addr: u64, lo: Time, hi: Time, buf: &mut [u8; 16]) -> Contents {
         let info = self.0.read_into(addr, buf, lo);
         if info.mapped == 0 && info.valid.end > hi {
-            return Fetch::Unmapped;
+            return Contents::Unmapped;
         }
         if !info.uncertain && info.valid.end > hi {
-            return Fetch::Exact(info.mapped);
+            return Contents::Exact(info.mapped);
         }
         // A change lands inside [lo, hi]: every content the interval allows,
         // in the order they held. (Weighing them by how long each held was
         // tried: better for pairs, worse for coarse int3 timing; not kept.)
-        let mut all: Vec<Vec<u8>> = Vec::new();
+        let mut distinct: Vec<Vec<u8>> = Vec::new();
         for (_, r) in self.0.read_during(addr, 16, lo, hi) {
-            match r {
-                Read::Exact(b) => all.push(b),
-                Read::Uncertain(c) => all.extend(c),
-                Read::Unmapped { .. } => {}
-            }
-        }
-        let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(all.len());
-        for b in all {
-            if !distinct.contains(&b) {
-                distinct.push(b);
-            }
-        }
-        match distinct.get(which) {
-            Some(b) => {
-                buf[..b.len()].copy_from_slice(b);
-                if distinct.len() == 1 {
-                    Fetch::Exact(b.len())
-                } else {
-                    Fetch::Candidate { filled: b.len(), count: distinct.len() }
+            let found = match r {
+                Read::Exact(b) => vec![b],
+                Read::Uncertain(c) => c,
+                Read::Unmapped { .. } => Vec::new(),
+            };
+            for b in found {
+                if !distinct.contains(&b) {
+                    distinct.push(b);
                 }
             }
-            None => Fetch::Unmapped,
         }
+        Contents::Several(distinct)
     }
 }
 

@@ -149,3 +149,31 @@ fn poke_inside_a_cached_block_is_seen_at_its_time() {
     assert_eq!(nops, 13, "{classes:?}");
     assert!(classes[nops..].iter().all(|&c| c == BranchClass::None), "{classes:?}");
 }
+
+/// `Interval::candidates` (one look at the timeline) gives what `fetch`
+/// gives for each `which`, around the poke and away from it.
+#[test]
+fn interval_candidates_in_one_look() {
+    let code = poked_loop();
+    let src = Interval(&code);
+    for (addr, lo, hi) in [(K + 1, 500, 1500), (K, 500, 1500), (K + 1, 100, 500), (K + 1, 1500, 2000), (K + 64, 0, 10)] {
+        let mut buf = [0u8; 16];
+        let count = match src.fetch(addr, lo, hi, 0, &mut buf) {
+            Fetch::Candidate { count, .. } => count,
+            _ => 1,
+        };
+        let mut want = Vec::new();
+        for which in 0..count {
+            let mut buf = [0u8; 16];
+            if let Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } = src.fetch(addr, lo, hi, which, &mut buf) {
+                want.push((buf, n));
+            }
+        }
+        let mut got = Vec::new();
+        src.candidates(addr, lo, hi, count, &mut got);
+        assert_eq!(got, want, "{addr:#x} [{lo}, {hi}]");
+        if addr == K + 1 && lo == 500 {
+            assert_eq!(got.len(), 2, "the poke lands inside: both contents");
+        }
+    }
+}
