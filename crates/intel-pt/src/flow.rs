@@ -381,7 +381,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn take(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
         let p = self.peek_flow(st)?;
         st.peeked = None;
-        p.ok_or(Failure { offset: st.packets.offset(), kind: FlowErrorKind::EndOfTrace })
+        p.ok_or_else(|| Failure { offset: st.packets.offset(), kind: FlowErrorKind::EndOfTrace })
     }
 
     fn take_tnt(&self, st: &mut State<'a>) -> Result<bool, Failure> {
@@ -401,9 +401,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// The target of an indirect transfer; `None` when tracing stops there.
     fn take_tip(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
-        let at = st.packets.offset();
         if st.tnt_count != 0 {
-            return Err(Failure { offset: at, kind: FlowErrorKind::NoTip });
+            return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
         }
         st.walked = 0;
         match self.take(st)? {
