@@ -4,9 +4,12 @@
 //! trace order.
 //!
 //! The events are those of [`FlowDecoder::run`] on the whole buffer when
-//! each PSB+ carries a TSC and, while tracing, a FUP (as hardware sends them
-//! with TSC on): a segment starts with the state its PSB+ gives, and ends
-//! where the walk would read the next PSB. Segments go in windows of a few
+//! each PSB+ carries a TSC and, while tracing, a FUP, and no branch waits
+//! across a PSB for its outcome (as hardware sends them with TSC on): a
+//! segment starts with the state its PSB+ gives, and ends where the walk
+//! would read the next PSB. In a corrupt trace they may differ between the
+//! damage and the next PSB: a segment restarts at its PSB+'s FUP where the
+//! sequential walk may still give a pending branch the TNT after the PSB+. Segments go in windows of a few
 //! per thread, so memory stays bounded whatever the buffer's size (two
 //! windows of events); decoders (and their block caches) are reused from
 //! window to window and buffer to buffer.
