@@ -181,6 +181,9 @@ struct State<'a> {
     hi: Time,
     /// Offset of the TSC that gave `hi` (re-scan when passed).
     hi_at: usize,
+    /// MTC timing (with [`FlowDecoder::with_mtc`]): the last TSC, and the
+    /// CTC count it is converted from.
+    mtc: MtcState,
     peeked: Option<(usize, Flow)>,
     walked: u64,
     /// The IP of the last TIP.PGD taken (None when it had none).
@@ -212,11 +215,68 @@ pub struct FlowDecoder<'a, C: CodeSource> {
     cache: BlockCache,
     /// Offset of `buf` in the whole trace, for error offsets.
     base: usize,
+    mtc: Option<MtcConv>,
+}
+
+/// MTC packets to time, from perf's AUXTRACE_INFO and the PT event's config:
+/// an MTC carries CTC bits `shift + 7 .. shift` (`shift`: the `mtc_period`
+/// field of the config), and a CTC tick is `ratio_n / ratio_d` TSC ticks
+/// (`tsc_ctc_ratio_n`, `tsc_ctc_ratio_d`: CPUID leaf 0x15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MtcConv {
+    pub shift: u32,
+    pub ratio_n: u32,
+    pub ratio_d: u32,
+}
+
+impl MtcConv {
+    /// From perf's AUXTRACE_INFO words (`mtc_bit`, `mtc_freq_bits`: masks
+    /// of the PT event's config; `tsc_ctc_ratio_n`, `tsc_ctc_ratio_d`) and
+    /// the event's config: `None` when MTC is off or the ratio unknown.
+    pub fn from_perf(config: u64, mtc_bit: u64, mtc_freq_bits: u64, ratio_n: u64, ratio_d: u64) -> Option<MtcConv> {
+        if config & mtc_bit == 0 || mtc_bit == 0 || mtc_freq_bits == 0 || ratio_n == 0 || ratio_d == 0 {
+            return None;
+        }
+        let shift = ((config & mtc_freq_bits) >> mtc_freq_bits.trailing_zeros()) as u32;
+        Some(MtcConv { shift, ratio_n: u32::try_from(ratio_n).ok()?, ratio_d: u32::try_from(ratio_d).ok()? }.clamped())
+    }
+
+    /// At most 15 (the SDM's largest MTC period), so that shifts stay in range.
+    fn clamped(self) -> MtcConv {
+        MtcConv { shift: self.shift.min(15), ..self }
+    }
+
+    fn ctc_to_tsc(&self, ctc: u64) -> u64 {
+        (u128::from(ctc) * u128::from(self.ratio_n) / u128::from(self.ratio_d.max(1))) as u64
+    }
+}
+
+/// Where MTCs count from.
+#[derive(Clone, Copy, Default)]
+struct MtcState {
+    /// The last TSC.
+    tsc: u64,
+    /// The TSC at CTC 0 of the last TMA's count (perf's `ctc_timestamp`).
+    base: u64,
+    /// CTC ticks since then, from MTCs.
+    delta: u64,
+    /// The last MTC's payload (or the TMA's CTC bits in its place).
+    last: u8,
+    /// A TMA has been seen: MTCs can be placed.
+    based: bool,
 }
 
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
-        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0 }
+        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None }
+    }
+
+    /// Times what runs between TSCs by the MTC packets too (after a TMA):
+    /// each MTC raises the start of the interval instructions are known to
+    /// run in. Without it MTC and TMA packets are ignored.
+    pub fn with_mtc(mut self, mtc: MtcConv) -> Self {
+        self.mtc = Some(mtc.clamped());
+        self
     }
 
     /// Starts over on another buffer (another CPU's, another PSB segment),
@@ -251,6 +311,7 @@ impl<'a> State<'a> {
             hi_at: 0,
             peeked: None,
             walked: 0,
+            mtc: MtcState::default(),
             pgd_ip: None,
             stop_at: usize::MAX,
         }
@@ -318,10 +379,15 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 }
                 Packet::Fup(ip) => Flow::Fup(ip.ip),
                 Packet::Tsc(tsc) => {
-                    st.lo = self.cfg.time.perf_time(tsc);
-                    if offset >= st.hi_at {
-                        self.next_tsc(st, offset);
-                    }
+                    self.tsc(st, offset, tsc);
+                    continue;
+                }
+                Packet::Tma { ctc, fast_counter } => {
+                    self.tma(st, ctc, fast_counter);
+                    continue;
+                }
+                Packet::Mtc(payload) => {
+                    self.mtc(st, payload);
                     continue;
                 }
                 Packet::Psb => {
@@ -336,6 +402,42 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             st.peeked = Some((offset, flow));
             return Ok(st.peeked);
         }
+    }
+
+    /// A TSC: the time of what follows, until the next timing packet.
+    fn tsc(&self, st: &mut State<'a>, offset: usize, tsc: u64) {
+        st.lo = self.cfg.time.perf_time(tsc);
+        st.mtc.tsc = tsc;
+        if offset >= st.hi_at {
+            self.next_tsc(st, offset);
+        }
+    }
+
+    /// A TMA after a TSC: the CTC and fast counter at that TSC, the base
+    /// MTCs count from (perf's conversion).
+    fn tma(&self, st: &mut State<'a>, ctc: u16, fast_counter: u16) {
+        let Some(m) = self.mtc else { return };
+        let ctc = u64::from(ctc);
+        let rem = ctc & ((1u64 << m.shift) - 1);
+        st.mtc.last = (ctc >> m.shift) as u8;
+        st.mtc.delta = 0;
+        st.mtc.base = st.mtc.tsc.wrapping_sub(u64::from(fast_counter)).wrapping_sub(m.ctc_to_tsc(rem));
+        st.mtc.based = true;
+    }
+
+    /// An MTC: CTC bits `shift + 7 .. shift` now, so the time has moved on
+    /// by the CTC ticks since the last one. The time never goes back, nor
+    /// past the next TSC's.
+    fn mtc(&self, st: &mut State<'a>, payload: u8) {
+        let Some(m) = self.mtc else { return };
+        if !st.mtc.based {
+            return;
+        }
+        let ticks = u64::from(payload.wrapping_sub(st.mtc.last)) << m.shift;
+        st.mtc.last = payload;
+        st.mtc.delta = st.mtc.delta.wrapping_add(ticks);
+        let t = self.cfg.time.perf_time(st.mtc.base.wrapping_add(m.ctc_to_tsc(st.mtc.delta)));
+        st.lo = st.lo.max(t.min(st.hi));
     }
 
     /// Finds the TSC after `from` to bound the time of what comes next.
@@ -365,12 +467,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             };
             match packet {
                 Packet::PsbEnd => return Ok(()),
-                Packet::Tsc(tsc) => {
-                    st.lo = self.cfg.time.perf_time(tsc);
-                    if offset >= st.hi_at {
-                        self.next_tsc(st, offset);
-                    }
-                }
+                Packet::Tsc(tsc) => self.tsc(st, offset, tsc),
+                Packet::Tma { ctc, fast_counter } => self.tma(st, ctc, fast_counter),
+                Packet::Mtc(payload) => self.mtc(st, payload),
                 Packet::Fup(ip) if ip.ip.is_some() => st.ip = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
                 _ => {}

@@ -16,7 +16,7 @@
 
 use std::sync::Mutex;
 
-use crate::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent};
+use crate::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, MtcConv};
 
 /// Segments per thread in one window.
 const PER_THREAD: usize = 4;
@@ -25,6 +25,7 @@ const PER_THREAD: usize = 4;
 pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     code: &'a C,
     cfg: FlowConfig,
+    mtc: Option<MtcConv>,
     /// Idle decoders, their block caches warm.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
     /// Event buffers for reuse.
@@ -33,7 +34,13 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow { code, cfg, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
+        ParallelFlow { code, cfg, mtc: None, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
+    }
+
+    /// MTC timing, as [`FlowDecoder::with_mtc`].
+    pub fn with_mtc(mut self, mtc: MtcConv) -> Self {
+        self.mtc = Some(mtc);
+        self
     }
 
     /// Decodes `buf`, reporting every event in order on the calling thread:
@@ -58,7 +65,13 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
 
     /// One segment's events into `events`, on a decoder from the pool.
     fn decode(&self, buf: &'a [u8], start: usize, end: usize, events: &mut Vec<FlowEvent>) {
-        let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| FlowDecoder::new(&[], self.code, self.cfg.clone()));
+        let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
+            let dec = FlowDecoder::new(&[], self.code, self.cfg.clone());
+            match self.mtc {
+                Some(m) => dec.with_mtc(m),
+                None => dec,
+            }
+        });
         dec.reset_segment(buf, start, end);
         dec.run(|e| events.push(e));
         self.decoders.lock().expect("no panic while held").push(dec);
