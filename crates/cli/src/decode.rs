@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use codeimage::{BaseImage, CodeTimeline};
-use intel_pt::flow::{FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, TimeConv};
+use intel_pt::flow::{FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, MtcConv, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use isa::{BranchClass, KernelIdioms};
 use perfdata::abi::auxtrace_type;
@@ -292,6 +292,8 @@ fn pt_lines(
         }
         _ => KernelIdioms::default(),
     };
+    // MTC packets time what runs between TSCs when the event enabled them.
+    let mtc = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
     let cfg = FlowConfig {
         time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
         noretcomp: pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0),
@@ -306,10 +308,17 @@ fn pt_lines(
         .map(|(queue, q)| {
             let mut lines = Vec::new();
             let mut emit = collector(queue, q.cpu, itrace, tl, &mut lines);
+            fn run<C: intel_pt::flow::CodeSource>(trace: &[u8], code: &C, cfg: &FlowConfig, mtc: Option<MtcConv>, emit: impl FnMut(FlowEvent)) {
+                let mut decoder = FlowDecoder::new(trace, code, cfg.clone());
+                if let Some(mtc) = mtc {
+                    decoder = decoder.with_mtc(mtc);
+                }
+                decoder.run(emit);
+            }
             match image {
-                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).run(&mut emit),
-                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).run(&mut emit),
-                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).run(&mut emit),
+                "timeline" => run(&q.trace, &Interval(tl), &cfg, mtc, &mut emit),
+                "perf" => run(&q.trace, &PerfStyle(tl), &cfg, mtc, &mut emit),
+                _ => run(&q.trace, &Static(code), &cfg, mtc, &mut emit),
             }
             drop(emit);
             lines

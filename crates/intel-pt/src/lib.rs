@@ -39,7 +39,6 @@ mod encode;
 pub mod flow;
 pub mod parallel;
 pub mod sources;
-pub mod timing;
 mod packet;
 
 pub use decode::{find_psb, PacketDecoder, PacketError, PacketErrorKind, Resync};

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use codeimage::{BaseImage, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{PerfFile, RecordBody};
@@ -106,6 +106,7 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
     let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
     let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
     let noretcomp = pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0);
+    let mtc = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
     let cfg = FlowConfig {
         time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
         noretcomp,
@@ -128,9 +129,9 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
             .map(|(cpu, trace)| {
                 let truth = dir.join(format!("truth/cpu{cpu}.bin"));
                 match mode {
-                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, &truth),
-                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, &truth),
-                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, &truth),
+                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, mtc, &truth),
+                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, mtc, &truth),
+                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, mtc, &truth),
                 }
             })
             .collect::<Result<Vec<Score>, SimError>>()?;
@@ -199,12 +200,16 @@ impl Matcher {
 }
 
 /// Decodes one CPU's trace and walks the truth beside it.
-fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, truth: &Path) -> Result<Score, SimError> {
+fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: Option<MtcConv>, truth: &Path) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
     let reader = TruthReader::open(truth).map_err(io)?.peekable();
     let mut m = Matcher { reader, synced: true, failure: None, s: Score::default(), cpu };
     let mut last_hi = 0;
-    FlowDecoder::new(trace, code, cfg.clone()).run(|e| match e {
+    let mut decoder = FlowDecoder::new(trace, code, cfg.clone());
+    if let Some(mtc) = mtc {
+        decoder = decoder.with_mtc(mtc);
+    }
+    decoder.run(|e| match e {
         FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
             m.s.uncertain += uncertain as u64;
             last_hi = hi;

@@ -41,7 +41,6 @@ use perfdata::{
 use serde::{Deserialize, Serialize};
 
 pub use machine::Protocol;
-pub use pt::TSC_PER_CTC;
 pub use truth::TruthReader;
 pub use walk::RealCode;
 
