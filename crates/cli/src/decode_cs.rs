@@ -4,21 +4,24 @@
 //! ends in a taken branch, to the start of the next range), exceptions as
 //! `hw int`, trace starts, instructions and errors.
 //!
-//! The code is read at the perf time of the trace's latest timestamp: with
-//! the kernel's clock counter as timestamp source (TRCCONFIGR.TS, metadata
-//! `ts_source` 1) converted by TIME_CONV, so TEXT_POKE records apply at their
-//! time, where perf 6.1 applies them when the record is read.
+//! The code is read over the window from the perf time of the trace's
+//! latest timestamp to that of the next one: with the kernel's clock
+//! counter as timestamp source (TRCCONFIGR.TS, metadata `ts_source` 1)
+//! converted by TIME_CONV, so TEXT_POKE records apply at their time, where
+//! perf 6.1 applies them when the record is read. Where the code changes
+//! inside a window the trace decides which content ran (etm's flow
+//! decoder); instructions it cannot decide are printed uncertain.
 
 use anyhow::{bail, Result};
 use codeimage::CodeTimeline;
-use etm::flow::{CodeSource, ElemKind, Fetched, FlowDecoder, InstrRange, InstrSubtype, InstrType, Item};
+use etm::flow::{CodeSource, ElemKind, Fetch, Fetched, FlowDecoder, InstrRange, InstrSubtype, InstrType, Item};
 use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
 use crate::decode::{Itrace, Kind, Out, Queue};
 
 /// The trace's timestamps on the perf clock: the code timeline read at the
-/// perf time of an ETM timestamp.
+/// perf time of an ETM timestamp, or over the perf times of a window.
 struct PerfClock<'a> {
     code: &'a CodeTimeline,
     conv: Option<TimeConv>,
@@ -40,7 +43,12 @@ impl CodeSource for PerfClock<'_> {
         } else {
             (t, t.saturating_add(1))
         };
-        Fetched { len: info.mapped, valid_from, valid_to }
+        Fetched { len: info.mapped, valid_from, valid_to, uncertain: info.uncertain }
+    }
+
+    fn fetch_during(&self, addr: u64, lo: etm::flow::Time, hi: etm::flow::Time, which: usize, buf: &mut [u8]) -> Fetch {
+        let hi = if hi == etm::flow::Time::MAX { hi } else { self.perf_time(hi) };
+        self.code.fetch_during(addr, self.perf_time(lo), hi, which, buf)
     }
 }
 
@@ -105,6 +113,7 @@ pub(crate) fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], it
             let mut flows = [Flow::default(); 128];
             let mut reader = etm::PacketReader::new(&q.trace, framing, &configs, etm::ErrorRecovery::Resync);
             let mut decoder = FlowDecoder::new(&clock, &configs);
+            decoder.window_timestamps(reader.clone());
             etm::flow::run(&mut reader, &mut decoder, |item| {
                 let Item::Element(e) = item else { return };
                 let id = (e.trace_id & 0x7f) as usize;
@@ -138,7 +147,7 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
                     clock.code.read_into(ip, &mut word, f.time);
                     let class = isa::classify_aarch64(ip, u32::from_le_bytes(word)).class;
                     // The last instruction's taken branch goes where the next range starts: not known yet.
-                    out.push(line(f.time, Kind::Insn { ip, len: 4, class, to: None, uncertain: false }));
+                    out.push(line(f.time, Kind::Insn { ip, len: 4, class, to: None, uncertain: r.uncertain }));
                 }
             }
             f.tracing = true;

@@ -164,14 +164,15 @@ fn type_name(t: InstrType, s: InstrSubtype, cond: bool) -> String {
 fn text_line(e: &Element) -> String {
     let what = match e.kind {
         ElemKind::InstrRange(r) => format!(
-            "{:#x}..{:#x} {} insns, last {} bytes {} {} {}",
+            "{:#x}..{:#x} {} insns, last {} bytes {} {} {}{}",
             r.start,
             r.end,
             r.num_i,
             r.last_size,
             r.isa.name(),
             if r.executed { "E" } else { "N" },
-            type_name(r.last_type, r.last_subtype, r.last_cond)
+            type_name(r.last_type, r.last_subtype, r.last_cond),
+            if r.uncertain { " uncertain" } else { "" }
         ),
         ElemKind::AddrNacc(a) => format!("no code at {a:#x}"),
         ElemKind::Exception { number, ret_addr, ret_addr_is_target } => format!(
@@ -215,6 +216,7 @@ fn json_line(e: &Element) -> Value {
             "isa": r.isa.name(),
             "atom": if r.executed { "E" } else { "N" },
             "last_type": type_name(r.last_type, r.last_subtype, r.last_cond),
+            "uncertain": r.uncertain,
         }),
         ElemKind::AddrNacc(a) => json!({ "addr": a }),
         ElemKind::Exception { number, ret_addr, ret_addr_is_target } => {

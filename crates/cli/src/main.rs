@@ -287,9 +287,8 @@ fn demo(out: &mut impl Write) -> Result<i32> {
     writeln!(
         out,
         "static: no poke awareness; perf-style: one image updated in timestamp order (what perf does);\n\
-         timeline: poketrace's code timeline, asked for the interval between timing packets\n\
-         (ETMv4: etm's decoder reads the code at the latest timestamp, as perf-style; the\n\
-         timeline row adds as uncertain the instructions whose code changes before the next one).\n\
+         timeline: poketrace's code timeline, asked for the interval between timing packets;\n\
+         where the code changes inside it the trace decides, and what it cannot is uncertain.\n\
          The files stay in {} (perf.data directories: try `poketrace pokes DIR`).",
         root.display()
     )?;

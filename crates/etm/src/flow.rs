@@ -12,6 +12,20 @@
 //! address to the next P0 instruction (`flow/code.rs`), asking a [`CodeSource`]
 //! for the code as it was at the latest timestamp seen.
 //!
+//! Given the trace's timestamps ([`FlowDecoder::window_timestamps`]), the
+//! code is read over the window from the latest timestamp to the next one
+//! instead. Where a word changes inside its window and its contents are
+//! different instructions, each is tried: the source forks into hypotheses
+//! that decode the following packets alike, and a hypothesis the trace
+//! contradicts (an unconditional branch not taken, an address packet where
+//! none is due, an exception's return address past a P0 instruction, code
+//! not mapped) is dropped. One left: its elements are reported. Several
+//! left that walk on alike (or after [`MAX_FORK_PACKETS`] packets): the one
+//! that took the oldest content (the window's start) at each choice is
+//! reported, its ranges from the first element where the hypotheses differ
+//! up to where they walk on alike marked uncertain. None left: an error
+//! element.
+//!
 //! Only AArch64 code is walked: A32/T32 state gives an
 //! [`FlowError::UnsupportedIsa`] element and waits for a new address and
 //! context. Bad packets give an error element; the source then waits for the
@@ -28,13 +42,14 @@
 mod code;
 mod source;
 
-pub use code::{snapshot_code, CodeSource, Fetched, Time};
+pub use code::{snapshot_code, CodeSource, Fetch, Fetched, Time};
 
 use crate::config::EtmV4Config;
 use crate::frame::{FrameError, FrameErrorKind, Framing};
 use crate::packet::PacketType;
 use crate::TracePacket;
-use source::Source;
+use code::{Picker, RunCache, MAX_CHOICES};
+use source::{Code, Source};
 
 /// Instruction set of the traced PE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -101,6 +116,10 @@ pub struct InstrRange {
     pub last_subtype: InstrSubtype,
     /// The last instruction is conditional (B.cond, CBZ, TBZ, ...).
     pub last_cond: bool,
+    /// Code in the range changed between the timestamps around it, and the
+    /// trace could not tell which content ran: this range is the one
+    /// walked over the oldest content, others fit the trace too.
+    pub uncertain: bool,
 }
 
 /// The PE's state from a context packet.
@@ -172,6 +191,8 @@ pub enum FlowError {
     ReturnStackEmpty,
     #[error("frame-level fault in the trace buffer: decoder reset")]
     Frame,
+    #[error("code at {addr:#x} changes between two timestamps and no content it had fits the trace: waiting for the next A-sync")]
+    NoCandidateFits { addr: u64 },
 }
 
 /// What an element says.
@@ -216,8 +237,37 @@ pub struct Element {
 /// ([`FlowDecoder::finish`]); elements are appended to the caller's vector.
 pub struct FlowDecoder<C: CodeSource> {
     code: C,
-    sources: Vec<Source>,
+    sources: Vec<Slot>,
     route: [u8; 128],
+}
+
+/// Packets a fork of hypotheses lasts at most: then the oldest content wins, uncertain.
+pub const MAX_FORK_PACKETS: u32 = 64;
+
+/// Hypotheses kept at most per source.
+const MAX_ALTS: usize = 8;
+
+/// One trace ID's decoder.
+struct Slot {
+    source: Source,
+    cache: RunCache,
+    /// The trace's timestamps, ascending; empty: code is read at one time.
+    stamps: Vec<u64>,
+    /// After a choice among candidates: the hypotheses that still fit, in
+    /// the order of their choices (oldest content first), each with the
+    /// elements it produced since the fork.
+    alts: Vec<Alt>,
+    /// Packets since the fork.
+    since_fork: u32,
+    /// Hypotheses were dropped for the bound: the one reported is uncertain.
+    truncated: bool,
+    /// Where the walk that forked started.
+    fork_addr: u64,
+}
+
+struct Alt {
+    source: Source,
+    out: Vec<Element>,
 }
 
 const NONE: u8 = u8::MAX;
@@ -231,7 +281,15 @@ impl<C: CodeSource> FlowDecoder<C> {
             let id = c.trace_id() as usize;
             if route[id] == NONE {
                 route[id] = sources.len() as u8;
-                sources.push(Source::new(c));
+                sources.push(Slot {
+                    source: Source::new(c),
+                    cache: RunCache::new(),
+                    stamps: Vec::new(),
+                    alts: Vec::new(),
+                    since_fork: 0,
+                    truncated: false,
+                    fork_addr: 0,
+                });
             }
         }
         FlowDecoder {
@@ -267,13 +325,54 @@ impl<C: CodeSource> FlowDecoder<C> {
         (0..128u8).filter(|&id| self.route[id as usize] != NONE)
     }
 
+    /// Reads code over windows between timestamps: the timestamps of every
+    /// source in `reader` (a copy of the reader about to be decoded, at the
+    /// same position) are collected first.
+    pub fn window_timestamps(&mut self, mut reader: crate::PacketReader<'_>) {
+        let mut all = vec![Vec::new(); 128];
+        while let Some(item) = reader.next() {
+            if let Ok(TracePacket {
+                trace_id,
+                packet: crate::Packet::Timestamp(t),
+                ..
+            }) = item
+            {
+                all[(trace_id & 0x7F) as usize].push(t.value);
+            }
+        }
+        for (id, stamps) in all.into_iter().enumerate() {
+            self.set_timestamps(id as u8, stamps);
+        }
+    }
+
+    /// Reads the code of `trace_id` over windows between these timestamps
+    /// (any order); none: at the latest timestamp alone.
+    pub fn set_timestamps(&mut self, trace_id: u8, mut stamps: Vec<u64>) {
+        let slot = self.route[(trace_id & 0x7F) as usize];
+        if let Some(s) = self.sources.get_mut(slot as usize) {
+            stamps.sort_unstable();
+            s.source.window = !stamps.is_empty();
+            s.source.hi = stamps.first().copied().unwrap_or(0);
+            s.stamps = stamps;
+        }
+    }
+
     /// Decodes one packet; packets of trace IDs without a decoder are ignored.
     #[inline]
     pub fn packet(&mut self, p: &TracePacket<'_>, out: &mut Vec<Element>) {
         let slot = self.route[(p.trace_id & 0x7F) as usize];
-        if let Some(s) = self.sources.get_mut(slot as usize) {
-            s.packet(p, &self.code, out);
+        let Some(s) = self.sources.get_mut(slot as usize) else {
+            return;
+        };
+        if s.stamps.is_empty() {
+            let mut code = Code {
+                src: &self.code,
+                cache: &mut s.cache,
+            };
+            s.source.packet(p, &mut code, out);
+            return;
         }
+        s.window_packet(p, &self.code, out);
     }
 
     /// A frame-level fault: every source loses sync (as their packet
@@ -284,7 +383,8 @@ impl<C: CodeSource> FlowDecoder<C> {
             return;
         }
         for s in &mut self.sources {
-            s.reset_after_fault(out);
+            s.settle(out);
+            s.source.reset_after_fault(out);
         }
     }
 
@@ -292,9 +392,160 @@ impl<C: CodeSource> FlowDecoder<C> {
     pub fn finish(&mut self, trace_id: u8, out: &mut Vec<Element>) {
         let slot = self.route[(trace_id & 0x7F) as usize];
         if let Some(s) = self.sources.get_mut(slot as usize) {
-            s.finish(out);
+            s.settle(out);
+            s.source.finish(out);
         }
     }
+}
+
+impl Slot {
+    /// One packet over windows: forks where a walk chose among candidates,
+    /// and settles the hypotheses the trace decides.
+    fn window_packet<C: CodeSource>(
+        &mut self,
+        p: &TracePacket<'_>,
+        src: &C,
+        out: &mut Vec<Element>,
+    ) {
+        if let crate::Packet::Timestamp(t) = p.packet {
+            let next = self.stamps.partition_point(|&s| s <= t.value);
+            let hi = self.stamps.get(next).copied().unwrap_or(Time::MAX);
+            self.source.hi = hi;
+            for a in &mut self.alts {
+                a.source.hi = hi;
+            }
+        }
+        let mut code = Code {
+            src,
+            cache: &mut self.cache,
+        };
+        if self.alts.is_empty() {
+            let before = self.source.clone();
+            let mark = out.len();
+            self.source.pick = Picker::default();
+            self.source.packet(p, &mut code, out);
+            if self.source.pick.fresh.is_none() {
+                return;
+            }
+            out.truncate(mark);
+            self.fork_addr = self.source.pick.fresh_addr;
+            self.since_fork = 0;
+            self.truncated = false;
+            let mut alts = Vec::new();
+            self.truncated |= expand(&before, p, &mut code, Vec::new(), &mut alts);
+            self.alts = alts;
+        } else {
+            self.since_fork += 1;
+            let old = std::mem::take(&mut self.alts);
+            let mut alts = Vec::with_capacity(old.len());
+            for mut a in old {
+                if alts.len() >= MAX_ALTS {
+                    self.truncated = true;
+                    break;
+                }
+                let before = a.source.clone();
+                let mark = a.out.len();
+                a.source.pick = Picker::default();
+                a.source.packet(p, &mut code, &mut a.out);
+                if a.source.pick.fresh.is_none() {
+                    alts.push(a);
+                } else {
+                    a.out.truncate(mark);
+                    self.truncated |= expand(&before, p, &mut code, a.out, &mut alts);
+                }
+            }
+            self.alts = alts;
+        }
+        self.resolve(p.index, false, out);
+    }
+
+    /// Drops the hypotheses the trace contradicts; reports one when it is
+    /// the only one left, or when the rest walk on alike, or `force`.
+    fn resolve(&mut self, index: u64, force: bool, out: &mut Vec<Element>) {
+        if self.alts.is_empty() {
+            return;
+        }
+        let fits = self.alts.iter().filter(|a| !a.source.misfit).count();
+        if fits == 0 {
+            let mut a = self.alts.swap_remove(0);
+            self.alts.clear();
+            a.source.misfit = false;
+            a.source.fail_no_fit(index, self.fork_addr, out);
+            self.source = a.source;
+            return;
+        }
+        self.alts.retain(|a| !a.source.misfit);
+        let alike = self.alts[1..]
+            .iter()
+            .all(|a| a.source.same_future(&self.alts[0].source));
+        if self.alts.len() > 1 && !alike && !force && self.since_fork < MAX_FORK_PACKETS {
+            return;
+        }
+        let alts = std::mem::take(&mut self.alts);
+        let mut first = alts.into_iter();
+        let mut a = first.next().expect("one hypothesis fits");
+        let others: Vec<Alt> = first.collect();
+        // Certain: what every hypothesis produced alike, up to the first difference.
+        let same = others
+            .iter()
+            .map(|o| o.out.iter().zip(&a.out).take_while(|(x, y)| x == y).count())
+            .min()
+            .unwrap_or(a.out.len());
+        let from = if self.truncated { 0 } else { same };
+        for e in &mut a.out[from..] {
+            if let ElemKind::InstrRange(r) = &mut e.kind {
+                r.uncertain = true;
+            }
+        }
+        out.append(&mut a.out);
+        a.source.misfit = false;
+        self.source = a.source;
+    }
+
+    /// Reports the hypothesis at the window's start when several are still open.
+    fn settle(&mut self, out: &mut Vec<Element>) {
+        let index = self.source.last_index();
+        self.resolve(index, true, out);
+    }
+}
+
+/// Decodes packet `p` from the state `before` once per choice among the
+/// candidates its walks meet (depth first, oldest content first), onto
+/// `alts`; true when the bound dropped some.
+fn expand<C: CodeSource>(
+    before: &Source,
+    p: &TracePacket<'_>,
+    code: &mut Code<'_, C>,
+    out: Vec<Element>,
+    alts: &mut Vec<Alt>,
+) -> bool {
+    let mut todo: Vec<Vec<u8>> = vec![Vec::new()];
+    let mut truncated = false;
+    while let Some(script) = todo.pop() {
+        if alts.len() >= MAX_ALTS {
+            return true;
+        }
+        let mut s = before.clone();
+        s.pick = Picker::with(&script);
+        s.misfit = false;
+        let mut o = out.clone();
+        s.packet(p, code, &mut o);
+        match s.pick.fresh {
+            Some(n) if script.len() < MAX_CHOICES => {
+                for c in (0..n).rev() {
+                    let mut next = script.clone();
+                    next.push(c);
+                    todo.push(next);
+                }
+            }
+            Some(_) => {
+                alts.push(Alt { source: s, out: o });
+                truncated = true;
+            }
+            None => alts.push(Alt { source: s, out: o }),
+        }
+    }
+    truncated
 }
 
 /// What [`run`] reports, in the order `trc_pkt_lister -decode` prints it.

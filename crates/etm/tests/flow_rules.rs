@@ -130,6 +130,7 @@ fn range(
         last_type: ty,
         last_subtype: sub,
         last_cond: cond,
+        uncertain: false,
     })
 }
 

@@ -199,6 +199,23 @@ impl Matcher {
     }
 }
 
+impl Matcher {
+    /// A decoded instruction the decoder reports uncertain (another content
+    /// of its code fits the trace too): right when it is the truth's next
+    /// one, else not wrong but out of step, the truth's instructions up to
+    /// the next certain one missing.
+    fn uncertain_insn(&mut self, ip: u64, lo: Time, hi: Time) {
+        self.s.uncertain += 1;
+        if !self.synced {
+            return;
+        }
+        match self.reader.peek() {
+            Some(Ok((_, a))) if *a == ip => self.insn(ip, lo, hi),
+            _ => self.synced = false,
+        }
+    }
+}
+
 /// Decodes one CPU's trace and walks the truth beside it.
 fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: Option<MtcConv>, truth: &Path) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
@@ -267,11 +284,11 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
 
 /// The ETMv4 runs: each CPU's AUXTRACE buffers, decoded by etm's flow decoder.
 ///
-/// etm's decoder reads code at one time, the latest TIMESTAMP seen (ETM
-/// timestamps are perf time here), so `perf-style` and `timeline` decode
-/// alike; `timeline` also counts as uncertain every instruction whose bytes
-/// change between that timestamp and the next one (or lie in a PRE/POST
-/// window), where no image can say which code ran.
+/// ETM timestamps are perf time here. `perf-style` reads the code at the
+/// latest TIMESTAMP seen, as perf does; `timeline` reads it over the window
+/// up to the next TIMESTAMP, lets the trace decide where the code changes
+/// inside it, and counts as uncertain the instructions of the ranges it
+/// could not decide.
 fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, SimError> {
     use etm::flow::{ElemKind, FlowDecoder, Item};
     use perfdata::auxtrace::CsEtmInfo;
@@ -340,8 +357,10 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                 let mut m = Matcher { reader: reader_t, synced: true, failure: None, s: Score::default(), cpu: cpu as u32 };
                 let mut flow = FlowDecoder::new(code, &cfg);
                 let mut reader = etm::PacketReader::new(trace, framing, &cfg, etm::ErrorRecovery::Resync);
+                if mode == Mode::Timeline {
+                    flow.window_timestamps(reader.clone());
+                }
                 let (mut lo, mut hi) = (0u64, next_stamp(0));
-                let mut word = [0u8; 4];
                 etm::flow::run(&mut reader, &mut flow, |item| {
                     let Item::Element(e) = item else { return };
                     match e.kind {
@@ -351,11 +370,11 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                         }
                         ElemKind::InstrRange(r) => {
                             for ip in (r.start..r.end).step_by(4) {
-                                if mode == Mode::Timeline {
-                                    let i = full.read_into(ip, &mut word, lo);
-                                    m.s.uncertain += (i.uncertain || i.valid.end <= hi) as u64;
+                                if r.uncertain {
+                                    m.uncertain_insn(ip, lo, hi);
+                                } else {
+                                    m.insn(ip, lo, hi);
                                 }
-                                m.insn(ip, lo, hi);
                             }
                         }
                         // A BRK trap: the BRK (its preferred return address) ran.

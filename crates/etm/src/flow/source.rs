@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::code::{walk_to_addr, CodeSource, RunCache, Time, Walk};
+use super::code::{walk_to_addr, CodeSource, Picker, RunCache, Time, Walk, Window};
 use super::{
     ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext,
     TraceOnReason, UnsyncReason,
@@ -12,7 +12,7 @@ use crate::config::EtmV4Config;
 use crate::packet::{Context, Packet, PacketType};
 use crate::TracePacket;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum State {
     /// Report NO_SYNC at the next packet, then wait for an A-sync.
     NoSync,
@@ -63,7 +63,7 @@ struct Stacked {
 
 /// The return stack of the trace unit (16 entries): returns that match it
 /// are traced without a target address.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 struct ReturnStack {
     enabled: bool,
     entries: [(u64, Isa); 16],
@@ -98,6 +98,14 @@ impl ReturnStack {
     }
 }
 
+/// The code source and the walk cache a source decodes with (the cache is
+/// shared by the hypotheses of a source, see `FlowDecoder`).
+pub(crate) struct Code<'a, C> {
+    pub src: &'a C,
+    pub cache: &'a mut RunCache,
+}
+
+#[derive(Clone)]
 pub(crate) struct Source {
     trace_id: u8,
     state: State,
@@ -124,11 +132,23 @@ pub(crate) struct Source {
     ret: ReturnStack,
     last_index: u64,
     time: Time,
+    /// The next timestamp after `time` (`time` itself when not known).
+    pub hi: Time,
+    /// Code is read over `time..=hi` (the decoder was given the trace's
+    /// timestamps), not at `time` alone.
+    pub window: bool,
+    /// Choices among candidate instructions where code changes inside the window.
+    pub pick: Picker,
+    /// The trace does not fit what this source walked (an unconditional
+    /// branch not taken, an address where none was due, ...): read by the
+    /// decoder when several candidates are tried, never reported alone.
+    pub misfit: bool,
+    /// An address packet is due: after a taken indirect branch or an exception.
+    addr_due: bool,
     wfx_p0: bool,
     ts_with_cc: bool,
     /// An M-profile PE: FUNC_RET packets are P0 elements.
     m_profile: bool,
-    cache: RunCache,
     /// Elements in the output before the packet being decoded.
     out_mark: usize,
 }
@@ -180,16 +200,21 @@ impl Source {
             },
             last_index: 0,
             time: 0,
+            hi: 0,
+            window: false,
+            pick: Picker::default(),
+            misfit: false,
+            addr_due: false,
             wfx_p0: c.wfx_is_p0(),
             ts_with_cc: c.cycle_counting_enabled(),
             m_profile: c.profile == crate::config::Profile::M,
-            cache: RunCache::new(),
             out_mark: 0,
         }
     }
 
     #[inline]
-    fn emit(&self, out: &mut Vec<Element>, index: u64, kind: ElemKind) {
+    fn emit(&mut self, out: &mut Vec<Element>, index: u64, kind: ElemKind) {
+        self.misfit |= matches!(kind, ElemKind::Error(_) | ElemKind::AddrNacc(_));
         out.push(Element {
             trace_id: self.trace_id,
             index,
@@ -197,7 +222,12 @@ impl Source {
         });
     }
 
-    pub fn packet(&mut self, p: &TracePacket<'_>, code: &impl CodeSource, out: &mut Vec<Element>) {
+    pub fn packet(
+        &mut self,
+        p: &TracePacket<'_>,
+        code: &mut Code<'_, impl CodeSource>,
+        out: &mut Vec<Element>,
+    ) {
         self.last_index = p.index;
         if let Packet::Timestamp(ts) = p.packet {
             self.time = ts.value;
@@ -243,7 +273,12 @@ impl Source {
         }
     }
 
-    fn decode(&mut self, p: &TracePacket<'_>, code: &impl CodeSource, out: &mut Vec<Element>) {
+    fn decode(
+        &mut self,
+        p: &TracePacket<'_>,
+        code: &mut Code<'_, impl CodeSource>,
+        out: &mut Vec<Element>,
+    ) {
         let idx = p.index;
         self.out_mark = out.len();
         let mut is_addr = false;
@@ -478,7 +513,7 @@ impl Source {
     }
 
     /// Commits the oldest `self.commit` P0 elements and what precedes them.
-    fn commit_elements(&mut self, code: &impl CodeSource, out: &mut Vec<Element>) {
+    fn commit_elements(&mut self, code: &mut Code<'_, impl CodeSource>, out: &mut Vec<Element>) {
         let requested = self.commit;
         while self.commit > 0 {
             let Some(&Stacked { index, e }) = self.stack.front() else {
@@ -492,6 +527,9 @@ impl Source {
                     self.ret.flush();
                 }
                 Pending::Addr { addr, is } => {
+                    // Only a sync repeats where the code went: any other address is a misfit.
+                    self.misfit |= !self.need_addr && !self.addr_due && addr != self.addr;
+                    self.addr_due = false;
                     self.ret.pop_pending = false;
                     self.addr = addr;
                     self.isa = calc_isa(self.is64, is);
@@ -526,6 +564,8 @@ impl Source {
                         }
                         if !self.need_ctxt && !self.need_addr {
                             self.atom(taken, index, code, out);
+                        } else {
+                            self.misfit |= !self.need_ctxt;
                         }
                     }
                     if count > 0 {
@@ -594,6 +634,7 @@ impl Source {
             last_type: w.last.ty,
             last_subtype: w.last.sub,
             last_cond: w.last.cond,
+            uncertain: false,
         })
     }
 
@@ -604,13 +645,13 @@ impl Source {
     fn check_isa(
         &mut self,
         index: u64,
-        code: &impl CodeSource,
+        code: &Code<'_, impl CodeSource>,
         out: &mut Vec<Element>,
     ) -> Walkable {
         if self.isa == Isa::A64 {
             return Walkable::Yes;
         }
-        if code.fetch(self.addr, self.time, &mut [0u8; 4]).len < 4 {
+        if code.src.fetch(self.addr, self.time, &mut [0u8; 4]).len < 4 {
             return Walkable::NoCode;
         }
         let e = FlowError::UnsupportedIsa {
@@ -625,7 +666,13 @@ impl Source {
 
     /// One committed atom: the code from the current address to the next P0 instruction.
     #[inline]
-    fn atom(&mut self, taken: bool, index: u64, code: &impl CodeSource, out: &mut Vec<Element>) {
+    fn atom(
+        &mut self,
+        taken: bool,
+        index: u64,
+        code: &mut Code<'_, impl CodeSource>,
+        out: &mut Vec<Element>,
+    ) {
         match self.check_isa(index, code, out) {
             Walkable::Yes => {}
             Walkable::NoCode => {
@@ -636,7 +683,9 @@ impl Source {
             Walkable::Unsupported => return,
         }
         let start = self.addr;
-        let w = self.cache.walk_to_p0(code, start, self.time, self.wfx_p0);
+        let w = code
+            .cache
+            .walk_to_p0(code.src, start, self.win(), self.wfx_p0, &mut self.pick);
         self.addr = w.end;
         if w.nacc {
             self.need_addr = true;
@@ -647,6 +696,10 @@ impl Source {
             self.emit(out, index, ElemKind::AddrNacc(w.end));
             return;
         }
+        // Unconditional branches are always taken.
+        let always =
+            matches!(w.last.ty, InstrType::Branch | InstrType::IndirectBranch) && !w.last.cond;
+        self.misfit |= always && !taken;
         if taken {
             match w.last.ty {
                 InstrType::Branch => {
@@ -657,6 +710,7 @@ impl Source {
                 }
                 InstrType::IndirectBranch => {
                     self.need_addr = true;
+                    self.addr_due = true;
                     if w.last.sub == InstrSubtype::Link {
                         self.ret.push(w.end, self.isa);
                     }
@@ -671,6 +725,50 @@ impl Source {
         self.emit(out, index, k);
     }
 
+    /// The trace index of the latest packet.
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// The times code is read for.
+    #[inline]
+    fn win(&self) -> Window {
+        Window {
+            lo: self.time,
+            hi: if self.window {
+                self.hi.max(self.time)
+            } else {
+                self.time
+            },
+        }
+    }
+
+    /// What decides the source's future: two hypotheses equal in it walk
+    /// the rest of the trace alike.
+    pub fn same_future(&self, o: &Source) -> bool {
+        self.state == o.state
+            && self.addr == o.addr
+            && self.isa == o.isa
+            && self.need_addr == o.need_addr
+            && self.need_ctxt == o.need_ctxt
+            && self.addr_due == o.addr_due
+            && self.ret == o.ret
+            && self.spec_depth == o.spec_depth
+            && self.stack.len() == o.stack.len()
+            && self.exception_pending_addr == o.exception_pending_addr
+    }
+
+    /// A hypothesis that no longer fits: an error element, and the source
+    /// waits for the next A-sync.
+    pub fn fail_no_fit(&mut self, index: u64, addr: u64, out: &mut Vec<Element>) {
+        self.fail(
+            index,
+            FlowError::NoCandidateFits { addr },
+            UnsyncReason::BadPacket,
+            out,
+        );
+    }
+
     /// A committed exception (already off the stack): its context and
     /// return address follow it on the stack. The code up to the preferred
     /// return address ran before the exception was taken.
@@ -679,7 +777,7 @@ impl Source {
         index: u64,
         number: u16,
         ret_is_target: bool,
-        code: &impl CodeSource,
+        code: &mut Code<'_, impl CodeSource>,
         out: &mut Vec<Element>,
     ) {
         let mut ctxt = None;
@@ -721,7 +819,10 @@ impl Source {
             match self.check_isa(index, code, out) {
                 Walkable::Yes => {
                     let start = self.addr;
-                    let w = walk_to_addr(code, start, ret_addr, self.time, self.wfx_p0);
+                    let win = self.win();
+                    let (w, crossed) =
+                        walk_to_addr(code.src, start, ret_addr, win, self.wfx_p0, &mut self.pick);
+                    self.misfit |= crossed;
                     self.addr = w.end;
                     if w.nacc {
                         self.need_addr = true;
@@ -742,6 +843,8 @@ impl Source {
         if let Some(a) = nacc {
             self.emit(out, index, ElemKind::AddrNacc(a));
         }
+        // The exception's target address comes next.
+        self.addr_due = true;
         self.emit(
             out,
             index,
