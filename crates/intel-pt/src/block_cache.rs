@@ -11,8 +11,9 @@
 //! before the last are kept in the entry when none is a jump or call; other
 //! blocks keep them, and the targets of their jumps and calls, in side
 //! arenas. Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
-//! and the arena holds at most [`MAX_SPILL`] bytes; past that everything is
-//! dropped and refilled, without allocating.
+//! and the arenas hold at most [`MAX_SPILL`] lengths and as many targets
+//! (36 MB), about 100 MB in all (130 MB while the table doubles); past that
+//! everything is dropped and refilled, without allocating.
 
 use std::ops::Range;
 

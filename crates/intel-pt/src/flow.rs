@@ -9,6 +9,14 @@
 //! asked for that interval. When a change lands inside it, the candidates
 //! are tried in turn against the packets that follow; the one that fits is
 //! taken, and if several fit the instruction is reported as uncertain.
+//! With [`FlowDecoder::with_mtc`], MTC packets (after a TSC and its TMA)
+//! raise the start of that interval between TSCs.
+//!
+//! Runs of instructions that need no packet are decoded once and cached
+//! (`block_cache`), each with the window of time its bytes hold for, as the
+//! code source reports it ([`CodeSource::fetch_window`]); a cached block is
+//! used only where stepping instruction by instruction would give the same
+//! events, so the cache changes speed, not output.
 
 use std::collections::VecDeque;
 use std::ops::Range;
