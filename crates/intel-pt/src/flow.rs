@@ -18,7 +18,6 @@
 //! used only where stepping instruction by instruction would give the same
 //! events, so the cache changes speed, not output.
 
-use std::collections::VecDeque;
 use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
@@ -309,7 +308,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 impl<'a> State<'a> {
     fn new(buf: &'a [u8]) -> Self {
         State {
-            packets: Packets { dec: PacketDecoder::new(buf), ahead: VecDeque::with_capacity(AHEAD) },
+            packets: Packets { dec: PacketDecoder::new(buf), ahead: Vec::with_capacity(AHEAD), next: 0 },
             ip: None,
             tnt_bits: 0,
             tnt_count: 0,
@@ -880,7 +879,9 @@ const AHEAD: usize = 512;
 #[derive(Clone)]
 struct Packets<'a> {
     dec: PacketDecoder<'a>,
-    ahead: VecDeque<(usize, Packet)>,
+    /// `ahead[next..]` are still to be taken.
+    ahead: Vec<(usize, Packet)>,
+    next: usize,
 }
 
 /// How a scan for the next TSC ended.
@@ -894,28 +895,35 @@ enum Scan {
 impl Packets<'_> {
     /// Where the walk is: the offset of the next packet it takes.
     fn offset(&self) -> usize {
-        self.ahead.front().map_or(self.dec.offset(), |p| p.0)
+        self.ahead.get(self.next).map_or(self.dec.offset(), |p| p.0)
     }
 
     #[inline(always)]
     fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
-        match self.ahead.pop_front() {
-            Some(p) => Ok(Some(p)),
+        match self.ahead.get(self.next) {
+            Some(&p) => {
+                self.next += 1;
+                Ok(Some(p))
+            }
             None => self.dec.next_packet(),
         }
     }
 
     fn sync_forward(&mut self) -> crate::Resync {
-        if let Some(&(at, _)) = self.ahead.front() {
+        if let Some(&(at, _)) = self.ahead.get(self.next) {
             self.dec.seek(at);
-            self.ahead.clear();
         }
+        self.ahead.clear();
+        self.next = 0;
         self.dec.sync_forward()
     }
 
     /// The first TSC from the walk's position, keeping the packets decoded
     /// on the way (up to [`AHEAD`]; past that, a copy of the decoder scans on).
     fn scan_to_tsc(&mut self, limit: usize) -> Scan {
+        // Drop what the walk has taken (all of it, but after a stop).
+        self.ahead.drain(..self.next);
+        self.next = 0;
         for &(off, p) in &self.ahead {
             match p {
                 Packet::Tsc(tsc) => return Scan::Tsc(off, tsc),
@@ -932,7 +940,7 @@ impl Packets<'_> {
                 Err(e) => return Scan::Stop(e.offset),
             };
             if copy.is_none() {
-                self.ahead.push_back((off, p));
+                self.ahead.push((off, p));
                 if self.ahead.len() == AHEAD {
                     copy = Some(self.dec.clone());
                 }
