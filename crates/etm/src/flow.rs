@@ -400,7 +400,9 @@ impl<C: CodeSource> FlowDecoder<C> {
 
 impl Slot {
     /// One packet over windows: forks where a walk chose among candidates,
-    /// and settles the hypotheses the trace decides.
+    /// and settles the hypotheses the trace decides. Kept out of line: the
+    /// decode at one time stays as small as it was.
+    #[inline(never)]
     fn window_packet<C: CodeSource>(
         &mut self,
         p: &TracePacket<'_>,
@@ -464,6 +466,12 @@ impl Slot {
     fn resolve(&mut self, index: u64, force: bool, out: &mut Vec<Element>) {
         if self.alts.is_empty() {
             return;
+        }
+        for a in &mut self.alts {
+            a.source.misfit |= a
+                .out
+                .iter()
+                .any(|e| matches!(e.kind, ElemKind::Error(_) | ElemKind::AddrNacc(_)));
         }
         let fits = self.alts.iter().filter(|a| !a.source.misfit).count();
         if fits == 0 {

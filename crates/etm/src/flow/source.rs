@@ -140,8 +140,9 @@ pub(crate) struct Source {
     /// Choices among candidate instructions where code changes inside the window.
     pub pick: Picker,
     /// The trace does not fit what this source walked (an unconditional
-    /// branch not taken, an address where none was due, ...): read by the
-    /// decoder when several candidates are tried, never reported alone.
+    /// branch not taken, an address where none was due, ...; error and
+    /// ADDR_NACC elements say so too): read by the decoder when several
+    /// candidates are tried, never reported alone.
     pub misfit: bool,
     /// An address packet is due: after a taken indirect branch or an exception.
     addr_due: bool,
@@ -213,8 +214,7 @@ impl Source {
     }
 
     #[inline]
-    fn emit(&mut self, out: &mut Vec<Element>, index: u64, kind: ElemKind) {
-        self.misfit |= matches!(kind, ElemKind::Error(_) | ElemKind::AddrNacc(_));
+    fn emit(&self, out: &mut Vec<Element>, index: u64, kind: ElemKind) {
         out.push(Element {
             trace_id: self.trace_id,
             index,
@@ -697,9 +697,12 @@ impl Source {
             return;
         }
         // Unconditional branches are always taken.
-        let always =
-            matches!(w.last.ty, InstrType::Branch | InstrType::IndirectBranch) && !w.last.cond;
-        self.misfit |= always && !taken;
+        if !taken
+            && matches!(w.last.ty, InstrType::Branch | InstrType::IndirectBranch)
+            && !w.last.cond
+        {
+            self.misfit = true;
+        }
         if taken {
             match w.last.ty {
                 InstrType::Branch => {
