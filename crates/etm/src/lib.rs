@@ -13,7 +13,9 @@
 //!   over the packets that follows atoms through the code (AArch64) and
 //!   produces generic trace elements equivalent to OpenCSD's (TRACE_ON,
 //!   PE_CONTEXT, INSTR_RANGE, EXCEPTION, ...), speculation resolved, code
-//!   read through a [`flow::CodeSource`] at the trace's latest timestamp.
+//!   read through a [`flow::CodeSource`] at the trace's latest timestamp,
+//!   or over the window up to the next one, the trace deciding among the
+//!   contents code had inside it.
 //! - [`opencsd`]: packet and element lines in `trc_pkt_lister`'s layout, to
 //!   diff against it.
 //!

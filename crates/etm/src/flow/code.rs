@@ -42,8 +42,9 @@ pub enum Fetch {
 }
 
 /// Code bytes at an address as they were at a time. The decoder asks with
-/// the latest timestamp seen; an image without history (a snapshot) answers
-/// the same for every time.
+/// the latest timestamp seen, and over windows between timestamps (when
+/// given them) for the contents inside; an image without history (a
+/// snapshot) answers the same for every time.
 pub trait CodeSource {
     fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched;
 
