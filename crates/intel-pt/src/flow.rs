@@ -185,9 +185,15 @@ struct State<'a> {
     tnt_count: u8,
     stack: ReturnStack,
     lo: Time,
+    /// The latest the instructions from here ran: the next TSC's time, or
+    /// sooner the end of the period the next MTC names.
     hi: Time,
-    /// Offset of the TSC that gave `hi` (re-scan when passed).
+    /// The next TSC's time, and its offset (re-scan when passed).
+    tsc_hi: Time,
     hi_at: usize,
+    /// The end of the next MTC's period (MTC timing), and its offset.
+    mtc_hi: Time,
+    mtc_hi_at: usize,
     /// MTC timing (with [`FlowDecoder::with_mtc`]): the last TSC, and the
     /// CTC count it is converted from.
     mtc: MtcState,
@@ -315,7 +321,10 @@ impl<'a> State<'a> {
             stack: ReturnStack::default(),
             lo: 0,
             hi: Time::MAX,
+            tsc_hi: Time::MAX,
             hi_at: 0,
+            mtc_hi: Time::MAX,
+            mtc_hi_at: usize::MAX,
             peeked: None,
             walked: 0,
             mtc: MtcState::default(),
@@ -390,11 +399,11 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     continue;
                 }
                 Packet::Tma { ctc, fast_counter } => {
-                    self.tma(st, ctc, fast_counter);
+                    self.tma(st, offset, ctc, fast_counter);
                     continue;
                 }
                 Packet::Mtc(payload) => {
-                    self.mtc(st, payload);
+                    self.mtc(st, offset, payload);
                     continue;
                 }
                 Packet::Psb => {
@@ -418,11 +427,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if offset >= st.hi_at {
             self.next_tsc(st, offset);
         }
+        self.next_mtc(st, offset);
     }
 
     /// A TMA after a TSC: the CTC and fast counter at that TSC, the base
     /// MTCs count from (perf's conversion).
-    fn tma(&self, st: &mut State<'a>, ctc: u16, fast_counter: u16) {
+    fn tma(&self, st: &mut State<'a>, offset: usize, ctc: u16, fast_counter: u16) {
         let Some(m) = self.mtc else { return };
         let ctc = u64::from(ctc);
         let rem = ctc & ((1u64 << m.shift) - 1);
@@ -430,38 +440,70 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         st.mtc.delta = 0;
         st.mtc.base = st.mtc.tsc.wrapping_sub(u64::from(fast_counter)).wrapping_sub(m.ctc_to_tsc(rem));
         st.mtc.based = true;
+        self.next_mtc(st, offset);
+    }
+
+    /// The perf time of the CTC tick an MTC with `payload` names, after the
+    /// last MTC's; `ahead` periods later (1: the end of that tick's period).
+    fn mtc_time(&self, m: &MtcConv, st: &State<'a>, payload: u8, ahead: u64) -> Time {
+        let ticks = (u64::from(payload.wrapping_sub(st.mtc.last)) + ahead) << m.shift;
+        self.cfg.time.perf_time(st.mtc.base.wrapping_add(m.ctc_to_tsc(st.mtc.delta.wrapping_add(ticks))))
     }
 
     /// An MTC: CTC bits `shift + 7 .. shift` now, so the time has moved on
     /// by the CTC ticks since the last one. The time never goes back, nor
     /// past the next TSC's.
-    fn mtc(&self, st: &mut State<'a>, payload: u8) {
+    fn mtc(&self, st: &mut State<'a>, offset: usize, payload: u8) {
         let Some(m) = self.mtc else { return };
         if !st.mtc.based {
             return;
         }
-        let ticks = u64::from(payload.wrapping_sub(st.mtc.last)) << m.shift;
+        let t = self.mtc_time(&m, st, payload, 0);
+        st.mtc.delta = st.mtc.delta.wrapping_add(u64::from(payload.wrapping_sub(st.mtc.last)) << m.shift);
         st.mtc.last = payload;
-        st.mtc.delta = st.mtc.delta.wrapping_add(ticks);
-        let t = self.cfg.time.perf_time(st.mtc.base.wrapping_add(m.ctc_to_tsc(st.mtc.delta)));
-        st.lo = st.lo.max(t.min(st.hi));
+        st.lo = st.lo.max(t.min(st.tsc_hi));
+        if offset >= st.mtc_hi_at {
+            self.next_mtc(st, offset);
+        } else {
+            st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
+        }
     }
 
     /// Finds the TSC after `from` to bound the time of what comes next.
     fn next_tsc(&self, st: &mut State<'a>, from: usize) {
-        st.hi = Time::MAX;
+        st.tsc_hi = Time::MAX;
         st.hi_at = usize::MAX;
         // Too far, or a bad packet: unbounded for now, and scan again at the
         // first TSC past here (after a resync, say), so that one corrupt
         // packet does not leave the rest of the buffer unbounded.
-        match st.packets.scan_to_tsc(from.saturating_add(1 << 20)) {
+        match st.packets.scan_to_tsc(from.saturating_add(1 << 20), false) {
             Scan::Tsc(off, tsc) => {
-                st.hi = self.cfg.time.perf_time(tsc);
+                st.tsc_hi = self.cfg.time.perf_time(tsc);
                 st.hi_at = off;
             }
             Scan::Stop(off) => st.hi_at = off,
-            Scan::End => {}
+            Scan::Mtc(..) | Scan::End => {}
         }
+        st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
+    }
+
+    /// With MTC timing: finds the MTC after `from`, before the next TSC;
+    /// what comes before it ran before the end of the CTC period it names
+    /// (the MTC says the count has reached that tick, not yet the next).
+    fn next_mtc(&self, st: &mut State<'a>, from: usize) {
+        st.mtc_hi = Time::MAX;
+        st.mtc_hi_at = usize::MAX;
+        if let Some(m) = self.mtc.filter(|_| st.mtc.based) {
+            match st.packets.scan_to_tsc(from.saturating_add(1 << 20), true) {
+                Scan::Mtc(off, payload) => {
+                    st.mtc_hi = self.mtc_time(&m, st, payload, 1);
+                    st.mtc_hi_at = off;
+                }
+                Scan::Stop(off) => st.mtc_hi_at = off,
+                Scan::Tsc(..) | Scan::End => {}
+            }
+        }
+        st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
     }
 
     /// PSB+: status up to PSBEND. Its FUP is where execution is.
@@ -475,8 +517,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             match packet {
                 Packet::PsbEnd => return Ok(()),
                 Packet::Tsc(tsc) => self.tsc(st, offset, tsc),
-                Packet::Tma { ctc, fast_counter } => self.tma(st, ctc, fast_counter),
-                Packet::Mtc(payload) => self.mtc(st, payload),
+                Packet::Tma { ctc, fast_counter } => self.tma(st, offset, ctc, fast_counter),
+                Packet::Mtc(payload) => self.mtc(st, offset, payload),
                 Packet::Fup(ip) if ip.ip.is_some() => st.ip = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
                 _ => {}
@@ -887,6 +929,7 @@ struct Packets<'a> {
 /// How a scan for the next TSC ended.
 enum Scan {
     Tsc(usize, u64),
+    Mtc(usize, u8),
     /// Past the limit (at the packet there), or a bad packet there.
     Stop(usize),
     End,
@@ -918,15 +961,17 @@ impl Packets<'_> {
         self.dec.sync_forward()
     }
 
-    /// The first TSC from the walk's position, keeping the packets decoded
-    /// on the way (up to [`AHEAD`]; past that, a copy of the decoder scans on).
-    fn scan_to_tsc(&mut self, limit: usize) -> Scan {
+    /// The first TSC (or MTC, with `mtc`) from the walk's position, keeping
+    /// the packets decoded on the way (up to [`AHEAD`]; past that, a copy of
+    /// the decoder scans on).
+    fn scan_to_tsc(&mut self, limit: usize, mtc: bool) -> Scan {
         // Drop what the walk has taken (all of it, but after a stop).
         self.ahead.drain(..self.next);
         self.next = 0;
         for &(off, p) in &self.ahead {
             match p {
                 Packet::Tsc(tsc) => return Scan::Tsc(off, tsc),
+                Packet::Mtc(payload) if mtc => return Scan::Mtc(off, payload),
                 _ if off > limit => return Scan::Stop(off),
                 _ => {}
             }
@@ -947,6 +992,7 @@ impl Packets<'_> {
             }
             match p {
                 Packet::Tsc(tsc) => return Scan::Tsc(off, tsc),
+                Packet::Mtc(payload) if mtc => return Scan::Mtc(off, payload),
                 _ if off > limit => return Scan::Stop(off),
                 _ => {}
             }

@@ -1,8 +1,10 @@
 //! MTC timing (`FlowDecoder::with_mtc`): after a TSC and its TMA, each MTC
 //! moves the start of the time the following instructions ran in, by the
 //! CTC ticks it shows (wrapping at 8 bits) converted to TSC ticks, as perf
-//! converts them; never back, never past the next TSC. Without `with_mtc`
-//! MTC and TMA change nothing. Traces written with the packet `Encoder`.
+//! converts them; never back, never past the next TSC. The next MTC bounds
+//! the time of what comes before it: the end of the CTC period it names.
+//! Without `with_mtc` MTC and TMA change nothing. Traces written with the
+//! packet `Encoder`.
 
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use intel_pt::flow::{FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
@@ -66,7 +68,10 @@ fn mtc_moves_time_on() {
     // the TSC, so the time stays 1100; TSC 2000.
     assert_eq!(starts(&events), [1000, 1011, 1023, 1023, 1100, 1100, 2000]);
     let his: Vec<Time> = events.iter().filter_map(|e| match *e { FlowEvent::Insn { ip, hi, .. } if ip == K => Some(hi), _ => None }).collect();
-    assert_eq!(his, [1100, 1100, 1100, 1100, 2000, 2000, Time::MAX], "MTC leaves the upper bound at the next TSC");
+    // Each turn ran before the end of the next MTC's period (0x4a: 12 CTC
+    // ticks past the base, 1023; 0x4b: 16, 1035), else the next TSC; 0x4c's
+    // period ends (1047) before the TSC before it: no earlier than that TSC.
+    assert_eq!(his, [1023, 1035, 1035, 1100, 1100, 2000, Time::MAX]);
 
     // The same, in PSB segments on the pool.
     let mut par = Vec::new();

@@ -144,9 +144,52 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
     Ok(reports)
 }
 
+/// The truth of one CPU, read ahead as far as a search needs.
+struct Truth {
+    reader: TruthReader,
+    ahead: std::collections::VecDeque<std::io::Result<(u64, u64)>>,
+}
+
+impl Truth {
+    fn new(reader: TruthReader) -> Truth {
+        Truth { reader, ahead: std::collections::VecDeque::new() }
+    }
+
+    fn peek(&mut self) -> Option<&std::io::Result<(u64, u64)>> {
+        if self.ahead.is_empty() {
+            self.ahead.push_back(self.reader.next()?);
+        }
+        self.ahead.front()
+    }
+
+    /// How many instructions come before the next one at `ip` that ran
+    /// within `[lo, hi]`, reading ahead but taking nothing.
+    fn find(&mut self, ip: u64, lo: Time, hi: Time) -> Option<usize> {
+        for i in 0.. {
+            if i == self.ahead.len() {
+                self.ahead.push_back(self.reader.next()?);
+            }
+            match &self.ahead[i] {
+                Ok((t, _)) if *t > hi.saturating_add(1) => return None,
+                Ok((t, a)) if *a == ip && *t >= lo.saturating_sub(1) => return Some(i),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+}
+
+impl Iterator for Truth {
+    type Item = std::io::Result<(u64, u64)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.ahead.pop_front().or_else(|| self.reader.next())
+    }
+}
+
 /// Walks the truth beside the decoded instructions.
 struct Matcher {
-    reader: std::iter::Peekable<TruthReader>,
+    reader: Truth,
     synced: bool,
     failure: Option<std::io::Error>,
     s: Score,
@@ -176,26 +219,21 @@ impl Matcher {
             }
             return;
         }
-        // Out of step: find this instruction in the truth, within its time bounds.
-        let mut skipped = 0u64;
-        while let Some(Ok((t, a))) = self.reader.peek() {
-            if *t > hi.saturating_add(1) {
-                break;
-            }
-            if *a == ip && *t >= lo.saturating_sub(1) {
-                self.reader.next();
-                s.instructions += 1 + skipped;
+        // Out of step: find this instruction in the truth, within its time
+        // bounds; what it skips is missing. Not there: it is wrong, and the
+        // truth stays where it is for the next one.
+        match self.reader.find(ip, lo, hi) {
+            Some(skipped) => {
+                for _ in 0..=skipped {
+                    self.reader.next();
+                }
+                s.instructions += 1 + skipped as u64;
                 s.correct += 1;
-                s.missing += skipped;
+                s.missing += skipped as u64;
                 self.synced = true;
-                return;
             }
-            skipped += 1;
-            self.reader.next();
+            None => s.wrong += 1,
         }
-        s.missing += skipped;
-        s.instructions += skipped;
-        s.wrong += 1;
     }
 }
 
@@ -219,7 +257,7 @@ impl Matcher {
 /// Decodes one CPU's trace and walks the truth beside it.
 fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: Option<MtcConv>, truth: &Path) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
-    let reader = TruthReader::open(truth).map_err(io)?.peekable();
+    let reader = Truth::new(TruthReader::open(truth).map_err(io)?);
     let mut m = Matcher { reader, synced: true, failure: None, s: Score::default(), cpu };
     let mut last_hi = 0;
     let mut decoder = FlowDecoder::new(trace, code, cfg.clone());
@@ -278,7 +316,12 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
     let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).unwrap().timeline;
     let src = Interval(&full);
     let mut out = Vec::new();
-    FlowDecoder::new(&aux, &src, cfg).run(|e| out.push(e));
+    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
+    let mut decoder = FlowDecoder::new(&aux, &src, cfg);
+    if let Some(mtc) = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d)) {
+        decoder = decoder.with_mtc(mtc);
+    }
+    decoder.run(|e| out.push(e));
     out
 }
 
@@ -353,7 +396,7 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                 let code = if mode == Mode::Static { &bare } else { &full };
                 let truth = dir.join(format!("truth/cpu{cpu}.bin"));
                 let io = |source| SimError::Io { path: truth.clone(), source };
-                let reader_t = TruthReader::open(&truth).map_err(io)?.peekable();
+                let reader_t = Truth::new(TruthReader::open(&truth).map_err(io)?);
                 let mut m = Matcher { reader: reader_t, synced: true, failure: None, s: Score::default(), cpu: cpu as u32 };
                 let mut flow = FlowDecoder::new(code, &cfg);
                 let mut reader = etm::PacketReader::new(trace, framing, &cfg, etm::ErrorRecovery::Resync);

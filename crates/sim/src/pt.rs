@@ -182,14 +182,14 @@ impl PtEmitter {
         }
         let due = match self.timing {
             Timing::Tsc { period } => time >= self.last_tsc + period,
-            Timing::Mtc { freq } => time / TSC_PER_CTC >> freq > self.last_mtc,
+            Timing::Mtc { freq } => (time / TSC_PER_CTC) >> freq > self.last_mtc,
         };
         if due {
             self.flush_tnt();
             if self.out.pos() - self.last_psb_at >= self.psb_period {
                 self.psb(time, Some(next));
             } else if let Timing::Mtc { freq } = self.timing {
-                let tick = time / TSC_PER_CTC >> freq;
+                let tick = (time / TSC_PER_CTC) >> freq;
                 self.put(Packet::Mtc(tick as u8));
                 self.last_mtc = tick;
             } else {
