@@ -78,7 +78,8 @@ impl RealCode {
 /// Runs `cpus` CPUs through `code` for `instructions` each (on average).
 /// Calls and jumps through registers go to a random function; a return with
 /// nothing to return to, and anything that cannot be walked (invalid bytes,
-/// system calls, traps) ends the path with an interrupt to a random function.
+/// system calls, traps, a direct branch out of the file) ends the path with
+/// an interrupt to a random function.
 pub fn walk(code: &RealCode, cpus: u32, instructions: u64, time_zero: u64, rng: &mut Rng, sink: &mut impl Sink) -> u64 {
     let mut cache: HashMap<u64, crate::machine::Decoded> = HashMap::new();
     let pick = |rng: &mut Rng| code.functions[rng.below(code.functions.len() as u64) as usize];
@@ -119,8 +120,16 @@ pub fn walk(code: &RealCode, cpus: u32, instructions: u64, time_zero: u64, rng: 
                 (to, Flow::Trap { from: pc, to })
             }
         };
-        // A path that leaves the code (a direct branch out of the file) restarts elsewhere.
-        let to = if code.bytes_at(to).is_empty() { pick(rng) } else { to };
+        // A path that leaves the code (a direct branch out of the file)
+        // restarts elsewhere, by an interrupt the trace shows (FUP + TIP),
+        // as anything else that cannot be walked.
+        let (to, flow) = if code.bytes_at(to).is_empty() {
+            let to = pick(rng);
+            stack.clear();
+            (to, Flow::Trap { from: pc, to })
+        } else {
+            (to, flow)
+        };
         if stack.len() > 1024 {
             stack.remove(0);
         }
