@@ -263,6 +263,8 @@ struct Slot {
     truncated: bool,
     /// Where the walk that forked started.
     fork_addr: u64,
+    /// The source before the packet being decoded (its allocation reused).
+    before: Source,
 }
 
 struct Alt {
@@ -283,6 +285,7 @@ impl<C: CodeSource> FlowDecoder<C> {
                 route[id] = sources.len() as u8;
                 sources.push(Slot {
                     source: Source::new(c),
+                    before: Source::new(c),
                     cache: RunCache::new(),
                     stamps: Vec::new(),
                     alts: Vec::new(),
@@ -422,7 +425,7 @@ impl Slot {
             cache: &mut self.cache,
         };
         if self.alts.is_empty() {
-            let before = self.source.clone();
+            self.before.clone_from(&self.source);
             let mark = out.len();
             self.source.pick = Picker::default();
             self.source.packet(p, &mut code, out);
@@ -434,7 +437,7 @@ impl Slot {
             self.since_fork = 0;
             self.truncated = false;
             let mut alts = Vec::new();
-            self.truncated |= expand(&before, p, &mut code, Vec::new(), &mut alts);
+            self.truncated |= expand(&self.before, p, &mut code, Vec::new(), &mut alts);
             self.alts = alts;
         } else {
             self.since_fork += 1;

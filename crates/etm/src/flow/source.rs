@@ -63,7 +63,7 @@ struct Stacked {
 
 /// The return stack of the trace unit (16 entries): returns that match it
 /// are traced without a target address.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 struct ReturnStack {
     enabled: bool,
     entries: [(u64, Isa); 16],
@@ -105,7 +105,6 @@ pub(crate) struct Code<'a, C> {
     pub cache: &'a mut RunCache,
 }
 
-#[derive(Clone)]
 pub(crate) struct Source {
     trace_id: u8,
     state: State,
@@ -152,6 +151,24 @@ pub(crate) struct Source {
     m_profile: bool,
     /// Elements in the output before the packet being decoded.
     out_mark: usize,
+}
+
+/// Every field but the speculation stack is `Copy`: `clone_from` reuses
+/// the stack's allocation (the decoder keeps a copy of the source from
+/// before each packet when it reads code over windows).
+impl Clone for Source {
+    fn clone(&self) -> Source {
+        Source {
+            stack: self.stack.clone(),
+            ..*self
+        }
+    }
+
+    fn clone_from(&mut self, o: &Source) {
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clone_from(&o.stack);
+        *self = Source { stack, ..*o };
+    }
 }
 
 /// What [`Source::check_isa`] found.
