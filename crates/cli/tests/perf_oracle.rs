@@ -753,6 +753,11 @@ fn per_thread_buffers_are_the_threads_own() {
 /// truth without the BRKs that trapped (a trap is a `hw int` branch, not an
 /// instruction): the index of the first difference per CPU, and the count.
 fn cs_instructions_vs_truth(dir: &Path) -> Vec<(Option<usize>, usize)> {
+    cs_instructions_vs_truth_uncertain(dir).into_iter().map(|(first, n, _)| (first, n)).collect()
+}
+
+/// The same, with the index of each CPU's first instruction printed uncertain.
+fn cs_instructions_vs_truth_uncertain(dir: &Path) -> Vec<(Option<usize>, usize, Option<usize>)> {
     let d = dir.to_str().unwrap();
     let vectors: std::collections::BTreeSet<u64> = poketrace(&["decode", d, "--itrace=b", "-F", "flags,addr"])
         .lines()
@@ -767,7 +772,10 @@ fn cs_instructions_vs_truth(dir: &Path) -> Vec<(Option<usize>, usize)> {
         let want: Vec<u64> = truth.iter().zip(truth.iter().skip(1).map(Some).chain([None])).filter(|(_, next)| !next.is_some_and(|n| vectors.contains(n))).map(|(a, _)| *a).collect();
         let got: Vec<u64> = lines.iter().map(|l| u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap()).collect();
         let first = got.iter().zip(&want).position(|(a, b)| a != b).or((got.len() != want.len()).then_some(got.len().min(want.len())));
-        out.push((first, got.len()));
+        let json = poketrace(&["decode", d, "--itrace=i", "--json"]);
+        let cpu_field = format!("\"cpu\":{n},");
+        let uncertain = json.lines().filter(|l| l.contains(&cpu_field)).position(|l| l.contains("\"uncertain\":true"));
+        out.push((first, got.len(), uncertain));
     }
     out
 }
@@ -817,6 +825,13 @@ fn coresight_decode_prints_what_perf_prints() {
         let (perf_right, our_right) = (right_branches(t, &truth), right_branches(&ours[cpu], &truth));
         eprintln!("{cpu}: {} branches ran; perf right for the first {perf_right}, poketrace for the first {our_right}", truth.len());
         assert!(our_right > perf_right && our_right > 1000, "{cpu}: perf {perf_right}, ours {our_right}");
+    }
+    // Where a change lands between two timestamps the trace decides which
+    // code ran, or the instructions are printed uncertain: none is wrong
+    // before the first uncertain one.
+    for (first, n, uncertain) in cs_instructions_vs_truth_uncertain(&poked) {
+        eprintln!("instructions: first difference {first:?} of {n}, first uncertain {uncertain:?}");
+        assert!(first.is_some_and(|f| uncertain.is_some_and(|u| u <= f)) || first.is_none(), "first difference {first:?}, first uncertain {uncertain:?}");
     }
 }
 
