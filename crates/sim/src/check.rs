@@ -408,7 +408,11 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                     let Item::Element(e) = item else { return };
                     match e.kind {
                         ElemKind::Timestamp { value, .. } => {
-                            lo = value;
+                            // The instructions after a timestamp ran at or
+                            // after it, exactly (the matcher allows one unit
+                            // before `lo`, for Intel PT's coarser clocks):
+                            // a loop's iteration just before it is no match.
+                            lo = value.saturating_add(1);
                             hi = next_stamp(value);
                         }
                         ElemKind::InstrRange(r) => {
