@@ -143,7 +143,8 @@ impl CsEtmCpu {
             trcidr2: r(4)?,
             trcidr8: r(5)?,
             trcauthstatus: r(6)?,
-            ts_source: self.params.get(7).copied(),
+            // ETE's block has TRCDEVARCH before it.
+            ts_source: self.params.get(if self.magic == cs_etm_magic::ETE { 8 } else { 7 }).copied(),
         })
     }
 }
@@ -211,5 +212,24 @@ impl CsEtmInfo {
             w.extend(&c.params);
         }
         w.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etmv4_and_ete_blocks_name_their_registers() {
+        let v4 = CsEtmCpu { magic: cs_etm_magic::ETMV4, cpu: 1, params: vec![0x801, 0x10, 1, 2, 3, 4, 0xcc, 1] };
+        let r = v4.etmv4().unwrap();
+        assert_eq!((r.trcconfigr, r.trctraceidr, r.trcidr8, r.trcauthstatus, r.ts_source), (0x801, 0x10, 4, 0xcc, Some(1)));
+        // ETE: TRCDEVARCH, then TS_SOURCE.
+        let ete = CsEtmCpu { magic: cs_etm_magic::ETE, cpu: 1, params: vec![0x801, 0x10, 1, 2, 3, 4, 0xcc, 0x4770_4a13, 1] };
+        assert_eq!(ete.etmv4().unwrap().ts_source, Some(1));
+        // Before Linux 5.19: no TS_SOURCE; too short, or ETMv3: none.
+        assert_eq!(CsEtmCpu { params: v4.params[..7].to_vec(), ..v4.clone() }.etmv4().unwrap().ts_source, None);
+        assert_eq!(CsEtmCpu { params: v4.params[..6].to_vec(), ..v4.clone() }.etmv4(), None);
+        assert_eq!(CsEtmCpu { magic: cs_etm_magic::ETMV3, ..v4 }.etmv4(), None);
     }
 }

@@ -352,23 +352,19 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
     let info = info.ok_or_else(|| SimError::Config("no CoreSight AUXTRACE_INFO in the file".into()))?;
     let configs: Vec<etm::EtmV4Config> = (0..aux.len())
         .map(|c| {
-            let p = info.cpus.iter().find(|b| b.cpu == c as u64).map(|b| b.params.as_slice()).unwrap_or(&[]);
-            let g = |i: usize| p.get(i).map(|&v| v as u32);
-            let d = etm::EtmV4Config::default();
-            match (g(0), g(1)) {
-                (Some(configr), Some(traceidr)) => Ok(etm::EtmV4Config {
-                    configr,
-                    traceidr,
-                    idr0: g(2).unwrap_or(d.idr0),
-                    idr1: g(3).unwrap_or(d.idr1),
-                    idr2: g(4).unwrap_or(d.idr2),
-                    idr8: g(5).unwrap_or(d.idr8),
-                    ..d
-                }),
-                _ => Err(SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}"))),
-            }
+            let r = info.cpus.iter().find(|b| b.cpu == c as u64).and_then(|b| b.etmv4());
+            let r = r.ok_or_else(|| SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}")))?;
+            Ok(etm::EtmV4Config {
+                configr: r.trcconfigr,
+                traceidr: r.trctraceidr,
+                idr0: r.trcidr0,
+                idr1: r.trcidr1,
+                idr2: r.trcidr2,
+                idr8: r.trcidr8,
+                ..etm::EtmV4Config::default()
+            })
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, SimError>>()?;
     let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
     let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline;
     let mut base = BaseImage::new();

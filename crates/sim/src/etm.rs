@@ -34,8 +34,6 @@ pub const AUX_CHUNK: u64 = 1 << 16;
 pub const TRCCONFIGR: u32 = 0x801;
 /// TRCAUTHSTATUS as a Cortex-A53 reports it (perf's metadata carries it).
 pub const TRCAUTHSTATUS: u32 = 0xcc;
-/// TRCDEVARCH of an ETMv4.0: architect Arm, present, ARCHID 0x4a13.
-pub const TRCDEVARCH: u32 = 0x4770_4a13;
 /// ETMv4 exception type 6, instruction debug: breakpoint instructions.
 pub const EXCEPTION_BRK: u16 = 6;
 /// Pending atoms are written out once there are this many.

@@ -585,11 +585,11 @@ fn cs_etm_info(cpus: u32) -> CsEtmInfo {
     let cpus = (0..cpus)
         .map(|c| {
             let r = etm::config(c);
-            // Then TRCDEVARCH (perf 6.1 on), and TS_SOURCE (later perfs): 1,
-            // the timestamps are the generic timer, so perf converts them
-            // with TIME_CONV (perf 6.1 gives every sample the time of the
-            // latest side-band record instead).
-            let params = [r.configr, r.traceidr, r.idr0, r.idr1, r.idr2, r.idr8, etm::TRCAUTHSTATUS, etm::TRCDEVARCH, 1];
+            // Then TS_SOURCE: 1, the timestamps are the generic timer, so a
+            // reader converts them with TIME_CONV (perf 6.1 does not: it
+            // gives every sample the time of the latest side-band record).
+            // TRCDEVARCH belongs to ETE's block, before its TS_SOURCE.
+            let params = [r.configr, r.traceidr, r.idr0, r.idr1, r.idr2, r.idr8, etm::TRCAUTHSTATUS, 1];
             CsEtmCpu { magic: cs_etm_magic::ETMV4, cpu: c as u64, params: params.iter().map(|&v| v as u64).collect() }
         })
         .collect();
