@@ -126,7 +126,8 @@ pub enum FlowEvent {
     /// TIP.PGD when `disabled` (`to` is its IP, when the packet carries one),
     /// else because the trace data ended.
     End { time: Time, at: Option<u64>, disabled: bool, to: Option<u64> },
-    /// The trace and the code disagree; decoding resumes at the next PSB.
+    /// The trace and the code disagree; decoding resumes at the next PSB
+    /// (after an overflow, at the FUP that follows it).
     Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
 }
 
@@ -201,6 +202,8 @@ struct State<'a> {
     walked: u64,
     /// The IP of the last TIP.PGD taken (None when it had none).
     pgd_ip: Option<u64>,
+    /// An overflow was met: the next FUP says where tracing resumed.
+    after_ovf: bool,
     /// Where this decoder's segment ends (the next segment's PSB): reaching
     /// it ends the run, without an event. Trials look past it.
     stop_at: usize,
@@ -329,6 +332,7 @@ impl<'a> State<'a> {
             walked: 0,
             mtc: MtcState::default(),
             pgd_ip: None,
+            after_ovf: false,
             stop_at: usize::MAX,
         }
     }
@@ -353,6 +357,18 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     emit(FlowEvent::Error { offset: self.base + f.offset, time: st.lo, ip: st.ip, kind: f.kind });
                     if f.kind == FlowErrorKind::EndOfTrace {
                         break;
+                    }
+                    if f.kind == FlowErrorKind::Overflow {
+                        // The packets go on: tracing resumes at the FUP that
+                        // follows (or a TIP.PGE, or a PSB+), as the SDM says
+                        // and libipt and perf do. What was pending is lost.
+                        st.ip = None;
+                        st.tnt_count = 0;
+                        st.stack.clear();
+                        st.peeked = None;
+                        st.walked = 0;
+                        st.after_ovf = true;
+                        continue;
                     }
                     let resync = st.packets.sync_forward();
                     st.ip = None;
@@ -709,10 +725,20 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// In a trial nothing is emitted and candidates are not tried again.
     fn step(&self, st: &mut State<'a>, emit: &mut impl FnMut(FlowEvent), trial: bool) -> Result<bool, Failure> {
         let Some(ip) = st.ip else {
-            // Not tracing: wait for TIP.PGE or a PSB+ with an IP. A flow
-            // packet seen before that has no IP to apply to: drop it.
+            // Not tracing: wait for TIP.PGE or a PSB+ with an IP (after an
+            // overflow, the FUP that follows it). A flow packet seen before
+            // that has no IP to apply to: drop it.
             return match self.peek_flow(st)? {
-                _ if st.ip.is_some() => Ok(true),
+                _ if st.ip.is_some() => {
+                    st.after_ovf = false;
+                    Ok(true)
+                }
+                Some((_, Flow::Fup(Some(at)))) if st.after_ovf => {
+                    st.peeked = None;
+                    st.after_ovf = false;
+                    st.ip = Some(at);
+                    Ok(true)
+                }
                 Some(_) => {
                     st.peeked = None;
                     Ok(true)

@@ -367,17 +367,25 @@ fn psb_plus_fup_starts_the_walk_after_garbage() {
 }
 
 #[test]
-fn overflow_is_an_error_and_decoding_resumes_at_the_next_psb() {
+fn overflow_is_an_error_and_decoding_resumes_at_the_fup_after_it() {
     let code = image(&[(0, JCC)]);
+    use E::*;
+    // OVF, then where tracing resumed (FUP), as the SDM has it: the walk
+    // goes on from there, what was pending before the overflow is lost.
     let mut t = Trace::new();
     t.psb(Some(10), Some(0)).tnt("T");
     let ovf_at = t.out.len();
-    t.put(Packet::Ovf).fup(7).tnt("T").tsc(20);
+    t.put(Packet::Ovf).tsc(20).fup(7).tnt("N");
+    let e = decode(&t.bytes(), &Static(&code), cfg(true));
+    assert_eq!(short(&e), [I(0), Err(FlowErrorKind::Overflow), I(7), End(Some(9))]);
+    assert_eq!(e[1], FlowEvent::Error { offset: ovf_at, time: 10, ip: Some(K + 4), kind: FlowErrorKind::Overflow });
+    assert_eq!(insn(&e, 7).3, 20);
+    // OVF then a PSB+: resumes at its FUP.
+    let mut t = Trace::new();
+    t.psb(Some(10), Some(0)).tnt("T").put(Packet::Ovf);
     t.psb(Some(30), Some(4)).tnt("TT");
     let e = decode(&t.bytes(), &Static(&code), cfg(true));
-    use E::*;
     assert_eq!(short(&e), [I(0), Err(FlowErrorKind::Overflow), I(4), I(7), End(Some(9))]);
-    assert_eq!(e[1], FlowEvent::Error { offset: ovf_at, time: 10, ip: Some(K + 4), kind: FlowErrorKind::Overflow });
     assert_eq!(insn(&e, 4).3, 30);
 }
 
