@@ -308,17 +308,10 @@ fn pt_lines(
         .map(|(queue, q)| {
             let mut lines = Vec::new();
             let mut emit = collector(queue, q.cpu, itrace, tl, &mut lines);
-            fn run<C: intel_pt::flow::CodeSource>(trace: &[u8], code: &C, cfg: &FlowConfig, mtc: Option<MtcConv>, emit: impl FnMut(FlowEvent)) {
-                let mut decoder = FlowDecoder::new(trace, code, cfg.clone());
-                if let Some(mtc) = mtc {
-                    decoder = decoder.with_mtc(mtc);
-                }
-                decoder.run(emit);
-            }
             match image {
-                "timeline" => run(&q.trace, &Interval(tl), &cfg, mtc, &mut emit),
-                "perf" => run(&q.trace, &PerfStyle(tl), &cfg, mtc, &mut emit),
-                _ => run(&q.trace, &Static(code), &cfg, mtc, &mut emit),
+                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).run(&mut emit),
+                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).run(&mut emit),
+                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).run(&mut emit),
             }
             drop(emit);
             lines

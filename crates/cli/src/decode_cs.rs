@@ -87,15 +87,7 @@ pub(crate) fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], it
         let Some(r) = c.etmv4() else {
             bail!("CoreSight AUXTRACE_INFO: cpu {} is not an ETMv4/ETE trace unit (magic {:#x}); only ETMv4 is decoded", c.cpu, c.magic)
         };
-        let cfg = etm::EtmV4Config {
-            configr: r.trcconfigr,
-            traceidr: r.trctraceidr,
-            idr0: r.trcidr0,
-            idr1: r.trcidr1,
-            idr2: r.trcidr2,
-            idr8: r.trcidr8,
-            ..etm::EtmV4Config::default()
-        };
+        let cfg = etm::EtmV4Config::from(&r);
         cpu_of[(cfg.trace_id() & 0x7f) as usize] = c.cpu as u32;
         configs.push(cfg);
     }

@@ -61,6 +61,22 @@ impl Default for EtmV4Config {
     }
 }
 
+/// The registers perf records for each CPU in a CoreSight AUXTRACE_INFO;
+/// the rest (TRCIDR9..13) as for a source that does not report them.
+impl From<&perfdata::auxtrace::Etmv4Regs> for EtmV4Config {
+    fn from(r: &perfdata::auxtrace::Etmv4Regs) -> EtmV4Config {
+        EtmV4Config {
+            configr: r.trcconfigr,
+            traceidr: r.trctraceidr,
+            idr0: r.trcidr0,
+            idr1: r.trcidr1,
+            idr2: r.trcidr2,
+            idr8: r.trcidr8,
+            ..EtmV4Config::default()
+        }
+    }
+}
+
 impl EtmV4Config {
     /// The CoreSight trace ID the source writes its frames under.
     pub fn trace_id(&self) -> u8 {

@@ -289,9 +289,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Times what runs between TSCs by the MTC packets too (after a TMA):
     /// each MTC raises the start of the interval instructions are known to
-    /// run in. Without it MTC and TMA packets are ignored.
-    pub fn with_mtc(mut self, mtc: MtcConv) -> Self {
-        self.mtc = Some(mtc.clamped());
+    /// run in. Without it (or with `None`: the event had MTC off) MTC and
+    /// TMA packets are ignored.
+    pub fn with_mtc(mut self, mtc: impl Into<Option<MtcConv>>) -> Self {
+        self.mtc = mtc.into().map(MtcConv::clamped);
         self
     }
 

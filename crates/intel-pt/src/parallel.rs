@@ -38,8 +38,8 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     }
 
     /// MTC timing, as [`FlowDecoder::with_mtc`].
-    pub fn with_mtc(mut self, mtc: MtcConv) -> Self {
-        self.mtc = Some(mtc);
+    pub fn with_mtc(mut self, mtc: impl Into<Option<MtcConv>>) -> Self {
+        self.mtc = mtc.into();
         self
     }
 
@@ -66,11 +66,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// One segment's events into `events`, on a decoder from the pool.
     fn decode(&self, buf: &'a [u8], start: usize, end: usize, events: &mut Vec<FlowEvent>) {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            let dec = FlowDecoder::new(&[], self.code, self.cfg.clone());
-            match self.mtc {
-                Some(m) => dec.with_mtc(m),
-                None => dec,
-            }
+            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc)
         });
         dec.reset_segment(buf, start, end);
         dec.run(|e| events.push(e));

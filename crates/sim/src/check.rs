@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use codeimage::{BaseImage, PokeEvents, TimelineBuilder};
+use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use perfdata::auxtrace::IntelPtInfo;
-use perfdata::{PerfFile, RecordBody};
+use perfdata::{AuxtraceInfo, PerfFile, RecordBody};
 use serde::Serialize;
 
 use crate::truth::TruthReader;
@@ -90,35 +90,11 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
         return check_etm(dir, &summary);
     }
     let file = PerfFile::open(dir)?;
-    let mut info = None;
-    let mut aux: Vec<Vec<u8>> = vec![Vec::new(); summary.config.cpus as usize];
-    for r in file.records() {
-        match r?.body {
-            RecordBody::AuxtraceInfo(i) => info = Some(IntelPtInfo::parse(&i)?),
-            RecordBody::Auxtrace(a) => {
-                if let Some(buf) = aux.get_mut(a.cpu as usize) {
-                    buf.extend_from_slice(a.data);
-                }
-            }
-            _ => {}
-        }
-    }
+    let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
     let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
-    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
-    let noretcomp = pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0);
-    let mtc = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
-    let cfg = FlowConfig {
-        time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
-        noretcomp,
-        idioms: isa::KernelIdioms::default(),
-        max_walk: 1 << 20,
-        trial_insns: 256,
-    };
-    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
-    let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline;
-    let mut base = BaseImage::new();
-    codeimage::add_base(&file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
-    let bare = TimelineBuilder::new(base).build();
+    let (cfg, mtc) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
+    let full = poked_image(&file, &summary)?;
+    let bare = base_image(&file)?;
     let mut reports = Vec::new();
     for mode in Mode::ALL {
         // Each CPU's buffer decodes on its own core.
@@ -260,11 +236,7 @@ fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: 
     let reader = Truth::new(TruthReader::open(truth).map_err(io)?);
     let mut m = Matcher { reader, synced: true, failure: None, s: Score::default(), cpu };
     let mut last_hi = 0;
-    let mut decoder = FlowDecoder::new(trace, code, cfg.clone());
-    if let Some(mtc) = mtc {
-        decoder = decoder.with_mtc(mtc);
-    }
-    decoder.run(|e| match e {
+    FlowDecoder::new(trace, code, cfg.clone()).with_mtc(mtc).run(|e| match e {
         FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
             m.s.uncertain += uncertain as u64;
             last_hi = hi;
@@ -294,35 +266,60 @@ fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: 
 /// Decoded events of one CPU in timeline mode (a debugging aid for the simulator's tests).
 pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
     let file = PerfFile::open(dir).unwrap();
-    let mut aux = Vec::new();
+    let summary = crate::read_summary(dir).unwrap();
+    let (info, aux) = per_cpu_aux(&file, summary.config.cpus).unwrap();
+    let (cfg, mtc) = pt_setup(&file, &IntelPtInfo::parse(&info.unwrap()).unwrap());
+    let full = poked_image(&file, &summary).unwrap();
+    let mut out = Vec::new();
+    FlowDecoder::new(&aux[cpu], &Interval(&full), cfg).with_mtc(mtc).run(|e| out.push(e));
+    out
+}
+
+/// A run's AUXTRACE_INFO and each CPU's trace.
+fn per_cpu_aux(file: &PerfFile, cpus: u32) -> Result<(Option<AuxtraceInfo<'_>>, Vec<Vec<u8>>), SimError> {
     let mut info = None;
+    let mut aux: Vec<Vec<u8>> = vec![Vec::new(); cpus as usize];
     for r in file.records() {
-        match r.unwrap().body {
-            RecordBody::AuxtraceInfo(i) => info = Some(IntelPtInfo::parse(&i).unwrap()),
-            RecordBody::Auxtrace(a) if a.cpu as usize == cpu => aux.extend_from_slice(a.data),
+        match r?.body {
+            RecordBody::AuxtraceInfo(i) => info = Some(i),
+            RecordBody::Auxtrace(a) => {
+                if let Some(buf) = aux.get_mut(a.cpu as usize) {
+                    buf.extend_from_slice(a.data);
+                }
+            }
             _ => {}
         }
     }
-    let info = info.unwrap();
+    Ok((info, aux))
+}
+
+/// The Intel PT decoder's set-up from AUXTRACE_INFO and the PT event's
+/// config: time conversion, return compression, MTC timing.
+fn pt_setup(file: &PerfFile, info: &IntelPtInfo) -> (FlowConfig, Option<MtcConv>) {
+    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
     let cfg = FlowConfig {
         time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
-        noretcomp: true,
+        noretcomp: pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0),
         idioms: isa::KernelIdioms::default(),
         max_walk: 1 << 20,
         trial_insns: 256,
     };
-    let summary = crate::read_summary(dir).unwrap();
+    let mtc = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
+    (cfg, mtc)
+}
+
+/// The code with every change the run recorded (begin/end pairs for the
+/// PRE/POST protocol).
+fn poked_image(file: &PerfFile, summary: &crate::Summary) -> Result<CodeTimeline, SimError> {
     let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
-    let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).unwrap().timeline;
-    let src = Interval(&full);
-    let mut out = Vec::new();
-    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
-    let mut decoder = FlowDecoder::new(&aux, &src, cfg);
-    if let Some(mtc) = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d)) {
-        decoder = decoder.with_mtc(mtc);
-    }
-    decoder.run(|e| out.push(e));
-    out
+    Ok(codeimage::from_perf_data_with(file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
+}
+
+/// The code before any change.
+fn base_image(file: &PerfFile) -> Result<CodeTimeline, SimError> {
+    let mut base = BaseImage::new();
+    codeimage::add_base(file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
+    Ok(TimelineBuilder::new(base).build())
 }
 
 /// The ETMv4 runs: each CPU's AUXTRACE buffers, decoded by etm's flow decoder.
@@ -336,40 +333,17 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
     use etm::flow::{ElemKind, FlowDecoder, Item};
     use perfdata::auxtrace::CsEtmInfo;
     let file = PerfFile::open(dir)?;
-    let mut info = None;
-    let mut aux: Vec<Vec<u8>> = vec![Vec::new(); summary.config.cpus as usize];
-    for r in file.records() {
-        match r?.body {
-            RecordBody::AuxtraceInfo(i) => info = Some(CsEtmInfo::parse(&i)?),
-            RecordBody::Auxtrace(a) => {
-                if let Some(buf) = aux.get_mut(a.cpu as usize) {
-                    buf.extend_from_slice(a.data);
-                }
-            }
-            _ => {}
-        }
-    }
-    let info = info.ok_or_else(|| SimError::Config("no CoreSight AUXTRACE_INFO in the file".into()))?;
+    let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
+    let info = CsEtmInfo::parse(&info.ok_or_else(|| SimError::Config("no CoreSight AUXTRACE_INFO in the file".into()))?)?;
     let configs: Vec<etm::EtmV4Config> = (0..aux.len())
         .map(|c| {
             let r = info.cpus.iter().find(|b| b.cpu == c as u64).and_then(|b| b.etmv4());
             let r = r.ok_or_else(|| SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}")))?;
-            Ok(etm::EtmV4Config {
-                configr: r.trcconfigr,
-                traceidr: r.trctraceidr,
-                idr0: r.trcidr0,
-                idr1: r.trcidr1,
-                idr2: r.trcidr2,
-                idr8: r.trcidr8,
-                ..etm::EtmV4Config::default()
-            })
+            Ok(etm::EtmV4Config::from(&r))
         })
         .collect::<Result<_, SimError>>()?;
-    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
-    let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline;
-    let mut base = BaseImage::new();
-    codeimage::add_base(&file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
-    let bare = TimelineBuilder::new(base).build();
+    let full = poked_image(&file, summary)?;
+    let bare = base_image(&file)?;
     let framing = etm::Framing::Aligned { reset_on_4x_fsync: false };
     let mut reports = Vec::new();
     for mode in Mode::ALL {
