@@ -387,15 +387,7 @@ fn walk(
                     w.nacc = true;
                     return (w, from, to);
                 };
-                w.last = insn;
-                w.num_i += 1;
-                let (next, wrapped) = w.end.overflowing_add(4);
-                w.end = next;
-                if stop(w.end, &insn) {
-                    return (w, from, to);
-                }
-                if wrapped || w.num_i >= MAX_WALK {
-                    w.nacc = true;
+                if w.take(insn, &mut stop) {
                     return (w, from, to);
                 }
                 continue;
@@ -411,19 +403,31 @@ fn walk(
         }
         for c in buf[..words * 4].chunks_exact(4) {
             let word = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            let insn = classify(w.end, word, wfx_p0);
-            w.last = insn;
-            w.num_i += 1;
-            let (next, wrapped) = w.end.overflowing_add(4);
-            w.end = next;
-            if stop(w.end, &insn) {
-                return (w, from, to);
-            }
-            if wrapped || w.num_i >= MAX_WALK {
-                w.nacc = true;
+            if w.take(classify(w.end, word, wfx_p0), &mut stop) {
                 return (w, from, to);
             }
         }
+    }
+}
+
+impl Walk {
+    /// Takes `insn` as the walk's next instruction: true when the walk ends
+    /// with it (`stop` says so, or the walk wrapped or ran too long: then
+    /// what follows is not accessible).
+    #[inline(always)]
+    fn take(&mut self, insn: Insn, stop: &mut impl FnMut(u64, &Insn) -> bool) -> bool {
+        self.last = insn;
+        self.num_i += 1;
+        let (next, wrapped) = self.end.overflowing_add(4);
+        self.end = next;
+        if stop(self.end, &insn) {
+            return true;
+        }
+        if wrapped || self.num_i >= MAX_WALK {
+            self.nacc = true;
+            return true;
+        }
+        false
     }
 }
 
