@@ -478,7 +478,7 @@ fn perf_error_code(kind: &FlowErrorKind) -> u32 {
         FlowErrorKind::Packet(_) => 3,
         FlowErrorKind::EndOfTrace => 4,
         FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => 5,
-        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets => 6,
+        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets | FlowErrorKind::PsbMismatch { .. } => 6,
         FlowErrorKind::Overflow => 7,
         FlowErrorKind::NoProgress => 10,
     }

@@ -10,7 +10,10 @@
 //! are tried in turn against the packets that follow; the one that fits is
 //! taken, and if several fit the instruction is reported as uncertain.
 //! With [`FlowDecoder::with_mtc`], MTC packets (after a TSC and its TMA)
-//! raise the start of that interval between TSCs.
+//! raise the start of that interval between TSCs. A PSB+ met while walking
+//! restates where execution is: its FUP must lie ahead on the walk's path,
+//! before the next instruction that needs a packet; else that is an error
+//! and the walk goes on from the FUP.
 //!
 //! Runs of instructions that need no packet are decoded once and cached
 //! (`block_cache`), each with the window of time its bytes hold for, as the
@@ -127,7 +130,8 @@ pub enum FlowEvent {
     /// else because the trace data ended.
     End { time: Time, at: Option<u64>, disabled: bool, to: Option<u64> },
     /// The trace and the code disagree; decoding resumes at the next PSB
-    /// (after an overflow, at the FUP that follows it).
+    /// (after an overflow, at the FUP that follows it; after a PSB+ whose
+    /// FUP the walk does not reach, at that FUP).
     Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
 }
 
@@ -150,6 +154,9 @@ pub enum FlowErrorKind {
     EndOfTrace,
     /// An overflow packet: the processor lost trace.
     Overflow,
+    /// A PSB+ met while walking says execution is at `fup` (`None`: tracing
+    /// off), which the walk does not reach before it needs a packet.
+    PsbMismatch { fup: Option<u64> },
 }
 
 impl FlowErrorKind {
@@ -164,6 +171,8 @@ impl FlowErrorKind {
             FlowErrorKind::NoProgress => "no packet consumed for too long".into(),
             FlowErrorKind::EndOfTrace => "trace ended".into(),
             FlowErrorKind::Overflow => "overflow: trace lost".into(),
+            FlowErrorKind::PsbMismatch { fup: Some(ip) } => format!("PSB+ says execution is at {ip:#x}, off the walk's path"),
+            FlowErrorKind::PsbMismatch { fup: None } => "PSB+ says tracing is off, but the walk is tracing".into(),
         }
     }
 }
@@ -207,6 +216,9 @@ struct State<'a> {
     /// Where this decoder's segment ends (the next segment's PSB): reaching
     /// it ends the run, without an event. Trials look past it.
     stop_at: usize,
+    /// Where the next segment's walk starts (its PSB+'s FUP), ahead on this
+    /// walk's path: the run walks up to it before it ends.
+    tail_to: Option<u64>,
 }
 
 struct Failure {
@@ -335,6 +347,7 @@ impl<'a> State<'a> {
             pgd_ip: None,
             after_ovf: false,
             stop_at: usize::MAX,
+            tail_to: None,
         }
     }
 }
@@ -353,7 +366,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             match self.step_cached(&mut st, &mut cache, &mut emit) {
                 Ok(true) => {}
                 Ok(false) => break,
-                Err(f) if f.offset == SEGMENT_END => break,
+                Err(f) if f.offset == SEGMENT_END => {
+                    if let Some(to) = st.tail_to.take() {
+                        self.walk_tail(&mut st, to, &mut emit);
+                    }
+                    break;
+                }
                 Err(f) => {
                     emit(FlowEvent::Error { offset: self.base + f.offset, time: st.lo, ip: st.ip, kind: f.kind });
                     if f.kind == FlowErrorKind::EndOfTrace {
@@ -369,6 +387,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                         st.peeked = None;
                         st.walked = 0;
                         st.after_ovf = true;
+                        continue;
+                    }
+                    if let FlowErrorKind::PsbMismatch { fup } = f.kind {
+                        // The PSB+ says where execution is: the walk goes on
+                        // from there (a segment's run ends at its next PSB).
+                        if f.offset >= st.stop_at {
+                            break;
+                        }
+                        st.ip = fup;
+                        st.peeked = None;
+                        st.walked = 0;
                         continue;
                     }
                     let resync = st.packets.sync_forward();
@@ -396,7 +425,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         loop {
             if st.stop_at != usize::MAX && st.packets.offset() >= st.stop_at {
-                return Err(Failure { offset: SEGMENT_END, kind: FlowErrorKind::EndOfTrace });
+                return Err(self.segment_end(st));
             }
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
                 return Ok(None);
@@ -424,7 +453,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     continue;
                 }
                 Packet::Psb => {
-                    self.psb_plus(st)?;
+                    self.psb_plus(st, offset)?;
                     continue;
                 }
                 Packet::Ovf => {
@@ -523,22 +552,112 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
     }
 
-    /// PSB+: status up to PSBEND. Its FUP is where execution is.
-    fn psb_plus(&self, st: &mut State<'a>) -> Result<(), Failure> {
+    /// PSB+: status up to PSBEND. Its FUP is where execution is: a walk not
+    /// in sync starts there; a walk in sync must reach it before it needs a
+    /// packet (the processor sends pending TNT bits before a PSB, and the walk
+    /// reads packets only once it has used up those it holds), else the
+    /// trace and the walk disagree ([`FlowErrorKind::PsbMismatch`]).
+    /// Returns the FUP's IP.
+    fn psb_plus(&self, st: &mut State<'a>, psb_at: usize) -> Result<Option<u64>, Failure> {
+        // What runs up to the FUP ran before the PSB's own TSC.
+        let (lo, hi) = (st.lo, st.hi);
         st.tnt_count = 0;
+        // No RET is compressed whose CALL came before a PSB (SDM).
         st.stack.clear();
+        let mut fup = None;
         loop {
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
-                return Ok(());
+                // Cut short: no PSBEND to say the status is complete.
+                st.ip = st.ip.or(fup);
+                return Ok(fup);
             };
             match packet {
-                Packet::PsbEnd => return Ok(()),
+                Packet::PsbEnd => break,
                 Packet::Tsc(tsc) => self.tsc(st, offset, tsc),
                 Packet::Tma { ctc, fast_counter } => self.tma(st, offset, ctc, fast_counter),
                 Packet::Mtc(payload) => self.mtc(st, offset, payload),
-                Packet::Fup(ip) if ip.ip.is_some() => st.ip = ip.ip,
+                Packet::Fup(ip) if ip.ip.is_some() => fup = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
                 _ => {}
+            }
+        }
+        match (st.ip, fup) {
+            (None, _) => st.ip = fup,
+            (Some(at), Some(to)) if self.reaches(at, to, lo, hi) => {}
+            (Some(_), fup) => return Err(Failure { offset: psb_at, kind: FlowErrorKind::PsbMismatch { fup } }),
+        }
+        Ok(fup)
+    }
+
+    /// Whether the walk from `at` reaches `to` before an instruction that
+    /// needs a packet: through code that runs without one (direct jumps and
+    /// calls followed), along every candidate content, at most `max_walk`
+    /// instructions in all.
+    #[cold]
+    fn reaches(&self, at: u64, to: u64, lo: Time, hi: Time) -> bool {
+        let mut todo = vec![at];
+        let mut left = self.cfg.max_walk;
+        let mut contents = Vec::new();
+        while let Some(mut ip) = todo.pop() {
+            while ip != to {
+                if left == 0 {
+                    return false;
+                }
+                left -= 1;
+                contents.clear();
+                let mut buf = [0u8; 16];
+                match self.code.fetch(ip, lo, hi, 0, &mut buf) {
+                    Fetch::Exact(n) => contents.push((buf, n)),
+                    Fetch::Candidate { count, .. } => self.code.candidates(ip, lo, hi, count.min(8), &mut contents),
+                    Fetch::Unmapped => {}
+                }
+                let mut next = contents.iter().filter_map(|(buf, n)| {
+                    let insn = isa::classify_x86_64(ip, &buf[..*n], &self.cfg.idioms).ok()?;
+                    match (insn.class, insn.target) {
+                        (BranchClass::None | BranchClass::Nop, _) => Some(ip.wrapping_add(insn.len as u64)),
+                        (BranchClass::DirectJump | BranchClass::DirectCall, target) => target,
+                        _ => None,
+                    }
+                });
+                let Some(first) = next.next() else { break };
+                todo.extend(next.filter(|&n| n != first));
+                ip = first;
+            }
+            if ip == to {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Where a segment's walk reads the next segment's PSB: the end of its
+    /// run. A walk in sync checks that PSB+'s FUP first, as the walk over
+    /// the whole buffer does there, so that both report the same; and when
+    /// the FUP is ahead, the run walks up to it ([`Self::walk_tail`]).
+    #[cold]
+    fn segment_end(&self, st: &mut State<'a>) -> Failure {
+        let end = Failure { offset: SEGMENT_END, kind: FlowErrorKind::EndOfTrace };
+        let Some(at) = st.ip else { return end };
+        let Ok(Some((offset, Packet::Psb))) = st.packets.next_packet() else { return end };
+        match self.psb_plus(st, offset) {
+            Err(f @ Failure { kind: FlowErrorKind::PsbMismatch { .. }, .. }) => f,
+            Err(_) => end,
+            Ok(fup) => {
+                st.tail_to = fup.filter(|&to| to != at);
+                end
+            }
+        }
+    }
+
+    /// A segment's last instructions: from where its walk read the next
+    /// segment's PSB up to that PSB+'s FUP, `to` (reached without a packet),
+    /// where the next segment starts. Stops early at anything else.
+    #[cold]
+    fn walk_tail(&self, st: &mut State<'a>, to: u64, emit: &mut impl FnMut(FlowEvent)) {
+        st.stop_at = usize::MAX;
+        for _ in 0..self.cfg.max_walk {
+            if st.ip == Some(to) || !matches!(self.step(st, emit, false), Ok(true)) || st.peeked.is_none() {
+                break;
             }
         }
     }

@@ -4,12 +4,11 @@
 //! trace order.
 //!
 //! The events are those of [`FlowDecoder::run`] on the whole buffer when
-//! each PSB+ carries a TSC and, while tracing, a FUP, and no branch waits
-//! across a PSB for its outcome (as hardware sends them with TSC on): a
-//! segment starts with the state its PSB+ gives, and ends where the walk
-//! would read the next PSB. In a corrupt trace they may differ between the
-//! damage and the next PSB: a segment restarts at its PSB+'s FUP where the
-//! sequential walk may still give a pending branch the TNT after the PSB+. Segments go in windows of a few
+//! each PSB+ carries a TSC (as hardware sends them with TSC on): a segment
+//! starts with the state its PSB+ gives, and ends where the walk would
+//! read the next PSB, after checking that PSB+'s FUP as the sequential walk
+//! does (an error if the walk does not reach it; else the segment walks up
+//! to it, where the next one starts). Segments go in windows of a few
 //! per thread, so memory stays bounded whatever the buffer's size (two
 //! windows of events); decoders (and their block caches) are reused from
 //! window to window and buffer to buffer.
