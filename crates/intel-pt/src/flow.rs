@@ -10,7 +10,9 @@
 //! are tried in turn against the packets that follow; the one that fits is
 //! taken, and if several fit the instruction is reported as uncertain.
 //! With [`FlowDecoder::with_mtc`], MTC packets (after a TSC and its TMA)
-//! raise the start of that interval between TSCs. A PSB+ met while walking
+//! raise the start of that interval between TSCs; with
+//! [`FlowDecoder::with_cyc`], CYC packets (after a CBR) narrow it to the
+//! cycles between two flow packets. A PSB+ met while walking
 //! restates where execution is: its FUP must lie ahead on the walk's path,
 //! before the next instruction that needs a packet; else that is an error
 //! and the walk goes on from the FUP.
@@ -207,6 +209,8 @@ struct State<'a> {
     /// MTC timing (with [`FlowDecoder::with_mtc`]): the last TSC, and the
     /// CTC count it is converted from.
     mtc: MtcState,
+    /// CYC timing (with [`FlowDecoder::with_cyc`]).
+    cyc: CycState,
     peeked: Option<(usize, Flow)>,
     walked: u64,
     /// The IP of the last TIP.PGD taken (None when it had none).
@@ -244,6 +248,7 @@ pub struct FlowDecoder<'a, C: CodeSource> {
     /// Offset of `buf` in the whole trace, for error offsets.
     base: usize,
     mtc: Option<MtcConv>,
+    cyc: Option<CycConv>,
 }
 
 /// MTC packets to time, from perf's AUXTRACE_INFO and the PT event's config:
@@ -294,9 +299,96 @@ struct MtcState {
     based: bool,
 }
 
+/// CYC packets to time, from perf's AUXTRACE_INFO (`max_non_turbo_ratio`)
+/// and the CBR packets of the trace: the TSC runs at the max non-turbo
+/// ratio times the bus clock and the core at CBR times it, so a core cycle
+/// is `max_non_turbo_ratio / CBR` TSC ticks (perf's conversion when it has
+/// not calibrated against MTC or TSC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CycConv {
+    pub max_non_turbo_ratio: u32,
+}
+
+impl CycConv {
+    /// From the PT event's config, perf's `cyc_bit` (a mask of the config)
+    /// and `max_non_turbo_ratio` (AUXTRACE_INFO words 14 and 15): `None`
+    /// when CYC is off or the ratio unknown.
+    pub fn from_perf(config: u64, cyc_bit: u64, max_non_turbo_ratio: u64) -> Option<CycConv> {
+        if cyc_bit == 0 || config & cyc_bit == 0 {
+            return None;
+        }
+        let max_non_turbo_ratio = u32::try_from(max_non_turbo_ratio).ok().filter(|&r| r != 0)?;
+        Some(CycConv { max_non_turbo_ratio })
+    }
+}
+
+/// What CYC packets have told of the time. The last CYC's time lies in
+/// `[lo + lo_cycles * step_lo, hi + hi_cycles * step_hi]`: each bound is
+/// the last one that was firmer, plus the cycles counted since (counted
+/// from a base rather than added up, so that rounding does not build up).
+#[derive(Clone, Copy, Default)]
+struct CycState {
+    /// perf time per core cycle in 32.32 fixed point, rounded down and up,
+    /// from the last CBR; 0 before one (or for a CBR that cannot convert).
+    step_lo: u64,
+    step_hi: u64,
+    cbr: u8,
+    lo: Time,
+    lo_cycles: u64,
+    /// `lo` holds: a CYC has been seen since the count was lost.
+    lo_known: bool,
+    hi: Time,
+    hi_cycles: u64,
+    /// `hi` holds: a CYC, TSC or MTC has bounded it since the count was lost.
+    hi_known: bool,
+    /// A CYC's lower bound, for what follows the flow packet after it: set
+    /// when the CYC is read, taken into `lo` with that packet.
+    pending: Option<Time>,
+    /// An upper bound on what runs before the next flow packet is taken
+    /// (its CYC's), or `Time::MAX`.
+    bound: Time,
+}
+
+impl CycState {
+    /// The count is lost (a PSB, an overflow, a CYC without a CBR): both
+    /// bounds start again, keeping the ratio.
+    fn lose(&mut self) {
+        *self = CycState { step_lo: self.step_lo, step_hi: self.step_hi, cbr: self.cbr, ..CycState::default() };
+        self.bound = Time::MAX;
+    }
+
+    fn last_lo(&self) -> Option<Time> {
+        self.lo_known.then(|| self.lo.saturating_add(scale(self.lo_cycles, self.step_lo, false)))
+    }
+
+    fn last_hi(&self, more: u64) -> Time {
+        if self.hi_known {
+            self.hi.saturating_add(scale(self.hi_cycles.saturating_add(more), self.step_hi, true))
+        } else {
+            Time::MAX
+        }
+    }
+
+    /// The last CYC ran no later than `t` (a TSC or MTC after it says so).
+    fn cap_hi(&mut self, t: Time) {
+        if t < self.last_hi(0) {
+            self.hi = t;
+            self.hi_cycles = 0;
+            self.hi_known = true;
+        }
+    }
+}
+
+/// `cycles` times a 32.32 fixed-point step, rounded down or up, saturating.
+fn scale(cycles: u64, step: u64, up: bool) -> Time {
+    let p = u128::from(cycles) * u128::from(step);
+    let p = if up { p + 0xffff_ffff } else { p };
+    u64::try_from(p >> 32).unwrap_or(Time::MAX)
+}
+
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
-        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None }
+        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None, cyc: None }
     }
 
     /// Times what runs between TSCs by the MTC packets too (after a TMA):
@@ -305,6 +397,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// TMA packets are ignored.
     pub fn with_mtc(mut self, mtc: impl Into<Option<MtcConv>>) -> Self {
         self.mtc = mtc.into().map(MtcConv::clamped);
+        self
+    }
+
+    /// Times what runs between flow packets by the CYC packets (cycle-
+    /// accurate mode), converted with the last CBR packet's core:bus ratio:
+    /// instructions after the flow packet that follows a CYC ran no earlier
+    /// than that CYC, those before it no later. Without it (or with `None`:
+    /// the event had CYC off, or the max non-turbo ratio is unknown), and
+    /// until the first CBR, CYC packets change nothing.
+    pub fn with_cyc(mut self, cyc: impl Into<Option<CycConv>>) -> Self {
+        self.cyc = cyc.into().filter(|c| c.max_non_turbo_ratio != 0);
         self
     }
 
@@ -344,6 +447,7 @@ impl<'a> State<'a> {
             peeked: None,
             walked: 0,
             mtc: MtcState::default(),
+            cyc: CycState { bound: Time::MAX, ..CycState::default() },
             pgd_ip: None,
             after_ovf: false,
             stop_at: usize::MAX,
@@ -437,6 +541,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Packet::TipPge(ip) => {
                     st.ip = ip.ip;
                     st.walked = 0;
+                    if st.cyc.pending.is_some() {
+                        self.cyc_taken(st);
+                    }
                     continue;
                 }
                 Packet::Fup(ip) => Flow::Fup(ip.ip),
@@ -452,11 +559,23 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     self.mtc(st, offset, payload);
                     continue;
                 }
+                Packet::Cyc(cycles) => {
+                    self.cyc(st, cycles);
+                    continue;
+                }
+                Packet::Cbr(ratio) => {
+                    self.cbr(st, ratio);
+                    continue;
+                }
                 Packet::Psb => {
                     self.psb_plus(st, offset)?;
                     continue;
                 }
                 Packet::Ovf => {
+                    if self.cyc.is_some() {
+                        // CYC packets may be lost with the rest.
+                        self.lose_cyc(st);
+                    }
                     return Err(Failure { offset, kind: FlowErrorKind::Overflow });
                 }
                 _ => continue,
@@ -470,6 +589,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn tsc(&self, st: &mut State<'a>, offset: usize, tsc: u64) {
         st.lo = self.cfg.time.perf_time(tsc);
         st.mtc.tsc = tsc;
+        if self.cyc.is_some() {
+            // The last CYC came before this TSC.
+            st.cyc.cap_hi(st.lo);
+        }
         if offset >= st.hi_at {
             self.next_tsc(st, offset);
         }
@@ -505,13 +628,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             return;
         }
         let t = self.mtc_time(&m, st, payload, 0);
+        if self.cyc.is_some() {
+            // The last CYC came before this MTC: before the next CTC period.
+            st.cyc.cap_hi(self.mtc_time(&m, st, payload, 1));
+        }
         st.mtc.delta = st.mtc.delta.wrapping_add(u64::from(payload.wrapping_sub(st.mtc.last)) << m.shift);
         st.mtc.last = payload;
         st.lo = st.lo.max(t.min(st.tsc_hi));
         if offset >= st.mtc_hi_at {
             self.next_mtc(st, offset);
         } else {
-            st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
+            st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
         }
     }
 
@@ -530,7 +657,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             Scan::Stop(off) => st.hi_at = off,
             Scan::Mtc(..) | Scan::End => {}
         }
-        st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
+        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
     }
 
     /// With MTC timing: finds the MTC after `from`, before the next TSC;
@@ -549,6 +676,99 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Scan::Tsc(..) | Scan::End => {}
             }
         }
+        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
+    }
+
+    /// A CBR: the core:bus ratio from here on, so the perf time a core
+    /// cycle takes. A ratio of 0, or one that does not convert, stops CYC
+    /// timing until the next CBR.
+    fn cbr(&self, st: &mut State<'a>, ratio: u8) {
+        let Some(c) = self.cyc else { return };
+        if ratio == st.cyc.cbr && st.cyc.step_lo != 0 {
+            return;
+        }
+        // A cycle is max_non_turbo_ratio / CBR TSC ticks, a TSC tick
+        // mult / 2^shift ns.
+        let t = &self.cfg.time;
+        let num = u128::from(c.max_non_turbo_ratio) * u128::from(t.mult);
+        let den = u128::from(ratio) << t.shift.min(63);
+        let (lo, hi) = match num.checked_mul(1 << 32) {
+            Some(n) if den != 0 => (n / den, n.div_ceil(den)),
+            _ => (0, 0),
+        };
+        let (step_lo, step_hi) = match (u64::try_from(lo), u64::try_from(hi)) {
+            (Ok(lo), Ok(hi)) if lo != 0 => (lo, hi),
+            _ => (0, 0),
+        };
+        // Cycles counted so far convert at the old ratio: the bounds start
+        // again from where they stand.
+        let c = &mut st.cyc;
+        if let Some(t) = c.last_lo() {
+            c.lo = t;
+        }
+        c.hi = c.last_hi(0);
+        (c.lo_cycles, c.hi_cycles) = (0, 0);
+        c.step_lo = step_lo;
+        c.step_hi = step_hi;
+        c.cbr = ratio;
+    }
+
+    /// A CYC: `cycles` core cycles since the last CYC. Its time is at
+    /// least the last one's plus those cycles (and what is known of the
+    /// time already), and at most the last one's upper bound plus them (and
+    /// the next TSC's or MTC's bound). What runs from here to the flow packet
+    /// after it ran no later than that; what follows that packet no earlier
+    /// than the lower bound, taken in then ([`Self::cyc_taken`]).
+    fn cyc(&self, st: &mut State<'a>, cycles: u64) {
+        if self.cyc.is_none() {
+            return;
+        }
+        if st.cyc.step_lo == 0 {
+            self.lose_cyc(st);
+            return;
+        }
+        let c = &mut st.cyc;
+        let next = st.tsc_hi.min(st.mtc_hi);
+        c.lo_cycles = c.lo_cycles.saturating_add(cycles);
+        let known = st.lo.max(c.pending.unwrap_or(0));
+        let lo = match c.last_lo() {
+            Some(t) if t >= known => t,
+            _ => {
+                c.lo = known;
+                c.lo_cycles = 0;
+                c.lo_known = true;
+                known
+            }
+        };
+        c.hi_cycles = c.hi_cycles.saturating_add(cycles);
+        if next < c.last_hi(0) {
+            c.hi = next;
+            c.hi_cycles = 0;
+            c.hi_known = next != Time::MAX;
+        }
+        c.pending = Some(lo.min(next));
+        c.bound = c.last_hi(0);
+        st.hi = next.min(c.bound).max(st.lo);
+    }
+
+    /// The flow packet after a CYC is taken: what follows ran no earlier
+    /// than that CYC, and no later than the next CYC's upper bound when the
+    /// next packet is a CYC (else the next TSC's or MTC's, until one is read).
+    #[inline(never)]
+    fn cyc_taken(&self, st: &mut State<'a>) {
+        if let Some(t) = st.cyc.pending.take() {
+            st.lo = st.lo.max(t);
+        }
+        st.cyc.bound = match st.packets.peek() {
+            Some(Packet::Cyc(cycles)) => st.cyc.last_hi(cycles),
+            _ => Time::MAX,
+        };
+        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
+    }
+
+    /// The CYC count is lost: CYC timing starts again at the next CYC.
+    fn lose_cyc(&self, st: &mut State<'a>) {
+        st.cyc.lose();
         st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
     }
 
@@ -565,6 +785,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         // No RET is compressed whose CALL came before a PSB (SDM).
         st.stack.clear();
         let mut fup = None;
+        if self.cyc.is_some() {
+            // A PSB segment decodes on its own: CYC timing starts again from
+            // its TSC (the cycle count goes on across it, but the count of
+            // the last CYC before it is not known to a decoder starting here).
+            self.lose_cyc(st);
+        }
         loop {
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
                 // Cut short: no PSBEND to say the status is complete.
@@ -576,6 +802,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Packet::Tsc(tsc) => self.tsc(st, offset, tsc),
                 Packet::Tma { ctc, fast_counter } => self.tma(st, offset, ctc, fast_counter),
                 Packet::Mtc(payload) => self.mtc(st, offset, payload),
+                Packet::Cbr(ratio) => self.cbr(st, ratio),
+                Packet::Cyc(cycles) => self.cyc(st, cycles),
                 Packet::Fup(ip) if ip.ip.is_some() => fup = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
                 _ => {}
@@ -665,6 +893,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn take(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
         let p = self.peek_flow(st)?;
         st.peeked = None;
+        if st.cyc.pending.is_some() {
+            self.cyc_taken(st);
+        }
         p.ok_or_else(|| Failure { offset: st.packets.offset(), kind: FlowErrorKind::EndOfTrace })
     }
 
@@ -1096,6 +1327,18 @@ impl Packets<'_> {
             }
             None => self.dec.next_packet(),
         }
+    }
+
+    /// The next packet, left to be taken; `None` at the end or a bad packet.
+    fn peek(&mut self) -> Option<Packet> {
+        if self.next == self.ahead.len() {
+            // All taken: start the queue again rather than let it grow.
+            self.ahead.clear();
+            self.next = 0;
+            let p = self.dec.next_packet().ok()??;
+            self.ahead.push(p);
+        }
+        self.ahead.get(self.next).map(|p| p.1)
     }
 
     fn sync_forward(&mut self) -> crate::Resync {

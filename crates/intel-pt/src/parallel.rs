@@ -15,7 +15,7 @@
 
 use std::sync::Mutex;
 
-use crate::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, MtcConv};
+use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv};
 
 /// Segments per thread in one window.
 const PER_THREAD: usize = 4;
@@ -25,6 +25,7 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     code: &'a C,
     cfg: FlowConfig,
     mtc: Option<MtcConv>,
+    cyc: Option<CycConv>,
     /// Idle decoders, their block caches warm.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
     /// Event buffers for reuse.
@@ -33,12 +34,19 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow { code, cfg, mtc: None, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
+        ParallelFlow { code, cfg, mtc: None, cyc: None, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
     }
 
     /// MTC timing, as [`FlowDecoder::with_mtc`].
     pub fn with_mtc(mut self, mtc: impl Into<Option<MtcConv>>) -> Self {
         self.mtc = mtc.into();
+        self
+    }
+
+    /// CYC timing, as [`FlowDecoder::with_cyc`] (the same events as one
+    /// decoder when each PSB+ has a CBR, as hardware sends it).
+    pub fn with_cyc(mut self, cyc: impl Into<Option<CycConv>>) -> Self {
+        self.cyc = cyc.into();
         self
     }
 
@@ -65,7 +73,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// One segment's events into `events`, on a decoder from the pool.
     fn decode(&self, buf: &'a [u8], start: usize, end: usize, events: &mut Vec<FlowEvent>) {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc)
+            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc)
         });
         dec.reset_segment(buf, start, end);
         dec.run(|e| events.push(e));
