@@ -2,6 +2,7 @@
 //! flow decoder) with three images of the code and compare each with the
 //! ground truth.
 
+use std::collections::VecDeque;
 use std::path::Path;
 
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
@@ -49,9 +50,13 @@ pub struct Divergence {
 /// One mode's comparison, summed over CPUs (and per CPU in `cpus`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Score {
+    /// The truth's instructions: `correct`, replaced by a wrong one, or `missing`.
     pub instructions: u64,
+    /// Decoded instructions that are the truth's, in order.
     pub correct: u64,
+    /// Decoded instructions off the truth's path.
     pub wrong: u64,
+    /// The truth's instructions with no decoded one in their place.
     pub missing: u64,
     pub errors: u64,
     pub uncertain: u64,
@@ -123,109 +128,194 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
 /// The truth of one CPU, read ahead as far as a search needs.
 struct Truth {
     reader: TruthReader,
-    ahead: std::collections::VecDeque<std::io::Result<(u64, u64)>>,
+    ahead: VecDeque<(u64, u64)>,
+    failure: Option<std::io::Error>,
 }
 
 impl Truth {
     fn new(reader: TruthReader) -> Truth {
-        Truth { reader, ahead: std::collections::VecDeque::new() }
+        Truth { reader, ahead: VecDeque::new(), failure: None }
     }
 
-    fn peek(&mut self) -> Option<&std::io::Result<(u64, u64)>> {
-        if self.ahead.is_empty() {
-            self.ahead.push_back(self.reader.next()?);
-        }
-        self.ahead.front()
-    }
-
-    /// How many instructions come before the next one at `ip` that ran
-    /// within `[lo, hi]`, reading ahead but taking nothing.
-    fn find(&mut self, ip: u64, lo: Time, hi: Time) -> Option<usize> {
-        for i in 0.. {
-            if i == self.ahead.len() {
-                self.ahead.push_back(self.reader.next()?);
+    /// The `i`th instruction from here (time, address), reading ahead;
+    /// `None` past the end (or a read error, kept for the caller).
+    fn get(&mut self, i: usize) -> Option<(u64, u64)> {
+        while self.ahead.len() <= i {
+            match self.reader.next()? {
+                Ok(r) => self.ahead.push_back(r),
+                Err(e) => {
+                    self.failure.get_or_insert(e);
+                    return None;
+                }
             }
-            match &self.ahead[i] {
-                Ok((t, _)) if *t > hi.saturating_add(1) => return None,
-                Ok((t, a)) if *a == ip && *t >= lo.saturating_sub(1) => return Some(i),
-                Ok(_) => {}
-                Err(_) => return None,
+        }
+        Some(self.ahead[i])
+    }
+
+    /// Takes the next `n` instructions (fewer at the end).
+    fn take(&mut self, n: usize) {
+        if n > 0 {
+            self.get(n - 1);
+        }
+        self.ahead.drain(..n.min(self.ahead.len()));
+    }
+
+    /// Where, from here, the truth runs `ips` in a row, the first of them
+    /// within `[lo, hi]`: the first such place, as a count of instructions
+    /// before it.
+    fn find_run(&mut self, ips: impl Iterator<Item = u64> + Clone, lo: Time, hi: Time) -> Option<usize> {
+        let first = ips.clone().next()?;
+        for i in 0.. {
+            let (t, a) = self.get(i)?;
+            if t > hi.saturating_add(1) {
+                return None;
+            }
+            if a == first && t >= lo.saturating_sub(1) && ips.clone().enumerate().skip(1).all(|(j, ip)| self.get(i + j).is_some_and(|r| r.1 == ip)) {
+                return Some(i);
             }
         }
         None
     }
 }
 
-impl Iterator for Truth {
-    type Item = std::io::Result<(u64, u64)>;
-    fn next(&mut self) -> Option<Self::Item> {
-        self.ahead.pop_front().or_else(|| self.reader.next())
-    }
-}
+/// Decoded instructions in a row that must be the truth's, in order, for
+/// decode and truth to count as having met again after they part: one
+/// match alone is often a common instruction (a function both paths call)
+/// met in the wrong place.
+const CONFIRM: usize = 8;
+
+/// Decoded instructions kept out of step before the oldest counts as wrong
+/// without a place in the truth (bounds the memory and the search).
+const PENDING: usize = 4096;
 
 /// Walks the truth beside the decoded instructions.
+///
+/// In step, each decoded instruction is the truth's next or not. Once they
+/// part, the decoded instructions wait in `pending` until [`CONFIRM`] of
+/// them in a row are found in the truth ahead (the first within its time
+/// bounds): the decoded ones before that are wrong, the truth's skipped are
+/// replaced by them one for one and missing past that.
 struct Matcher {
-    reader: Truth,
+    truth: Truth,
     synced: bool,
-    failure: Option<std::io::Error>,
+    /// Out of step: decoded instructions (ip, lo, hi) not yet placed.
+    pending: VecDeque<(u64, Time, Time)>,
+    /// How many of `pending`, from the front, were tried as a meeting point.
+    tried: usize,
     s: Score,
     cpu: u32,
 }
 
 impl Matcher {
+    fn new(truth: TruthReader, cpu: u32) -> Matcher {
+        Matcher { truth: Truth::new(truth), synced: true, pending: VecDeque::new(), tried: 0, s: Score::default(), cpu }
+    }
+
     /// One decoded instruction at `ip`, run within `[lo, hi]`.
     fn insn(&mut self, ip: u64, lo: Time, hi: Time) {
-        let s = &mut self.s;
-        if self.synced {
-            match self.reader.next() {
-                Some(Ok((t, a))) => {
-                    s.instructions += 1;
-                    if a == ip {
-                        s.correct += 1;
-                    } else {
-                        s.wrong += 1;
-                        self.synced = false;
-                        s.first_divergence.get_or_insert(Divergence { cpu: self.cpu, time: t, expected: a, decoded: ip });
-                    }
-                }
-                Some(Err(e)) => {
-                    self.failure.get_or_insert(e);
-                }
-                None => s.wrong += 1,
-            }
+        if !self.synced {
+            self.pending.push_back((ip, lo, hi));
+            self.meet(CONFIRM);
             return;
         }
-        // Out of step: find this instruction in the truth, within its time
-        // bounds; what it skips is missing. Not there: it is wrong, and the
-        // truth stays where it is for the next one.
-        match self.reader.find(ip, lo, hi) {
-            Some(skipped) => {
-                for _ in 0..=skipped {
-                    self.reader.next();
-                }
-                s.instructions += 1 + skipped as u64;
-                s.correct += 1;
-                s.missing += skipped as u64;
-                self.synced = true;
+        match self.truth.get(0) {
+            Some((_, a)) if a == ip => {
+                self.truth.take(1);
+                self.s.instructions += 1;
+                self.s.correct += 1;
             }
-            None => s.wrong += 1,
+            Some((t, a)) => {
+                self.s.first_divergence.get_or_insert(Divergence { cpu: self.cpu, time: t, expected: a, decoded: ip });
+                self.synced = false;
+                self.pending.push_back((ip, lo, hi));
+            }
+            // Decoded past the truth's end.
+            None => self.s.wrong += 1,
         }
     }
-}
 
-impl Matcher {
     /// A decoded instruction the decoder reports uncertain (another content
     /// of its code fits the trace too): right when it is the truth's next
     /// one, else not wrong but out of step, the truth's instructions up to
-    /// the next certain one missing.
+    /// where the certain ones meet it again missing.
     fn uncertain_insn(&mut self, ip: u64, lo: Time, hi: Time) {
         self.s.uncertain += 1;
         if !self.synced {
             return;
         }
-        match self.reader.peek() {
-            Some(Ok((_, a))) if *a == ip => self.insn(ip, lo, hi),
+        match self.truth.get(0) {
+            Some((_, a)) if a == ip => self.insn(ip, lo, hi),
             _ => self.synced = false,
+        }
+    }
+
+    /// A decode error: what follows is out of step until it meets the truth.
+    fn error(&mut self) {
+        self.s.errors += 1;
+        self.synced = false;
+    }
+
+    /// Tries the untried starts in `pending` with `len` decoded instructions
+    /// after them as where decode and truth meet again.
+    fn meet(&mut self, len: usize) {
+        while self.tried + len <= self.pending.len() {
+            let a = self.tried;
+            let (_, lo, hi) = self.pending[a];
+            let ips = self.pending.range(a..a + len).map(|p| p.0);
+            if let Some(b) = self.truth.find_run(ips, lo, hi) {
+                self.met(a, b);
+                return;
+            }
+            self.tried += 1;
+        }
+        if self.pending.len() > PENDING {
+            self.pending.pop_front();
+            self.s.wrong += 1;
+            self.tried = self.tried.saturating_sub(1);
+        }
+    }
+
+    /// Decode and truth meet again after `a` decoded and `b` truth
+    /// instructions: those are wrong and replaced or missing; the pending
+    /// ones from there are taken in step.
+    fn met(&mut self, a: usize, b: usize) {
+        self.skip(a, b);
+        self.truth.take(b);
+        self.pending.drain(..a);
+        self.tried = 0;
+        self.synced = true;
+        let rest: Vec<_> = self.pending.drain(..).collect();
+        for (ip, lo, hi) in rest {
+            self.insn(ip, lo, hi);
+        }
+    }
+
+    /// Counts `a` decoded instructions off the truth's path and `b` truth
+    /// instructions not decoded: each of the first one for one a wrong
+    /// instruction in place of one of the second, the rest of the second missing.
+    fn skip(&mut self, a: usize, b: usize) {
+        self.s.wrong += a as u64;
+        self.s.instructions += b as u64;
+        self.s.missing += b.saturating_sub(a) as u64;
+    }
+
+    /// The end of the decode: pending instructions that end the decode in
+    /// step with the truth (fewer than [`CONFIRM`]) are placed; the others
+    /// are wrong, and what the truth has left is replaced by them or missing.
+    fn finish(mut self) -> Result<Score, std::io::Error> {
+        while !self.synced && self.tried < self.pending.len() {
+            let len = self.pending.len() - self.tried;
+            self.meet(len);
+        }
+        let mut left = 0;
+        while self.truth.get(0).is_some() {
+            self.truth.take(1);
+            left += 1;
+        }
+        self.skip(self.pending.len(), left);
+        match self.truth.failure {
+            Some(e) => Err(e),
+            None => Ok(self.s),
         }
     }
 }
@@ -233,8 +323,7 @@ impl Matcher {
 /// Decodes one CPU's trace and walks the truth beside it.
 fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: Option<MtcConv>, truth: &Path) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
-    let reader = Truth::new(TruthReader::open(truth).map_err(io)?);
-    let mut m = Matcher { reader, synced: true, failure: None, s: Score::default(), cpu };
+    let mut m = Matcher::new(TruthReader::open(truth).map_err(io)?, cpu);
     let mut last_hi = 0;
     FlowDecoder::new(trace, code, cfg.clone()).with_mtc(mtc).run(|e| match e {
         FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
@@ -245,22 +334,10 @@ fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: 
         // The simulated kernel traps only on INT3, which runs: it counts as
         // the instruction at the FUP's address.
         FlowEvent::Trap { from, time, .. } => m.insn(from, time, last_hi.max(time)),
-        FlowEvent::Error { .. } => {
-            m.s.errors += 1;
-            m.synced = false;
-        }
+        FlowEvent::Error { .. } => m.error(),
         FlowEvent::End { .. } => {}
     });
-    if let Some(e) = m.failure {
-        return Err(io(e));
-    }
-    let mut s = m.s;
-    for r in m.reader {
-        r.map_err(io)?;
-        s.instructions += 1;
-        s.missing += 1;
-    }
-    Ok(s)
+    m.finish().map_err(io)
 }
 
 /// Decoded events of one CPU in timeline mode (a debugging aid for the simulator's tests).
@@ -366,8 +443,7 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                 let code = if mode == Mode::Static { &bare } else { &full };
                 let truth = dir.join(format!("truth/cpu{cpu}.bin"));
                 let io = |source| SimError::Io { path: truth.clone(), source };
-                let reader_t = Truth::new(TruthReader::open(&truth).map_err(io)?);
-                let mut m = Matcher { reader: reader_t, synced: true, failure: None, s: Score::default(), cpu: cpu as u32 };
+                let mut m = Matcher::new(TruthReader::open(&truth).map_err(io)?, cpu as u32);
                 let mut flow = FlowDecoder::new(code, &cfg);
                 let mut reader = etm::PacketReader::new(trace, framing, &cfg, etm::ErrorRecovery::Resync);
                 if mode == Mode::Timeline {
@@ -396,23 +472,11 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                         }
                         // A BRK trap: the BRK (its preferred return address) ran.
                         ElemKind::Exception { ret_addr, .. } => m.insn(ret_addr, lo, hi),
-                        ElemKind::Error(_) | ElemKind::AddrNacc(_) => {
-                            m.s.errors += 1;
-                            m.synced = false;
-                        }
+                        ElemKind::Error(_) | ElemKind::AddrNacc(_) => m.error(),
                         _ => {}
                     }
                 });
-                if let Some(e) = m.failure {
-                    return Err(io(e));
-                }
-                let mut s = m.s;
-                for r in m.reader {
-                    r.map_err(io)?;
-                    s.instructions += 1;
-                    s.missing += 1;
-                }
-                Ok(s)
+                m.finish().map_err(io)
             })
             .collect::<Result<Vec<Score>, SimError>>()?;
         let mut total = Score::default();
@@ -422,4 +486,80 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
         reports.push(ModeReport { mode, total, cpus });
     }
     Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::truth::TruthWriter;
+
+    /// The score of `decoded` against `truth` (addresses; the truth's
+    /// instructions 1 ns apart, the decoded ones timed over the whole run,
+    /// as a wide MTC window times them).
+    fn score_of(name: &str, truth: &[u64], decoded: &[u64]) -> Score {
+        let path = std::env::temp_dir().join(format!("poketrace-check-{}-{name}.bin", std::process::id()));
+        let mut w = TruthWriter::create(&path).unwrap();
+        for (t, &a) in truth.iter().enumerate() {
+            w.push(1000 + t as u64, a).unwrap();
+        }
+        w.finish().unwrap();
+        let mut m = Matcher::new(TruthReader::open(&path).unwrap(), 0);
+        for &ip in decoded {
+            m.insn(ip, 1000, 1000 + truth.len() as u64);
+        }
+        let s = m.finish().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        s
+    }
+
+    /// After one wrong choice the decode runs 6 instructions off the
+    /// truth's path (3 where the truth ran 3 others, calling a function at
+    /// 0 the truth calls again soon after), then the two run the same 50
+    /// loop iterations, each calling that function. The greedy resync this
+    /// replaces took the first decoded call of the function for the truth's
+    /// next, which put the truth one iteration ahead of the decode for good:
+    /// 152 right, 56 wrong of 205. Now the 6 off the path are wrong (the
+    /// truth's 3 replaced by them, nothing missing) and the other 202 right.
+    #[test]
+    fn one_wrong_choice_costs_the_instructions_off_the_path_only() {
+        let (f, w, t) = (0x100u64, 0x200u64, 0x300u64);
+        let call = [f, f + 1, f + 2];
+        let mut body = Vec::new();
+        for i in 0..50 {
+            body.push(0x1000 + i);
+            body.extend_from_slice(&call);
+        }
+        let mut truth = vec![1, 2, t, t + 1, t + 2];
+        truth.extend_from_slice(&body);
+        let mut decoded = vec![1, 2, w];
+        decoded.extend_from_slice(&call);
+        decoded.extend_from_slice(&[w + 1, w + 2]);
+        decoded.extend_from_slice(&body);
+        let s = score_of("offpath", &truth, &decoded);
+        assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (truth.len() as u64, 2 + body.len() as u64, 6, 0), "{s:?}");
+        assert_eq!(s.first_divergence.map(|d| (d.expected, d.decoded)), Some((t, w)));
+    }
+
+    /// What the decode skips is missing; what it has beyond the truth is wrong.
+    #[test]
+    fn skipped_and_extra_instructions() {
+        let truth: Vec<u64> = (1..=40).collect();
+        // 11..=15 not decoded.
+        let decoded: Vec<u64> = (1..=10).chain(16..=40).collect();
+        let s = score_of("skipped", &truth, &decoded);
+        assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (40, 35, 0, 5), "{s:?}");
+        // Two instructions not in the truth, then the rest in step.
+        let decoded: Vec<u64> = (1..=10).chain([0x99, 0x98]).chain(11..=40).collect();
+        let s = score_of("extra", &truth, &decoded);
+        assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (40, 40, 2, 0), "{s:?}");
+        // Decode and truth meet again 3 instructions before the end (fewer
+        // than CONFIRM): still placed.
+        let decoded: Vec<u64> = (1..=10).chain([0x99]).chain(38..=40).collect();
+        let s = score_of("tail", &truth, &decoded);
+        assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (40, 13, 1, 26), "{s:?}");
+        // Never again: the decoded ones wrong, each in place of one of the truth's.
+        let decoded: Vec<u64> = (1..=10).chain(0x90..0x9a).collect();
+        let s = score_of("never", &truth, &decoded);
+        assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (40, 10, 10, 20), "{s:?}");
+    }
 }
