@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use codeimage::{BaseImage, CodeTimeline};
-use intel_pt::flow::{FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, MtcConv, TimeConv};
+use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, MtcConv, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use isa::{BranchClass, KernelIdioms};
 use perfdata::abi::auxtrace_type;
@@ -294,6 +294,8 @@ fn pt_lines(
     };
     // MTC packets time what runs between TSCs when the event enabled them.
     let mtc = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
+    // CYC packets (cycle-accurate mode), converted by the trace's CBR and the max non-turbo ratio.
+    let cyc = pt_attr.and_then(|a| CycConv::from_perf(a.attr.config, info.cyc_bit, info.max_nonturbo_ratio));
     let cfg = FlowConfig {
         time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
         noretcomp: pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0),
@@ -309,9 +311,9 @@ fn pt_lines(
             let mut lines = Vec::new();
             let mut emit = collector(queue, q.cpu, itrace, tl, &mut lines);
             match image {
-                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).run(&mut emit),
-                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).run(&mut emit),
-                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).run(&mut emit),
+                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run(&mut emit),
+                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run(&mut emit),
+                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run(&mut emit),
             }
             drop(emit);
             lines

@@ -110,6 +110,12 @@ enum Command {
         /// Intel PT timing by MTC every 2^N crystal clock ticks of 25 ns (TSC and TMA only in PSB+), instead of --tsc-period.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=15))]
         mtc_freq: Option<u8>,
+        /// Intel PT cycle-accurate mode: CYC packets (core cycles, 2 a ns; CBR in each PSB+) before flow packets.
+        #[arg(long)]
+        cyc: bool,
+        /// With --cyc: at most one CYC per 2^(N-1) cycles (perf's cyc_thresh; 0: before every flow packet).
+        #[arg(long, value_name = "N", requires = "cyc", value_parser = clap::value_parser!(u8).range(0..=15))]
+        cyc_thresh: Option<u8>,
         /// Instead of the generated kernel: random walks through this ELF
         /// file's real code, as a user program (no code changes).
         #[arg(long, value_name = "ELF", conflicts_with_all = ["protocol", "pokes"])]
@@ -151,8 +157,9 @@ fn main() {
         Command::Image { input, at, history, addr, len, vmlinux, json } => {
             image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
         }
-        Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, elf, output } => {
-            let cfg = sim::SimConfig { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, ..sim::SimConfig::default() };
+        Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc, cyc_thresh, elf, output } => {
+            let cyc_thresh = cyc.then(|| cyc_thresh.unwrap_or(0));
+            let cfg = sim::SimConfig { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc_thresh, ..sim::SimConfig::default() };
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),

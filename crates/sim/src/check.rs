@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
+use intel_pt::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{AuxtraceInfo, PerfFile, RecordBody};
@@ -97,7 +97,7 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
     let file = PerfFile::open(dir)?;
     let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
     let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
-    let (cfg, mtc) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
+    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
     let full = poked_image(&file, &summary)?;
     let bare = base_image(&file)?;
     let mut reports = Vec::new();
@@ -110,9 +110,9 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
             .map(|(cpu, trace)| {
                 let truth = dir.join(format!("truth/cpu{cpu}.bin"));
                 match mode {
-                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, mtc, &truth),
-                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, mtc, &truth),
-                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, mtc, &truth),
+                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, timing, &truth),
+                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, timing, &truth),
+                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, timing, &truth),
                 }
             })
             .collect::<Result<Vec<Score>, SimError>>()?;
@@ -321,11 +321,11 @@ impl Matcher {
 }
 
 /// Decodes one CPU's trace and walks the truth beside it.
-fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, mtc: Option<MtcConv>, truth: &Path) -> Result<Score, SimError> {
+fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, timing: Timing, truth: &Path) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
     let mut m = Matcher::new(TruthReader::open(truth).map_err(io)?, cpu);
     let mut last_hi = 0;
-    FlowDecoder::new(trace, code, cfg.clone()).with_mtc(mtc).run(|e| match e {
+    FlowDecoder::new(trace, code, cfg.clone()).with_mtc(timing.0).with_cyc(timing.1).run(|e| match e {
         FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
             m.s.uncertain += uncertain as u64;
             last_hi = hi;
@@ -345,10 +345,10 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
     let file = PerfFile::open(dir).unwrap();
     let summary = crate::read_summary(dir).unwrap();
     let (info, aux) = per_cpu_aux(&file, summary.config.cpus).unwrap();
-    let (cfg, mtc) = pt_setup(&file, &IntelPtInfo::parse(&info.unwrap()).unwrap());
+    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info.unwrap()).unwrap());
     let full = poked_image(&file, &summary).unwrap();
     let mut out = Vec::new();
-    FlowDecoder::new(&aux[cpu], &Interval(&full), cfg).with_mtc(mtc).run(|e| out.push(e));
+    FlowDecoder::new(&aux[cpu], &Interval(&full), cfg).with_mtc(timing.0).with_cyc(timing.1).run(|e| out.push(e));
     out
 }
 
@@ -370,9 +370,12 @@ fn per_cpu_aux(file: &PerfFile, cpus: u32) -> Result<(Option<AuxtraceInfo<'_>>, 
     Ok((info, aux))
 }
 
+/// MTC and CYC timing, as the PT event's config and AUXTRACE_INFO allow.
+type Timing = (Option<MtcConv>, Option<CycConv>);
+
 /// The Intel PT decoder's set-up from AUXTRACE_INFO and the PT event's
-/// config: time conversion, return compression, MTC timing.
-fn pt_setup(file: &PerfFile, info: &IntelPtInfo) -> (FlowConfig, Option<MtcConv>) {
+/// config: time conversion, return compression, MTC and CYC timing.
+fn pt_setup(file: &PerfFile, info: &IntelPtInfo) -> (FlowConfig, Timing) {
     let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
     let cfg = FlowConfig {
         time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
@@ -382,7 +385,8 @@ fn pt_setup(file: &PerfFile, info: &IntelPtInfo) -> (FlowConfig, Option<MtcConv>
         trial_insns: 256,
     };
     let mtc = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
-    (cfg, mtc)
+    let cyc = pt_attr.and_then(|a| CycConv::from_perf(a.attr.config, info.cyc_bit, info.max_nonturbo_ratio));
+    (cfg, (mtc, cyc))
 }
 
 /// The code with every change the run recorded (begin/end pairs for the

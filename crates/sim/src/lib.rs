@@ -66,6 +66,12 @@ pub struct SimConfig {
     /// each), with TSC + TMA only in PSB+, instead of TSC every `tsc_period`.
     #[serde(default)]
     pub mtc_freq: Option<u8>,
+    /// Intel PT cycle-accurate mode with this CycThresh (perf's `cyc` and
+    /// `cyc_thresh`): CYC packets of the core's cycles (2 a ns, CBR 20 over
+    /// a max non-turbo ratio of 10) before flow packets, at most one per
+    /// 2^(N-1) cycles (N = 0: before each).
+    #[serde(default)]
+    pub cyc_thresh: Option<u8>,
     /// Bytes of trace between synchronisations (PSB+; ETMv4 A-sync).
     pub psb_period: usize,
     /// ns between the steps of one change.
@@ -88,6 +94,7 @@ impl Default for SimConfig {
             functions: 64,
             tsc_period: 200,
             mtc_freq: None,
+            cyc_thresh: None,
             psb_period: 4096,
             sync_ns: 50,
         }
@@ -253,7 +260,7 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     };
     let (traces, counts) = match arch {
         isa::Arch::X86_64 => {
-            let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period)).collect();
+            let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh)).collect();
             record_run(cfg, dir, emitters, |sink| {
                 machine::run(&prog, &run, &mut rng, sink);
             })?
@@ -303,7 +310,7 @@ pub fn simulate_elf(cfg: &SimConfig, elf: &Path, dir: &Path) -> Result<Summary, 
     }
     let code = walk::RealCode::load(elf, PIE_BASE)?;
     let mut rng = rng::Rng::new(cfg.seed);
-    let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period)).collect();
+    let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh)).collect();
     let (traces, counts) = record_run(cfg, dir, emitters, |sink| {
         walk::walk(&code, cfg.cpus, cfg.instructions, TIME_ZERO, &mut rng, sink);
     })?;
@@ -403,8 +410,11 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
     let n = cfg.cpus as u64;
     let sample_type = st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER;
     let (pmu_type, config) = match aux {
-        // tsc, noretcomp; mtc and its frequency
-        Aux::IntelPt => (PT_PMU_TYPE, 0x400 | 0x800 | cfg.mtc_freq.map_or(0, |f| 0x200 | (f as u64) << 14)),
+        // tsc, noretcomp; mtc and its frequency; cyc and its threshold
+        Aux::IntelPt => (
+            PT_PMU_TYPE,
+            0x400 | 0x800 | cfg.mtc_freq.map_or(0, |f| 0x200 | (f as u64) << 14) | cfg.cyc_thresh.map_or(0, |t| 0x2 | (t.min(15) as u64) << 19),
+        ),
         Aux::CsEtm => (CS_ETM_PMU_TYPE, ETM_OPT_TS),
     };
     let pt_attr = EventAttr {
@@ -450,6 +460,8 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
         mtc_freq_bits: 0xf << 14,
         tsc_ctc_ratio_n: pt::TSC_PER_CTC,
         tsc_ctc_ratio_d: 1,
+        cyc_bit: 0x2,
+        max_nonturbo_ratio: pt::MAX_NON_TURBO_RATIO,
         ..IntelPtInfo::default()
     }
     .to_priv_bytes();

@@ -10,6 +10,14 @@
 //! ticks: the MTC of the last such tick, so what comes before it ran before
 //! the next tick, and what comes after at or after this one.
 //!
+//! Every PSB+ carries a CBR: the core runs at [`CBR`] times the bus clock,
+//! the TSC at [`MAX_NON_TURBO_RATIO`] times it, so [`CYCLES_PER_TSC`] core
+//! cycles a TSC tick. In cycle-accurate mode (`cyc_thresh`, perf's `cyc`
+//! and `cyc_thresh`) a CYC precedes a flow packet with the core cycles since
+//! the last CYC, as the SDM has it: the CYC before a TNT is at its first
+//! branch, before a TIP or FUP at its instruction. With a threshold N > 0 a
+//! CYC is sent only once 2^(N-1) cycles have passed since the last.
+//!
 //! The stream is cut into AUXTRACE buffers of at most [`AUX_CHUNK`] bytes,
 //! each beginning at a PSB (longer only when no PSB falls in one).
 
@@ -25,6 +33,16 @@ pub const AUX_CHUNK: u64 = 1 << 16;
 
 /// TSC ticks (ns: the simulator's TSC is perf time) per crystal clock tick.
 pub const TSC_PER_CTC: u64 = 25;
+
+/// The TSC's frequency over the 100 MHz bus clock: a 1 GHz TSC (AUXTRACE_INFO
+/// `max_non_turbo_ratio`).
+pub const MAX_NON_TURBO_RATIO: u64 = 10;
+
+/// The core's frequency over the bus clock (the CBR packet): 2 GHz.
+pub const CBR: u8 = 20;
+
+/// Core cycles per TSC tick (per ns): CBR / max non-turbo ratio.
+pub const CYCLES_PER_TSC: u64 = CBR as u64 / MAX_NON_TURBO_RATIO;
 
 /// Which timing packets the stream carries.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +80,13 @@ pub struct PtEmitter {
     psbs: VecDeque<u64>,
     /// Where the CPU goes next: where tracing stops at the end.
     next_ip: u64,
+    /// Cycle-accurate mode: the fewest cycles between CYCs (0: a CYC before
+    /// every flow packet).
+    cyc_min: Option<u64>,
+    /// The core cycle count at the last CYC (or where tracing started).
+    last_cyc: u64,
+    /// The time of the first branch in the pending TNT bits.
+    tnt_time: u64,
 }
 
 impl PtEmitter {
@@ -81,6 +106,30 @@ impl PtEmitter {
             chunk_start: 0,
             psbs: VecDeque::new(),
             next_ip: 0,
+            cyc_min: None,
+            last_cyc: 0,
+            tnt_time: 0,
+        }
+    }
+
+    /// Cycle-accurate mode with perf's `cyc_thresh` (`None`: off): a CYC
+    /// before a flow packet once 2^(thresh-1) cycles have passed (thresh 0:
+    /// before each).
+    pub fn with_cyc(mut self, cyc_thresh: Option<u8>) -> PtEmitter {
+        self.cyc_min = cyc_thresh.map(|t| if t == 0 { 0 } else { 1 << (t.min(15) - 1) });
+        self
+    }
+
+    /// In cycle-accurate mode, the CYC for a packet of the instruction at
+    /// `time`: the cycles since the last CYC, once there are enough (and at
+    /// most one CYC a cycle).
+    fn cyc(&mut self, time: u64) {
+        let Some(min) = self.cyc_min else { return };
+        let now = time * CYCLES_PER_TSC;
+        let cycles = now.saturating_sub(self.last_cyc);
+        if cycles > 0 && cycles >= min {
+            self.put(Packet::Cyc(cycles));
+            self.last_cyc = now;
         }
     }
 
@@ -94,6 +143,7 @@ impl PtEmitter {
 
     fn flush_tnt(&mut self) {
         if self.tnt_count > 0 {
+            self.cyc(self.tnt_time);
             self.put(Packet::TntShort(Tnt { bits: self.tnt_bits, count: self.tnt_count }));
             self.tnt_bits = 0;
             self.tnt_count = 0;
@@ -117,6 +167,7 @@ impl PtEmitter {
             self.put(Packet::Tma { ctc: ctc as u16, fast_counter: (time - ctc * TSC_PER_CTC) as u16 });
             self.last_mtc = ctc >> freq;
         }
+        self.put(Packet::Cbr(CBR));
         self.put(Packet::ModeExec { csl: true, csd: false, if_flag: false });
         if let Some(next_ip) = next_ip {
             let ip = self.ip(next_ip);
@@ -157,10 +208,15 @@ impl PtEmitter {
             self.psb(time, None);
             let ip = self.ip(addr);
             self.put(Packet::TipPge(ip));
+            // The cycle counter starts with tracing.
+            self.last_cyc = time * CYCLES_PER_TSC;
         }
         match flow {
             Flow::Quiet | Flow::Direct => return,
             Flow::Cond { taken } => {
+                if self.tnt_count == 0 {
+                    self.tnt_time = time;
+                }
                 self.tnt_bits = self.tnt_bits << 1 | taken as u64;
                 self.tnt_count += 1;
                 if self.tnt_count == 6 {
@@ -169,11 +225,13 @@ impl PtEmitter {
             }
             Flow::Indirect { to } | Flow::FarReturn { to } => {
                 self.flush_tnt();
+                self.cyc(time);
                 let ip = self.ip(to);
                 self.put(Packet::Tip(ip));
             }
             Flow::Trap { from, to } => {
                 self.flush_tnt();
+                self.cyc(time);
                 let f = self.ip(from);
                 self.put(Packet::Fup(f));
                 let t = self.ip(to);
@@ -212,6 +270,7 @@ impl PtEmitter {
             // A TIP.PGD alone means "the next branch was indirect and
             // disabled tracing"; perf then walks to the next branch and, if
             // it is a Jcc, reports "Trace doesn't match instruction".
+            self.cyc(self.last_time);
             let ip = self.ip(self.next_ip);
             self.put(Packet::Fup(ip));
             let ip = self.ip(self.next_ip);
