@@ -591,7 +591,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         st.mtc.tsc = tsc;
         if self.cyc.is_some() {
             // The last CYC came before this TSC.
-            st.cyc.cap_hi(st.lo);
+            self.cyc_before(st, st.lo);
         }
         if offset >= st.hi_at {
             self.next_tsc(st, offset);
@@ -629,8 +629,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         let t = self.mtc_time(&m, st, payload, 0);
         if self.cyc.is_some() {
-            // The last CYC came before this MTC: before the next CTC period.
-            st.cyc.cap_hi(self.mtc_time(&m, st, payload, 1));
+            self.cyc_before_mtc(st, &m, payload);
         }
         st.mtc.delta = st.mtc.delta.wrapping_add(u64::from(payload.wrapping_sub(st.mtc.last)) << m.shift);
         st.mtc.last = payload;
@@ -679,9 +678,24 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
     }
 
+    /// A TSC or MTC says the last CYC ran no later than `t`. Apart (as all
+    /// of CYC timing) so that the timing functions stay small without it.
+    #[inline(never)]
+    fn cyc_before(&self, st: &mut State<'a>, t: Time) {
+        st.cyc.cap_hi(t);
+    }
+
+    /// An MTC with `payload` says the last CYC ran before the end of the
+    /// CTC period it names.
+    #[inline(never)]
+    fn cyc_before_mtc(&self, st: &mut State<'a>, m: &MtcConv, payload: u8) {
+        st.cyc.cap_hi(self.mtc_time(m, st, payload, 1));
+    }
+
     /// A CBR: the core:bus ratio from here on, so the perf time a core
     /// cycle takes. A ratio of 0, or one that does not convert, stops CYC
     /// timing until the next CBR.
+    #[inline(never)]
     fn cbr(&self, st: &mut State<'a>, ratio: u8) {
         let Some(c) = self.cyc else { return };
         if ratio == st.cyc.cbr && st.cyc.step_lo != 0 {
@@ -719,6 +733,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// the next TSC's or MTC's bound). What runs from here to the flow packet
     /// after it ran no later than that; what follows that packet no earlier
     /// than the lower bound, taken in then ([`Self::cyc_taken`]).
+    #[inline(never)]
     fn cyc(&self, st: &mut State<'a>, cycles: u64) {
         if self.cyc.is_none() {
             return;
@@ -753,13 +768,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// The flow packet after a CYC is taken: what follows ran no earlier
     /// than that CYC, and no later than the next CYC's upper bound when the
-    /// next packet is a CYC (else the next TSC's or MTC's, until one is read).
+    /// next packet is a CYC already decoded ahead (else the next TSC's or
+    /// MTC's, until one is read).
     #[inline(never)]
     fn cyc_taken(&self, st: &mut State<'a>) {
         if let Some(t) = st.cyc.pending.take() {
             st.lo = st.lo.max(t);
         }
-        st.cyc.bound = match st.packets.peek() {
+        st.cyc.bound = match st.packets.decoded_next() {
             Some(Packet::Cyc(cycles)) => st.cyc.last_hi(cycles),
             _ => Time::MAX,
         };
@@ -767,6 +783,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 
     /// The CYC count is lost: CYC timing starts again at the next CYC.
+    #[inline(never)]
     fn lose_cyc(&self, st: &mut State<'a>) {
         st.cyc.lose();
         st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
@@ -915,6 +932,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 
     /// The target of an indirect transfer; `None` when tracing stops there.
+    #[inline]
     fn take_tip(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
         if st.tnt_count != 0 {
             return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
@@ -1329,15 +1347,10 @@ impl Packets<'_> {
         }
     }
 
-    /// The next packet, left to be taken; `None` at the end or a bad packet.
-    fn peek(&mut self) -> Option<Packet> {
-        if self.next == self.ahead.len() {
-            // All taken: start the queue again rather than let it grow.
-            self.ahead.clear();
-            self.next = 0;
-            let p = self.dec.next_packet().ok()??;
-            self.ahead.push(p);
-        }
+    /// The next packet, when the scan for the next TSC or MTC has decoded
+    /// it already (it is not decoded here: a second caller of the packet
+    /// decoder would cost every packet its inlining).
+    fn decoded_next(&self) -> Option<Packet> {
         self.ahead.get(self.next).map(|p| p.1)
     }
 
