@@ -330,8 +330,12 @@ impl CycConv {
 struct CycState {
     /// perf time per core cycle in 32.32 fixed point, rounded down and up,
     /// from the last CBR; 0 before one (or for a CBR that cannot convert).
+    /// Right after a change of ratio, the smaller and the larger of the old
+    /// and the new: the next CYC counts cycles at both.
     step_lo: u64,
     step_hi: u64,
+    /// The new ratio's steps, once the next CYC has been counted.
+    next_steps: Option<(u64, u64)>,
     cbr: u8,
     lo: Time,
     lo_cycles: u64,
@@ -353,8 +357,17 @@ impl CycState {
     /// The count is lost (a PSB, an overflow, a CYC without a CBR): both
     /// bounds start again, keeping the ratio.
     fn lose(&mut self) {
-        *self = CycState { step_lo: self.step_lo, step_hi: self.step_hi, cbr: self.cbr, ..CycState::default() };
+        *self = CycState { step_lo: self.step_lo, step_hi: self.step_hi, next_steps: self.next_steps, cbr: self.cbr, ..CycState::default() };
         self.bound = Time::MAX;
+    }
+
+    /// Both bounds start again from where they stand (before the steps change).
+    fn rebase(&mut self) {
+        if let Some(t) = self.last_lo() {
+            self.lo = t;
+        }
+        self.hi = self.last_hi(0);
+        (self.lo_cycles, self.hi_cycles) = (0, 0);
     }
 
     fn last_lo(&self) -> Option<Time> {
@@ -714,17 +727,22 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             (Ok(lo), Ok(hi)) if lo != 0 => (lo, hi),
             _ => (0, 0),
         };
-        // Cycles counted so far convert at the old ratio: the bounds start
-        // again from where they stand.
+        // Cycles counted so far convert at the old ratio; the next CYC
+        // counts some at the old and some at the new (the change came
+        // between the last CYC and it), so it converts at both, the slower
+        // for the upper bound and the faster for the lower.
         let c = &mut st.cyc;
-        if let Some(t) = c.last_lo() {
-            c.lo = t;
-        }
-        c.hi = c.last_hi(0);
-        (c.lo_cycles, c.hi_cycles) = (0, 0);
-        c.step_lo = step_lo;
-        c.step_hi = step_hi;
+        c.rebase();
         c.cbr = ratio;
+        // (After another change with no CYC since, the steps span both already.)
+        let (old_lo, old_hi) = (c.step_lo, c.step_hi);
+        c.next_steps = None;
+        if old_lo != 0 && step_lo != 0 {
+            (c.step_lo, c.step_hi) = (old_lo.min(step_lo), old_hi.max(step_hi));
+            c.next_steps = Some((step_lo, step_hi));
+        } else {
+            (c.step_lo, c.step_hi) = (step_lo, step_hi);
+        }
     }
 
     /// A CYC: `cycles` core cycles since the last CYC. Its time is at
@@ -764,6 +782,11 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         c.pending = Some(lo.min(next));
         c.bound = c.last_hi(0);
         st.hi = next.min(c.bound).max(st.lo);
+        if let Some((lo, hi)) = c.next_steps.take() {
+            // Counted: the new ratio alone from here.
+            c.rebase();
+            (c.step_lo, c.step_hi) = (lo, hi);
+        }
     }
 
     /// The flow packet after a CYC is taken: what follows ran no earlier

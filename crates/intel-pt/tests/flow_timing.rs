@@ -296,37 +296,57 @@ impl Rng {
 }
 
 /// A consistent trace of `turns` turns, as hardware times it: the JNE of
-/// turn i at `b[i]`, its NOP just before; a CYC before each TNT (2 cycles
-/// a ns: max non-turbo ratio 1, CBR 2); an MTC after a TNT when the CTC
-/// (3 ns a tick, period 4) has passed a period; a PSB+ (TSC, TMA, CBR) now
-/// and then. Returns the trace and the branch times.
-fn timed_trace(seed: u64, turns: usize) -> (Vec<u8>, Vec<u64>) {
+/// turn i at `b[i]`, its NOP just before; a CYC before each TNT (the core
+/// at CBR cycles a ns: max non-turbo ratio 1, CBR 2, or with `changes` now
+/// and then 4 or 2 again, from a point between two branches, with its CBR
+/// packet there); an MTC after a TNT when the CTC (3 ns a tick, period 4)
+/// has passed a period; a PSB+ (TSC, TMA, CBR) now and then. Returns the
+/// trace and the branch times.
+fn timed_trace(seed: u64, turns: usize, changes: bool) -> (Vec<u8>, Vec<u64>) {
     let mut rng = Rng(seed);
     let mut t = Trace::new();
     let mut now = 5000 + rng.below(100);
-    let mut last_cyc = now - rng.below(20);
-    let psb = |t: &mut Trace, now: u64| {
+    // Core cycles: the count at the last CYC, and since then.
+    let (mut rate, mut counted) = (2u64, rng.below(40));
+    let psb = |t: &mut Trace, now: u64, rate: u64| {
         let ctc = now / 3;
-        t.psb(&[Packet::Tsc(now), Packet::Tma { ctc: ctc as u16, fast_counter: (now % 3) as u16 }, Packet::Cbr(2)]);
+        t.psb(&[Packet::Tsc(now), Packet::Tma { ctc: ctc as u16, fast_counter: (now % 3) as u16 }, Packet::Cbr(rate as u8)]);
         ctc >> 2
     };
-    let mut tick = psb(&mut t, now);
+    let mut tick = psb(&mut t, now, rate);
+    let mut change = None;
     let mut branches = Vec::new();
     for i in 0..turns {
-        now += 2 + rng.below(if i % 10 < 7 { 6 } else { 60 });
+        let next = now + 2 + rng.below(if i % 10 < 7 { 6 } else { 60 });
+        counted += match change.take() {
+            // The new ratio from `at`, between the last branch and this one.
+            Some(new) => {
+                let at = now + rng.below(next - now + 1);
+                let c = (at - now) * rate + (next - at) * new;
+                rate = new;
+                c
+            }
+            None => (next - now) * rate,
+        };
+        now = next;
         branches.push(now);
         let last = i + 1 == turns;
-        t.put(Packet::Cyc(2 * (now - last_cyc)));
-        last_cyc = now;
+        t.put(Packet::Cyc(counted));
+        counted = 0;
         t.turn(!last);
         if last {
             break;
         }
         if rng.below(25) == 0 {
-            tick = psb(&mut t, now);
+            tick = psb(&mut t, now, rate);
         } else if (now / 3) >> 2 > tick {
             tick = (now / 3) >> 2;
             t.put(Packet::Mtc(tick as u8));
+        }
+        if changes && rng.below(8) == 0 {
+            let new = 6 - rate;
+            t.put(Packet::Cbr(new as u8));
+            change = Some(new);
         }
     }
     t.pgd(K + 3);
@@ -338,8 +358,8 @@ fn cyc_windows_hold_the_truth_and_narrow_them() {
     let cyc = CycConv { max_non_turbo_ratio: 1 };
     let mtc = MtcConv { shift: 2, ratio_n: 3, ratio_d: 1 };
     let (mut with_cyc, mut mtc_only) = (0u128, 0u128);
-    for seed in 1..20 {
-        let (t, branches) = timed_trace(seed, 400);
+    for seed in 1..40 {
+        let (t, branches) = timed_trace(seed, 400, seed % 2 == 0);
         let events = decode(&t, Some(mtc), Some(cyc));
         let (nops, jnes) = (windows(&events, K), windows(&events, K + 1));
         assert_eq!(jnes.len(), branches.len(), "seed {seed}");
