@@ -1,8 +1,9 @@
 //! The flow decoder on bad input: corrupt packets, truncated AUX data, bad
 //! IP compression, TNT bits where the code has no conditional branch, loops
 //! in the image, random damage. Every case gives error events naming the
-//! offset, decoding resumes at the next PSB exactly as the clean trace
-//! decodes from there, nothing panics, and the work stays bounded.
+//! offset, decoding resumes exactly as the clean trace decodes from there
+//! (at the next PSB after a bad packet, else at the next TIP's target),
+//! nothing panics, and the work stays bounded.
 //!
 //! The traces come from a small generator over a hand-assembled program,
 //! which also writes the truth: every instruction and trap, in order.
@@ -139,6 +140,8 @@ struct Gen {
     packets: Vec<(usize, Packet)>,
     /// Each PSB's offset and the truth's length there (where decoding resumes).
     psbs: Vec<(usize, usize)>,
+    /// The same for each TIP: the truth from its target on.
+    tips: Vec<(usize, usize)>,
 }
 
 impl Gen {
@@ -153,6 +156,7 @@ impl Gen {
             truth: Vec::new(),
             packets: Vec::new(),
             psbs: Vec::new(),
+            tips: Vec::new(),
         }
     }
     fn put(&mut self, p: Packet) {
@@ -176,6 +180,7 @@ impl Gen {
     fn tip(&mut self, off: u64) {
         self.flush();
         let ip = self.enc.compress(K + off);
+        self.tips.push((self.out.len(), self.truth.len()));
         self.put(Packet::Tip(ip));
     }
     fn i(&mut self, off: u64) {
@@ -277,24 +282,46 @@ fn clean_traces_decode_to_the_truth() {
     }
 }
 
-/// Where decoding must resume after an error at `offset`: the truth from
-/// the first PSB after it.
-fn resumes(g: &Gen, offset: usize) -> &[E] {
-    match g.psbs.iter().find(|&&(at, _)| at > offset) {
+/// Where decoding must resume after damage at `offset` that gives an error
+/// of `kind`: the truth from the first PSB after it; or, when the packets
+/// are whole (not a bad packet, not an overflow), from the first TIP's
+/// target if that comes first.
+fn resumes(g: &Gen, offset: usize, kind: FlowErrorKind) -> &[E] {
+    let psb = g.psbs.iter().find(|&&(at, _)| at > offset);
+    let tip = match kind {
+        FlowErrorKind::Packet(_) | FlowErrorKind::Overflow => None,
+        _ => g.tips.iter().find(|&&(at, _)| at > offset),
+    };
+    match psb.into_iter().chain(tip).min() {
         Some(&(_, k)) => &g.truth[k..],
         None => &[],
     }
 }
 
 /// `got` is a prefix of the truth, one error of `kind` at `offset`, then
-/// exactly the truth from the next PSB on.
+/// exactly the truth from where decoding resumes ([`resumes`]).
 fn check_resync(g: &Gen, got: &[FlowEvent], offset: usize, kind: FlowErrorKind) {
     let s = short(got);
     let at = s.iter().position(|e| matches!(e, E::Err(_))).unwrap_or_else(|| panic!("no error for {kind:?} at {offset}: {s:?}"));
     assert!(is_prefix(&s[..at], &g.truth), "{kind:?} at {offset}: before the error {:?}", &s[..at]);
     assert_eq!(errors(got)[0].0, offset, "{kind:?}: {:?}", errors(got));
     assert_eq!(s[at], E::Err(kind), "at {offset}");
-    assert_eq!(&s[at + 1..], resumes(g, offset), "{kind:?} at {offset}: after the resync");
+    check_resumed(&s[at + 1..], resumes(g, offset, kind), &format!("{kind:?} at {offset}"));
+}
+
+/// What follows an error is `want`; except that, resumed at a TIP, the
+/// walk has lost the calls before it: a compressed return of one of them
+/// is another error (NoTip) and the walk resumes at the TIP after, each
+/// stretch between errors a piece of `want` in order, the last its end.
+fn check_resumed(rest: &[E], want: &[E], what: &str) {
+    let Some(last) = rest.iter().rposition(|e| matches!(e, E::Err(_))) else {
+        assert_eq!(rest, want, "{what}: after the resync");
+        return;
+    };
+    assert!(rest.iter().filter(|e| matches!(e, E::Err(_))).all(|e| *e == E::Err(FlowErrorKind::NoTip)), "{what}: {rest:?}");
+    let first = rest.iter().position(|e| matches!(e, E::Err(_))).unwrap();
+    assert!(is_prefix(&rest[..first], want), "{what}: {rest:?}");
+    assert!(want.ends_with(&rest[last + 1..]) && rest.len() - last > 8, "{what}: {rest:?}");
 }
 
 #[test]
@@ -311,7 +338,7 @@ fn a_corrupt_packet_is_reported_at_its_offset_and_decoding_resumes_at_the_next_p
             if offset == 0 {
                 // Bytes before the first PSB are where an AUX buffer may
                 // start mid-stream: skipped without an error.
-                assert_eq!(short(&got), resumes(&g, 0));
+                assert_eq!(short(&got), resumes(&g, 0, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0xd9))));
                 continue;
             }
             check_resync(&g, &got, offset, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0xd9)));
@@ -386,7 +413,7 @@ fn bad_ip_compression() {
     let Packet::Tip(ip) = p else { unreachable!() };
     assert_eq!(errors(&got)[0].2, Some((ip.ip.unwrap() ^ 0x1000) - K));
     assert!(is_prefix(&s[..e], &g.truth));
-    assert_eq!(&s[e + 1..], resumes(&g, at));
+    assert_eq!(&s[e + 1..], resumes(&g, at, FlowErrorKind::Unmapped));
     // A TIP made suppressed (IPBytes 0, no payload): not a target, so not
     // the TIP an indirect branch needs. The payload bytes that stay behind
     // are decoded as packets; whatever they give, decoding resumes at the
@@ -398,7 +425,7 @@ fn bad_ip_compression() {
     let s = short(&got);
     let e = s.iter().position(|e| matches!(e, E::Err(_))).unwrap();
     assert!(matches!(s[e], E::Err(FlowErrorKind::NoTip)), "{:?}", s[e]);
-    assert!(s.ends_with(resumes(&g, at)));
+    assert!(s.ends_with(resumes(&g, at, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0)))));
     // Compression against the last IP after a PSB (0), where the packet meant
     // an IP near the previous one: the FUP of PSB+ as a 32-bit update.
     let mut t = Vec::new();
@@ -461,7 +488,7 @@ fn tnt_where_the_code_has_no_conditional_branch() {
         let e = s.iter().position(|e| matches!(e, E::Err(_))).unwrap();
         assert_eq!(s[e], E::Err(FlowErrorKind::NoTip));
         assert!(is_prefix(&s[..e], &g.truth));
-        assert_eq!(&s[e + 1..], resumes(&g, at));
+        check_resumed(&s[e + 1..], resumes(&g, at, FlowErrorKind::NoTip), "one TNT bit too many");
         // A Jcc whose TNT became a TIP (an indirect branch's packet where the
         // code has a conditional one).
         let (at, _) = middle(&g, |p| matches!(p, Packet::TntShort(t) if t.count == 1));
@@ -470,9 +497,9 @@ fn tnt_where_the_code_has_no_conditional_branch() {
         let got = decode(&bad, &Static(&code), c.clone());
         let s = short(&got);
         let e = s.iter().position(|e| matches!(e, E::Err(_))).unwrap();
-        assert!(matches!(s[e], E::Err(FlowErrorKind::NoTnt | FlowErrorKind::NoTip)), "{:?}", s[e]);
+        let E::Err(kind @ (FlowErrorKind::NoTnt | FlowErrorKind::NoTip)) = s[e] else { panic!("{:?}", s[e]) };
         assert!(is_prefix(&s[..e], &g.truth));
-        assert_eq!(&s[e + 1..], resumes(&g, at));
+        check_resumed(&s[e + 1..], resumes(&g, at, kind), "a TIP for a Jcc");
     }
     // Bits left over when the walk reaches an INT3: no FUP/TIP for it.
     let mut t = Vec::new();

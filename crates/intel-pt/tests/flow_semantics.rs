@@ -243,8 +243,9 @@ fn return_compression_takes_a_taken_bit_when_the_call_stack_has_the_call() {
     // (its target did not match): the TIP is followed.
     assert_eq!(run(Trace::new().psb(None, None).pge(0).tip(7)), [I(0), I(0x10), End(Some(7))]);
     // A compressed RET is a taken bit: a not-taken one is an error, not a
-    // reason to look for a TIP after it.
-    assert_eq!(run(Trace::new().psb(None, None).pge(0).tnt("N").tip(7)), [I(0), I(0x10), Err(FlowErrorKind::NoTip)]);
+    // reason to look for a TIP after it (the walk resumes at that TIP's
+    // target after the error).
+    assert_eq!(run(Trace::new().psb(None, None).pge(0).tnt("N").tip(7)), [I(0), I(0x10), Err(FlowErrorKind::NoTip), End(Some(7))]);
     // No call on the stack: a RET needs a TIP, and a TNT bit there is an error.
     assert_eq!(run(Trace::new().psb(None, None).pge(0x10).tip(5).tnt("N")), [I(0x10), I(5), End(Some(7))]);
     assert_eq!(run(Trace::new().psb(None, None).pge(0x10).tnt("T")), [I(0x10), Err(FlowErrorKind::NoTip)]);
@@ -301,9 +302,10 @@ fn fup_and_tip_at_an_instruction_are_a_trap_not_an_instruction() {
     // runs after the handler returns to it.
     let e = run(Trace::new().psb(None, None).pge(0).fup(0).tip(0x30).tip(0));
     assert_eq!(short(&e), [Trap(0, 0x30), I(0x30), End(Some(0))]);
-    // An INT3 without its FUP and TIP is an error.
+    // An INT3 without its FUP and TIP is an error; the walk resumes at the
+    // TIP's target.
     let e = run(Trace::new().psb(None, None).pge(0).tip(0x30));
-    assert_eq!(short(&e), [I(0), I(1), Err(FlowErrorKind::NoTrapPackets)]);
+    assert_eq!(short(&e), [I(0), I(1), Err(FlowErrorKind::NoTrapPackets), End(Some(0x30))]);
 }
 
 #[test]

@@ -12,9 +12,9 @@
 //!   `without_start_pge` in `common/flow.rs` for why libipt rejects the
 //!   simulator's first PSB segment.)
 //! - Code being poked (`int3`): libipt, which has one image and no notion
-//!   of time, and ours over [`Static`] both go wrong on the same trace, in the
-//!   same way up to their first error; ours over [`Interval`] decodes it
-//!   exactly.
+//!   of time, and ours over [`Static`] (resuming at the next PSB after an
+//!   error, as libipt does: [`Recovery::NextPsb`]) both go wrong on the same
+//!   trace, in the same way; ours over [`Interval`] decodes it exactly.
 
 #[path = "common/flow.rs"]
 mod flow;
@@ -22,6 +22,7 @@ mod flow;
 use std::path::Path;
 
 use flow::{Ev, ImageKind, LibiptImage, Run};
+use intel_pt::flow::Recovery;
 use intel_pt::sources::{Interval, Static};
 use sim::SimConfig;
 
@@ -159,11 +160,12 @@ fn poked_code_libipt_goes_wrong_interval_does_not() {
         traps += timeline.iter().filter(|e| matches!(e, Ev::Trap { .. })).count();
 
         // libipt has one image: the code before any change. Ours over the
-        // same static image makes the same mistakes, at the same places:
-        // the same instructions, traps and error offsets, event for event.
+        // same static image, resuming at the next PSB after an error as
+        // libipt does, makes the same mistakes, at the same places: the
+        // same instructions, traps and error offsets, event for event.
         let (fixed, _) = flow::without_start_pge(trace);
         let theirs = flow::libipt(&fixed, &image, flow::CPU, &run.bare);
-        let ours = flow::ours(&fixed, &Static(&run.bare), &run.cfg);
+        let ours = flow::ours_with(&fixed, &Static(&run.bare), &run.cfg, Recovery::NextPsb);
         let key = |v: &[Ev]| v.iter().map(Ev::key).collect::<Vec<_>>();
         if let Some(d) = first_difference(&key(&ours), &key(&theirs)) {
             panic!("cpu {cpu}, static image: {d}");

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
+use intel_pt::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Recovery, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{AuxtraceInfo, PerfFile, RecordBody};
@@ -90,12 +90,22 @@ pub struct ModeReport {
 
 /// Decodes the run in `dir` in every mode and scores it against the truth.
 pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
+    check_with(dir, Recovery::default(), |_, _| {})
+}
+
+/// [`check`] of an Intel PT run, each CPU's trace changed by `damage`
+/// first and decoded with `recovery` after errors: how a decode recovers
+/// from damage. (An ETMv4 run is checked as it is.)
+pub fn check_with(dir: &Path, recovery: Recovery, damage: impl Fn(usize, &mut Vec<u8>)) -> Result<Vec<ModeReport>, SimError> {
     let summary = crate::read_summary(dir)?;
     if summary.config.arch == "aarch64" {
         return check_etm(dir, &summary);
     }
     let file = PerfFile::open(dir)?;
-    let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
+    let (info, mut aux) = per_cpu_aux(&file, summary.config.cpus)?;
+    for (cpu, trace) in aux.iter_mut().enumerate() {
+        damage(cpu, trace);
+    }
     let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
     let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
     let full = poked_image(&file, &summary)?;
@@ -110,9 +120,9 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
             .map(|(cpu, trace)| {
                 let truth = dir.join(format!("truth/cpu{cpu}.bin"));
                 match mode {
-                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, timing, &truth),
-                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, timing, &truth),
-                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, timing, &truth),
+                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, timing, recovery, &truth),
+                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, timing, recovery, &truth),
+                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, timing, recovery, &truth),
                 }
             })
             .collect::<Result<Vec<Score>, SimError>>()?;
@@ -321,11 +331,11 @@ impl Matcher {
 }
 
 /// Decodes one CPU's trace and walks the truth beside it.
-fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, timing: Timing, truth: &Path) -> Result<Score, SimError> {
+fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, timing: Timing, recovery: Recovery, truth: &Path) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
     let mut m = Matcher::new(TruthReader::open(truth).map_err(io)?, cpu);
     let mut last_hi = 0;
-    FlowDecoder::new(trace, code, cfg.clone()).with_mtc(timing.0).with_cyc(timing.1).run(|e| match e {
+    FlowDecoder::new(trace, code, cfg.clone()).with_mtc(timing.0).with_cyc(timing.1).with_recovery(recovery).run(|e| match e {
         FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
             m.s.uncertain += uncertain as u64;
             last_hi = hi;
@@ -567,3 +577,4 @@ mod tests {
         assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (40, 10, 10, 20), "{s:?}");
     }
 }
+

@@ -92,9 +92,9 @@ fn cyc_narrows_mtc_windows_around_pokes() {
     eprintln!("MTC period 800 ns, timeline: MTC alone {m:?}; with CYC {c:?}");
     let total = s.instructions.iter().sum::<u64>();
     assert_eq!((m.instructions, c.instructions), (total, total));
-    // MTC alone leaves many instructions wrong or missing here, and
-    // uncertain choices; CYC none wrong, and a tenth of the choices.
-    assert!(m.correct + 1_000 < total && m.uncertain > 20, "MTC alone: {m:?}");
+    // MTC alone leaves instructions wrong or missing here, and uncertain
+    // choices; CYC none wrong, and a tenth of the choices.
+    assert!(m.correct < total && m.wrong > 0 && m.uncertain > 20, "MTC alone: {m:?}");
     assert_eq!((c.correct, c.errors), (total, 0), "{c:?}");
     assert!(c.uncertain * 10 <= m.uncertain, "MTC {m:?}, CYC {c:?}");
 }

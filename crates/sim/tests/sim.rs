@@ -39,9 +39,10 @@ fn int3_with_fine_timing_decodes_exactly_with_the_timeline() {
     let tl = mode(&r, Mode::Timeline);
     assert_eq!(tl.total.instructions, s.instructions.iter().sum::<u64>());
     assert_eq!((tl.total.correct, tl.total.wrong, tl.total.missing, tl.total.errors), (tl.total.instructions, 0, 0, 0), "{tl:?}");
-    // Without poke awareness the same trace cannot be decoded.
+    // Without poke awareness the same trace cannot be decoded: errors, and
+    // a tenth of the instructions or more wrong.
     let st = mode(&r, Mode::Static);
-    assert!(st.total.errors > 0 && st.total.correct < st.total.instructions / 2, "{st:?}");
+    assert!(st.total.errors > 100 && st.total.wrong * 10 > st.total.instructions, "{st:?}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::mem::{size_of, zeroed};
 use std::path::{Path, PathBuf};
 
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, TimeConv};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, Recovery, TimeConv};
 use libipt_sys::*;
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{PerfFile, RecordBody};
@@ -153,8 +153,13 @@ impl Ev {
 
 /// Our flow decoder over `code`, one CPU's trace.
 pub fn ours<C: CodeSource>(trace: &[u8], code: &C, cfg: &FlowConfig) -> Vec<Ev> {
+    ours_with(trace, code, cfg, Recovery::default())
+}
+
+/// The same, resuming after an error as `recovery` says.
+pub fn ours_with<C: CodeSource>(trace: &[u8], code: &C, cfg: &FlowConfig, recovery: Recovery) -> Vec<Ev> {
     let mut out = Vec::new();
-    FlowDecoder::new(trace, code, cfg.clone()).run(|e| {
+    FlowDecoder::new(trace, code, cfg.clone()).with_recovery(recovery).run(|e| {
         out.push(match e {
             FlowEvent::Insn { ip, .. } => Ev::Insn(ip),
             FlowEvent::Trap { from, to, .. } => Ev::Trap { from, to },
