@@ -97,7 +97,8 @@ fn allocations_do_not_grow_with_the_trace() {
 #[test]
 fn window_decode_of_a_long_trace_does_not_allocate_per_packet() {
     use codeimage::{BaseImage, Poke, TimelineBuilder};
-    use etm::packet::{AddrForm, Address, Atoms, Context, Packet, Timestamp, TraceInfo};
+    use common::packets::{atoms, long_addr, ts};
+    use etm::packet::{Context, Packet, TraceInfo};
     use etm::{EtmV4Config, TracePacket};
     // 2000 nop; 2004 b.ne 2000; 2008 bl 2100; 200c b 2000; 2100 ret
     let mut words = vec![0xd503201f_u32; 0x44];
@@ -121,21 +122,6 @@ fn window_decode_of_a_long_trace_does_not_allocate_per_packet() {
         cpu: None,
     });
     let code = b.build();
-    let addr = |value| Address {
-        value,
-        is: 0,
-        form: AddrForm::Long64,
-        update_bits: 64,
-        valid_bits: 64,
-        is64: true,
-    };
-    let ts = |value| {
-        Packet::Timestamp(Timestamp {
-            value,
-            updated_bits: 64,
-            cycle_count: None,
-        })
-    };
     let ctx = Context {
         el: 1,
         aarch64: true,
@@ -154,19 +140,13 @@ fn window_decode_of_a_long_trace_does_not_allocate_per_packet() {
             Packet::TraceInfo(TraceInfo::default()),
             Packet::TraceOn,
             ts(100),
-            Packet::AddressContext(addr(0x2000), ctx),
+            Packet::AddressContext(long_addr(0x2000), ctx),
         ];
         let mut stamps = vec![100];
         for i in 0..iterations {
-            p.push(Packet::Atom {
-                format: 6,
-                atoms: Atoms::new(0b110, 3),
-            });
-            p.push(Packet::Address(addr(0x200c)));
-            p.push(Packet::Atom {
-                format: 6,
-                atoms: Atoms::new(1, 1),
-            });
+            p.push(atoms("NEE"));
+            p.push(Packet::Address(long_addr(0x200c)));
+            p.push(atoms("E"));
             p.push(ts(200 + i));
             stamps.push(200 + i);
         }

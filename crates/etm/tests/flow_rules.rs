@@ -6,13 +6,16 @@
 //! The real snapshots (decode_oracle.rs) never speculate or use the return
 //! stack, so these rules are tested here.
 
+mod common;
+
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
+use common::packets::{atoms, decode_all, long_addr};
 use etm::flow::{
     ElemKind, FlowDecoder, FlowError, InstrRange, InstrSubtype, InstrType, Isa, TraceOnReason,
     UnsyncReason,
 };
-use etm::packet::{AddrForm, Address, Atoms, Context, Exception, Packet, Timestamp, TraceInfo};
-use etm::{EtmV4Config, TracePacket};
+use etm::packet::{Atoms, Context, Exception, Packet, Timestamp, TraceInfo};
+use etm::EtmV4Config;
 
 /// The program, at 0x2000:
 ///   2000 nop
@@ -50,17 +53,6 @@ fn config(max_spec: u32, return_stack: bool) -> EtmV4Config {
     }
 }
 
-fn addr(value: u64) -> Address {
-    Address {
-        value,
-        is: 0,
-        form: AddrForm::Long64,
-        update_bits: 64,
-        valid_bits: 64,
-        is64: true,
-    }
-}
-
 fn ctx(aarch64: bool) -> Context {
     Context {
         el: 1,
@@ -77,38 +69,18 @@ fn sync(start: u64) -> Vec<Packet> {
         Packet::Async,
         Packet::TraceInfo(TraceInfo::default()),
         Packet::TraceOn,
-        Packet::AddressContext(addr(start), ctx(true)),
+        Packet::AddressContext(long_addr(start), ctx(true)),
     ]
-}
-
-fn atoms(s: &str) -> Packet {
-    let bits = s
-        .bytes()
-        .enumerate()
-        .fold(0, |b, (i, c)| b | ((c == b'E') as u32) << i);
-    Packet::Atom {
-        format: 6,
-        atoms: Atoms::new(bits, s.len() as u8),
-    }
 }
 
 /// Decodes the packets (index = position) and returns the elements with
 /// their indices, EO_TRACE included.
 fn decode(cfg: EtmV4Config, packets: &[Packet]) -> Vec<(u64, ElemKind)> {
-    let code = code();
-    let mut d = FlowDecoder::new(&code, &[cfg]);
-    let mut out = Vec::new();
-    for (i, p) in packets.iter().enumerate() {
-        let tp = TracePacket {
-            trace_id: 0x10,
-            index: i as u64,
-            packet: *p,
-            raw: &[],
-        };
-        d.packet(&tp, &mut out);
-    }
-    d.finish(0x10, &mut out);
-    out.into_iter().map(|e| (e.index, e.kind)).collect()
+    let mut d = FlowDecoder::new(code(), &[cfg]);
+    decode_all(&mut d, packets)
+        .into_iter()
+        .map(|e| (e.index, e.kind))
+        .collect()
 }
 
 fn range(
@@ -196,7 +168,7 @@ fn return_stack_gives_the_return_target() {
 fn an_address_after_an_indirect_branch_overrides_the_return_stack() {
     let mut p = sync(0x2008);
     p.push(atoms("EE"));
-    p.push(Packet::Address(addr(0x2010)));
+    p.push(Packet::Address(long_addr(0x2010)));
     p.push(atoms("E"));
     let e = decode(config(0, true), &p);
     assert_eq!(
@@ -274,7 +246,7 @@ fn cancel_drops_the_newest_and_mispredict_flips_the_newest_left() {
 fn mispredict_drops_addresses_traced_after_the_atom() {
     let mut p = sync(0x2010);
     p.push(atoms("E")); // br x1
-    p.push(Packet::Address(addr(0x2100)));
+    p.push(Packet::Address(long_addr(0x2100)));
     p.push(Packet::Mispredict(Atoms::default())); // the br was not taken: no target
     p.push(atoms("E"));
     p.push(Packet::Commit(2));
@@ -331,8 +303,8 @@ fn exception_ends_the_code_before_its_return_address() {
         addr_interp: 1,
         ..Default::default()
     }));
-    p.push(Packet::Address(addr(0x2010))); // preferred return address: after the bl and b
-    p.push(Packet::Address(addr(0x2100))); // the handler
+    p.push(Packet::Address(long_addr(0x2010))); // preferred return address: after the bl and b
+    p.push(Packet::Address(long_addr(0x2100))); // the handler
     p.push(atoms("E"));
     let e = decode(config(0, false), &p);
     let tail: Vec<(u64, ElemKind)> = e.into_iter().skip(4).collect();
@@ -363,7 +335,7 @@ fn exception_ends_the_code_before_its_return_address() {
 fn code_outside_the_image_is_not_accessible() {
     let mut p = sync(0x9000);
     p.push(atoms("EE"));
-    p.push(Packet::Address(addr(0x2010)));
+    p.push(Packet::Address(long_addr(0x2010)));
     p.push(atoms("E"));
     let e = decode(config(0, false), &p);
     let kinds: Vec<ElemKind> = e.iter().map(|x| x.1).collect();
@@ -380,7 +352,7 @@ fn code_outside_the_image_is_not_accessible() {
 #[test]
 fn aarch32_code_is_reported_not_guessed() {
     let mut p = sync(0x2000);
-    p[3] = Packet::AddressContext(addr(0x2000), ctx(false));
+    p[3] = Packet::AddressContext(long_addr(0x2000), ctx(false));
     p.push(atoms("E"));
     let e = decode(config(0, false), &p);
     assert!(e
@@ -500,7 +472,7 @@ fn huge_speculation_depth_is_an_error_not_an_overflow() {
         addr_interp: 1,
         ..Default::default()
     }));
-    p.push(Packet::Address(addr(0x2000)));
+    p.push(Packet::Address(long_addr(0x2000)));
     let e = decode(config(0, false), &p);
     assert!(e
         .iter()
@@ -543,17 +515,10 @@ fn code_is_read_at_the_trace_time() {
     p.push(ts(160));
     p.push(atoms("E")); // bl at 0x2008
     let mut d = FlowDecoder::new(&poked, &[config(0, false)]);
-    let mut out = Vec::new();
-    for (i, pk) in p.iter().enumerate() {
-        let tp = TracePacket {
-            trace_id: 0x10,
-            index: i as u64,
-            packet: *pk,
-            raw: &[],
-        };
-        d.packet(&tp, &mut out);
-    }
-    let e: Vec<(u64, ElemKind)> = out.into_iter().map(|e| (e.index, e.kind)).collect();
+    let e: Vec<(u64, ElemKind)> = decode_all(&mut d, &p)
+        .into_iter()
+        .map(|e| (e.index, e.kind))
+        .collect();
     assert_eq!(
         ranges(&e),
         [

@@ -3,9 +3,12 @@
 //! that follows; the one that fits is reported, several that fit give
 //! uncertain ranges, none an error.
 
+mod common;
+
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
+use common::packets::{atoms, decode_all, long_addr, ts, TRACE_ID};
 use etm::flow::{ElemKind, FlowDecoder, FlowError, InstrRange};
-use etm::packet::{AddrForm, Address, Atoms, Context, Packet, Timestamp, TraceInfo};
+use etm::packet::{Context, Packet, TraceInfo};
 use etm::{EtmV4Config, TracePacket};
 
 const NOP: u32 = 0xd503201f;
@@ -54,36 +57,6 @@ fn config() -> EtmV4Config {
     }
 }
 
-fn addr(value: u64) -> Address {
-    Address {
-        value,
-        is: 0,
-        form: AddrForm::Long64,
-        update_bits: 64,
-        valid_bits: 64,
-        is64: true,
-    }
-}
-
-fn ts(value: u64) -> Packet {
-    Packet::Timestamp(Timestamp {
-        value,
-        updated_bits: 64,
-        cycle_count: None,
-    })
-}
-
-fn atoms(s: &str) -> Packet {
-    let bits = s
-        .bytes()
-        .enumerate()
-        .fold(0, |b, (i, c)| b | ((c == b'E') as u32) << i);
-    Packet::Atom {
-        format: 6,
-        atoms: Atoms::new(bits, s.len() as u8),
-    }
-}
-
 /// Sync at 0x2000 with timestamp 50, then `body`, then timestamp 150: the
 /// poke at 100 lands inside the window of every atom in `body`.
 fn trace(body: &[Packet]) -> Vec<Packet> {
@@ -99,7 +72,7 @@ fn trace(body: &[Packet]) -> Vec<Packet> {
         Packet::TraceInfo(TraceInfo::default()),
         Packet::TraceOn,
         ts(50),
-        Packet::AddressContext(addr(0x2000), ctx),
+        Packet::AddressContext(long_addr(0x2000), ctx),
     ];
     p.extend_from_slice(body);
     p.push(ts(150));
@@ -110,20 +83,12 @@ fn trace(body: &[Packet]) -> Vec<Packet> {
 fn decode(code: &CodeTimeline, packets: &[Packet], windows: bool) -> Vec<ElemKind> {
     let mut d = FlowDecoder::new(code, &[config()]);
     if windows {
-        d.set_timestamps(0x10, vec![50, 150]);
+        d.set_timestamps(TRACE_ID, vec![50, 150]);
     }
-    let mut out = Vec::new();
-    for (i, p) in packets.iter().enumerate() {
-        let tp = TracePacket {
-            trace_id: 0x10,
-            index: i as u64,
-            packet: *p,
-            raw: &[],
-        };
-        d.packet(&tp, &mut out);
-    }
-    d.finish(0x10, &mut out);
-    out.into_iter().map(|e| e.kind).collect()
+    decode_all(&mut d, packets)
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
 }
 
 /// (start, end, executed, uncertain) of each range.
@@ -158,7 +123,7 @@ fn errors(elems: &[ElemKind]) -> Vec<FlowError> {
 #[test]
 fn nop_to_b_decided_by_an_n_atom() {
     let code = code(0x2000, 0x14000002); // b 0x2008
-    let p = trace(&[atoms("NEE"), Packet::Address(addr(0x200c)), atoms("E")]);
+    let p = trace(&[atoms("NEE"), Packet::Address(long_addr(0x200c)), atoms("E")]);
     let got = decode(&code, &p, true);
     assert_eq!(
         ranges(&got),
@@ -178,7 +143,7 @@ fn nop_to_b_decided_by_an_n_atom() {
 #[test]
 fn nop_to_b_decided_by_the_addresses_that_follow() {
     let code = code(0x2000, 0x14000002); // b 0x2008
-    let p = trace(&[atoms("EEE"), Packet::Address(addr(0x200c)), atoms("E")]);
+    let p = trace(&[atoms("EEE"), Packet::Address(long_addr(0x200c)), atoms("E")]);
     let got = decode(&code, &p, true);
     assert_eq!(
         ranges(&got),
@@ -202,7 +167,7 @@ fn nop_to_b_decided_by_the_addresses_that_follow() {
 #[test]
 fn bl_retarget_with_alike_callees_is_uncertain() {
     let code = code(0x2008, 0x94000042); // bl 0x2110
-    let p = trace(&[atoms("NEE"), Packet::Address(addr(0x200c)), atoms("E")]);
+    let p = trace(&[atoms("NEE"), Packet::Address(long_addr(0x200c)), atoms("E")]);
     let got = decode(&code, &p, true);
     assert_eq!(
         ranges(&got),
@@ -238,7 +203,7 @@ fn unchanged_code_decodes_as_at_one_time() {
     // After the poke (timestamps 150 and later): one content per window.
     let mut p = trace(&[]);
     p.push(atoms("EEE"));
-    p.push(Packet::Address(addr(0x200c)));
+    p.push(Packet::Address(long_addr(0x200c)));
     p.push(atoms("E"));
     let mut d = FlowDecoder::new(&code, &[config()]);
     d.set_timestamps(0x10, vec![50, 150]);
@@ -277,7 +242,11 @@ fn pre_post_pair_is_decided_by_the_trace() {
         ("NEE", (0x2000, 0x2008, false, false)),
         ("EEE", (0x2000, 0x2004, true, false)),
     ] {
-        let p = trace(&[atoms(atoms_run), Packet::Address(addr(0x200c)), atoms("E")]);
+        let p = trace(&[
+            atoms(atoms_run),
+            Packet::Address(long_addr(0x200c)),
+            atoms("E"),
+        ]);
         let got = decode(&code, &p, true);
         assert_eq!(ranges(&got)[0], first, "{atoms_run}: {got:?}");
         assert!(ranges(&got).iter().all(|r| !r.3), "{atoms_run}: {got:?}");

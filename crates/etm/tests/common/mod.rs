@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod lister;
+pub mod packets;
 pub mod program;
 pub mod synth;
 

@@ -10,11 +10,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use etm::packet::{
-    AddrForm, Address, Atoms, Context, CycleCount, Exception, Packet, Timestamp, TraceInfo,
-};
+use etm::packet::{Atoms, Context, CycleCount, Exception, Packet, Timestamp, TraceInfo};
 use etm::{Encoder, EtmV4Config, FrameWriter};
 
+use super::packets::long_addr;
 use super::Rng;
 
 /// User code: main at USER, leaf functions in its last quarter.
@@ -174,17 +173,6 @@ fn ctx(el: u8) -> Context {
     }
 }
 
-fn long(value: u64) -> Address {
-    Address {
-        value,
-        is: 0,
-        form: AddrForm::Long64,
-        update_bits: 64,
-        valid_bits: 64,
-        is64: true,
-    }
-}
-
 /// The trace of a run of `steps` instructions, as one source's bytes.
 pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Vec<u8> {
     let mut enc = Encoder::new(cfg);
@@ -236,7 +224,7 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
                 ..TraceInfo::default()
             }),
             Packet::TraceOn,
-            Packet::AddressContext(long(pc), ctx(el)),
+            Packet::AddressContext(long_addr(pc), ctx(el)),
         ] {
             enc.encode(&p, out).expect("encodable");
         }
@@ -278,7 +266,7 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
             at_target = false;
             pc = HANDLER + rng.below(HANDLER_WORDS / 32) * 32 * 4;
             el = 1;
-            put!(Packet::AddressContext(long(pc), ctx(el)));
+            put!(Packet::AddressContext(long_addr(pc), ctx(el)));
             continue;
         }
         if step % 97 == 96 {
@@ -314,7 +302,7 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
             el = 0;
             calls.clear();
             rs.clear();
-            put!(Packet::AddressContext(long(pc), ctx(el)));
+            put!(Packet::AddressContext(long_addr(pc), ctx(el)));
             spec += 1;
             at_target = false;
             continue;
@@ -401,7 +389,7 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
                 if rs_on && rs.last() == Some(&t) {
                     rs.pop();
                 } else {
-                    put!(Packet::AddressContext(long(t), ctx(el)));
+                    put!(Packet::AddressContext(long_addr(t), ctx(el)));
                 }
                 put!(Packet::ExceptionReturn);
                 pc = t;
@@ -462,7 +450,7 @@ pub fn random_packets(rng: &mut Rng, cfg: &EtmV4Config, n: usize) -> Vec<u8> {
                 ..TraceInfo::default()
             }),
             2 => Packet::TraceOn,
-            3 => Packet::AddressContext(long(pc), ctx(rng.below(2) as u8)),
+            3 => Packet::AddressContext(long_addr(pc), ctx(rng.below(2) as u8)),
             4 => Packet::Context(rng.chance(70).then(|| ctx(rng.below(2) as u8))),
             5..=7 => {
                 let _ = enc.address(pc, 0, &mut out);
