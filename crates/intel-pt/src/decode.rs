@@ -5,6 +5,19 @@
 use crate::packet::{IpCompression, Packet, PacketKind, PayloadSize, Tnt};
 use crate::{Ip, PSB};
 
+/// The packets [`PacketDecoder::next_quick`] decodes, as the flow walk uses
+/// them (IPs resolved against the last IP; `None`: suppressed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Quick {
+    Pad,
+    Tnt { bits: u64, count: u8 },
+    Tip(Option<u64>),
+    TipPge(Option<u64>),
+    TipPgd(Option<u64>),
+    Fup(Option<u64>),
+    Tsc(u64),
+}
+
 /// A packet that could not be decoded, at `offset` in the buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("Intel PT packet at offset {offset:#x}: {kind}")]
@@ -101,12 +114,6 @@ impl<'a> PacketDecoder<'a> {
         self.pos
     }
 
-    /// Moves to `pos`, where a packet starts whose decoding the decoder's
-    /// state allows (the flow decoder returning to packets it decoded ahead).
-    pub(crate) fn seek(&mut self, pos: usize) {
-        self.pos = pos.min(self.buf.len());
-    }
-
     /// The next packet and its offset, or `None` at the end of the buffer.
     /// On error the position does not move.
     #[inline]
@@ -123,6 +130,84 @@ impl<'a> PacketDecoder<'a> {
             }
             Err(kind) => Err(PacketError { offset, kind }),
         }
+    }
+
+    /// The next packet if it is one of the [`Quick`] kinds and no check
+    /// but truncation could fail on it (moving past it, the last IP kept),
+    /// else `None` without moving: [`next_packet`](Self::next_packet) takes
+    /// it. The flow walk's fast path: no [`Packet`] is built.
+    #[inline(always)]
+    pub(crate) fn next_quick(&mut self) -> Option<(usize, Quick)> {
+        let offset = self.pos;
+        let rest = self.buf.get(offset..offset + 9)?;
+        if self.block.is_some() {
+            return None;
+        }
+        let b0 = rest[0];
+        let quick = match LEAD[usize::from(b0)] {
+            Lead::Tnt => {
+                let count = 6 - b0.leading_zeros() as u8;
+                self.pos = offset + 1;
+                Quick::Tnt { bits: u64::from(b0 >> 1) & ((1 << count) - 1), count }
+            }
+            Lead::Pad => {
+                self.pos = offset + 1;
+                Quick::Pad
+            }
+            Lead::Tsc => {
+                self.pos = offset + 8;
+                Quick::Tsc(u64::from_le_bytes(rest[1..9].try_into().unwrap()) & 0x00ff_ffff_ffff_ffff)
+            }
+            lead @ (Lead::Tip | Lead::TipPge | Lead::TipPgd | Lead::Fup) => {
+                let ipbytes = usize::from(b0 >> 5);
+                let n = usize::from(SKIP[usize::from(b0)]);
+                if n == 0 {
+                    return None;
+                }
+                let payload = u64::from_le_bytes(rest[1..9].try_into().unwrap()) & IP_PAYLOAD_MASK[ipbytes];
+                let ip = match ipbytes {
+                    0 => None,
+                    3 => Some(((payload << 16) as i64 >> 16) as u64),
+                    _ => Some(self.last_ip & IP_KEEP_MASK[ipbytes] | payload),
+                };
+                if let Some(ip) = ip {
+                    self.last_ip = ip;
+                }
+                self.pos = offset + n;
+                match lead {
+                    Lead::Tip => Quick::Tip(ip),
+                    Lead::TipPge => Quick::TipPge(ip),
+                    Lead::TipPgd => Quick::TipPgd(ip),
+                    _ => Quick::Fup(ip),
+                }
+            }
+            _ => return None,
+        };
+        Some((offset, quick))
+    }
+
+    /// Moves past the next packet as [`next_packet`](Self::next_packet)
+    /// would, giving its offset and bytes without building it (for scans
+    /// ahead: the common packets take one table look-up; the last IP is not
+    /// kept up to date).
+    #[inline(always)]
+    pub(crate) fn skip_packet(&mut self) -> Result<Option<(usize, &'a [u8])>, PacketError> {
+        let offset = self.pos;
+        let Some(&b0) = self.buf.get(offset) else {
+            return Ok(None);
+        };
+        let n = usize::from(SKIP[usize::from(b0)]);
+        if n != 0 && self.block.is_none() && n <= self.buf.len() - offset {
+            self.pos = offset + n;
+            return Ok(Some((offset, &self.buf[offset..offset + n])));
+        }
+        self.skip_decoded()
+    }
+
+    /// [`skip_packet`](Self::skip_packet) through the full decoder.
+    #[inline(never)]
+    fn skip_decoded(&mut self) -> Result<Option<(usize, &'a [u8])>, PacketError> {
+        Ok(self.next_packet()?.map(|(offset, _)| (offset, &self.buf[offset..self.pos])))
     }
 
     /// Moves to the first PSB at or after the current position, resetting
@@ -381,6 +466,40 @@ static LEAD: [Lead; 256] = {
     t
 };
 
+/// The bits of the last IP each IPBytes value keeps (3, sign-extended, and
+/// 0, suppressed, are handled apart).
+const IP_KEEP_MASK: [u64; 8] = [0, !0xffff, !0xffff_ffff, 0, !0xffff_ffff_ffff, 0, 0, 0];
+
+/// The length of each packet its first byte alone fixes, outside a PEBS
+/// block and when no check can fail but truncation (0: any other, which
+/// [`PacketDecoder::skip_packet`] leaves to the full decoder): PAD, short TNT,
+/// TSC, MTC, CYC without extension bytes, and TIP, TIP.PGE, TIP.PGD and FUP
+/// with valid IPBytes.
+static SKIP: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let x = b as u8;
+        t[b] = match LEAD[b] {
+            Lead::Pad | Lead::Tnt => 1,
+            Lead::Cyc if x & 4 == 0 => 1,
+            Lead::Tsc => 8,
+            Lead::Mtc => 2,
+            Lead::Tip | Lead::TipPge | Lead::TipPgd | Lead::Fup => match x >> 5 {
+                0 => 1,
+                1 => 3,
+                2 => 5,
+                3 | 4 => 7,
+                6 => 9,
+                _ => 0,
+            },
+            _ => 0,
+        };
+        b += 1;
+    }
+    t
+};
+
 /// The payload bits of each IPBytes value (5 and 7 are rejected before use).
 const IP_PAYLOAD_MASK: [u64; 8] = [0, 0xffff, 0xffff_ffff, 0xffff_ffff_ffff, 0xffff_ffff_ffff, 0, u64::MAX, 0];
 
@@ -392,7 +511,7 @@ fn need(rest: &[u8], n: usize, packet: PacketKind) -> Result<&[u8], PacketErrorK
 
 /// Up to 8 bytes as a little-endian number.
 #[inline(always)]
-fn le(bytes: &[u8]) -> u64 {
+pub(crate) fn le(bytes: &[u8]) -> u64 {
     let mut v = [0u8; 8];
     v[..bytes.len()].copy_from_slice(bytes);
     u64::from_le_bytes(v)
@@ -404,4 +523,97 @@ fn le(bytes: &[u8]) -> u64 {
 pub fn find_psb(buf: &[u8]) -> Option<usize> {
     static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
     FINDER.get_or_init(|| memchr::memmem::Finder::new(&PSB)).find(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes that are often packet starts (PSB, PEBS blocks, IP packets with
+    /// every IPBytes, TSC, MTC, CYC, long TNT), among random ones.
+    fn random_trace(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut out = Vec::with_capacity(len + 16);
+        while out.len() < len {
+            let r = next();
+            match r % 8 {
+                0 => out.extend_from_slice(&PSB),
+                1 => out.extend_from_slice(&[0x02, [0x63, 0xe3, 0x33, 0xa3, 0x23, 0x73][(r >> 8) as usize % 6]]),
+                2 => out.push([0x0d, 0x11, 0x01, 0x1d][(r >> 8) as usize % 4] | ((r >> 16) as u8 & 0xe0)),
+                3 => out.push([0x19, 0x59, 0x99, 0x03, 0x07, 0x00][(r >> 8) as usize % 6]),
+                _ => out.push((r >> 8) as u8),
+            }
+        }
+        out
+    }
+
+    /// `skip_packet` finds the packets `next_packet` decodes, and its errors.
+    #[test]
+    fn skip_packet_follows_next_packet() {
+        for seed in 0..400 {
+            let trace = random_trace(seed, 600);
+            let (mut full, mut skip) = (PacketDecoder::new(&trace), PacketDecoder::new(&trace));
+            loop {
+                let want = full.next_packet();
+                let got = skip.skip_packet();
+                match (want, got) {
+                    (Ok(Some((off, _))), Ok(Some((at, bytes)))) => {
+                        assert_eq!((at, at + bytes.len()), (off, full.offset()), "seed {seed}");
+                    }
+                    (Ok(None), Ok(None)) => break,
+                    (Err(a), Err(b)) => {
+                        assert_eq!(a, b, "seed {seed}");
+                        full.sync_forward();
+                        skip.sync_forward();
+                    }
+                    (a, b) => panic!("seed {seed}: {a:?} against {:?}", b.map(|p| p.map(|(o, _)| o))),
+                }
+            }
+        }
+    }
+
+    /// `next_quick` decodes what `next_packet` decodes, last IP included, or
+    /// leaves the packet to it.
+    #[test]
+    fn next_quick_agrees_with_next_packet() {
+        let ip = |p: crate::Ip| p.ip;
+        let mut quick_seen = 0;
+        for seed in 0..400 {
+            let trace = random_trace(seed, 600);
+            let mut dec = PacketDecoder::new(&trace);
+            loop {
+                let mut full = dec.clone();
+                let want = full.next_packet();
+                let Some((at, q)) = dec.next_quick() else {
+                    match want {
+                        Ok(Some(_)) => dec = full,
+                        Ok(None) => break,
+                        Err(_) => {
+                            dec.sync_forward();
+                        }
+                    }
+                    continue;
+                };
+                quick_seen += 1;
+                let (off, p) = want.expect("a quick packet decodes").expect("a packet");
+                assert_eq!((at, dec.offset(), dec.last_ip), (off, full.offset(), full.last_ip), "seed {seed}");
+                let same = match (q, p) {
+                    (Quick::Pad, Packet::Pad) => true,
+                    (Quick::Tnt { bits, count }, Packet::TntShort(t)) => (bits, count) == (t.bits, t.count),
+                    (Quick::Tip(a), Packet::Tip(b)) | (Quick::TipPge(a), Packet::TipPge(b)) => a == ip(b),
+                    (Quick::TipPgd(a), Packet::TipPgd(b)) | (Quick::Fup(a), Packet::Fup(b)) => a == ip(b),
+                    (Quick::Tsc(a), Packet::Tsc(b)) => a == b,
+                    _ => false,
+                };
+                assert!(same, "seed {seed} at {at}: {q:?} against {p:?}");
+            }
+        }
+        assert!(quick_seen > 5_000, "{quick_seen}");
+    }
 }

@@ -56,6 +56,7 @@ use std::ops::Range;
 use isa::{BranchClass, Insn, KernelIdioms};
 
 use crate::block_cache::{Block, BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
+use crate::decode::Quick;
 use crate::{Packet, PacketDecoder, PacketError};
 
 /// perf time in nanoseconds.
@@ -503,7 +504,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 impl<'a> State<'a> {
     fn new(buf: &'a [u8]) -> Self {
         State {
-            packets: Packets { dec: PacketDecoder::new(buf), ahead: Vec::with_capacity(AHEAD), next: 0 },
+            packets: Packets { dec: PacketDecoder::new(buf) },
             ip: None,
             tnt_bits: 0,
             tnt_count: 0,
@@ -611,13 +612,45 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 
     /// The next flow packet, processing timing and sync packets on the way.
+    #[inline(always)]
     fn peek_flow(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
-        if let Some(p) = st.peeked {
-            return Ok(Some(p));
+        match st.peeked {
+            Some(p) => Ok(Some(p)),
+            None => self.next_flow(st),
         }
+    }
+
+    /// [`Self::peek_flow`] with nothing peeked yet.
+    fn next_flow(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
         loop {
-            if st.stop_at != usize::MAX && st.packets.offset() >= st.stop_at {
+            // (`stop_at` is usize::MAX when there is no segment end.)
+            if st.packets.offset() >= st.stop_at {
                 return Err(self.segment_end(st));
+            }
+            // The common packets without building a `Packet` (the same
+            // handling as the arms below).
+            if let Some((offset, quick)) = st.packets.dec.next_quick() {
+                let flow = match quick {
+                    Quick::Tnt { bits, count } => Flow::Tnt { bits, count },
+                    Quick::Tip(ip) => Flow::Tip(ip),
+                    Quick::TipPgd(ip) => Flow::Pgd(ip),
+                    Quick::Fup(ip) => Flow::Fup(ip),
+                    Quick::TipPge(ip) => {
+                        st.ip = ip;
+                        st.walked = 0;
+                        if st.cyc.pending.is_some() {
+                            self.cyc_taken(st);
+                        }
+                        continue;
+                    }
+                    Quick::Tsc(tsc) => {
+                        self.tsc(st, offset, tsc);
+                        continue;
+                    }
+                    Quick::Pad => continue,
+                };
+                st.peeked = Some((offset, flow));
+                return Ok(st.peeked);
             }
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
                 return Ok(None);
@@ -866,8 +899,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// The flow packet after a CYC is taken: what follows ran no earlier
     /// than that CYC, and no later than the next CYC's upper bound when the
-    /// next packet is a CYC already decoded ahead (else the next TSC's or
-    /// MTC's, until one is read).
+    /// next packet is a CYC (else the next TSC's or MTC's, until one is
+    /// read).
     #[inline(never)]
     fn cyc_taken(&self, st: &mut State<'a>) {
         if let Some(t) = st.cyc.pending.take() {
@@ -1005,7 +1038,18 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
     }
 
+    #[inline(always)]
     fn take(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
+        // Mostly peeked already (at the start of a block).
+        if st.cyc.pending.is_none() {
+            if let Some(p) = st.peeked.take() {
+                return Ok(p);
+            }
+        }
+        self.take_next(st)
+    }
+
+    fn take_next(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
         let p = self.peek_flow(st)?;
         st.peeked = None;
         if st.cyc.pending.is_some() {
@@ -1052,6 +1096,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// block's window holds for every fetch those steps would make.
     #[inline(always)]
     fn step_cached(&self, st: &mut State<'a>, cache: &mut BlockCache, emit: &mut impl FnMut(FlowEvent)) -> Result<bool, Failure> {
+        if st.tnt_count > 0 && self.chain(st, cache, emit) {
+            return Ok(true);
+        }
         let Some(ip) = st.ip else { return self.step(st, emit, false) };
         let b = match cache.get(ip) {
             Some(b) if self.code.admits(&b.window(), st.lo, st.hi) => b,
@@ -1085,56 +1132,52 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         st.walked += count;
         self.run_block(st, cache, b, ip, emit)?;
-        // Chained: while TNT bits are left, the next block needs no packet
-        // to start, so it runs here if cached and valid (else the next call
-        // takes it from the top, in the same state).
-        while st.tnt_count > 0 {
-            let Some(ip) = st.ip else { break };
+        self.chain(st, cache, emit);
+        Ok(true)
+    }
+
+    /// Chained blocks: while TNT bits are left, the next block needs no
+    /// packet to start, so while it is cached, valid and ends in a
+    /// conditional branch it runs here, the walk's state in locals (what
+    /// `run_block` and `execute` do, without a call). The block it stops
+    /// before is left to the next step, in the same state. Whether it ran one.
+    #[inline(always)]
+    fn chain(&self, st: &mut State<'a>, cache: &BlockCache, emit: &mut impl FnMut(FlowEvent)) -> bool {
+        let (Some(mut ip), mut left) = (st.ip, st.tnt_count) else { return false };
+        let (lo, hi, bits, max_walk) = (st.lo, st.hi, st.tnt_bits, self.cfg.max_walk);
+        let mut walked = st.walked;
+        while left > 0 {
             let Some(b) = cache.get(ip) else { break };
             let count = b.count as u64;
-            if !self.code.admits(&b.window(), st.lo, st.hi) || st.walked + count > self.cfg.max_walk {
+            let last = b.last();
+            let Some(target) = last.target.filter(|_| last.class == BranchClass::CondBranch) else { break };
+            if !self.code.admits(&b.window(), lo, hi) || walked + count > max_walk {
                 break;
             }
-            st.walked += count;
-            self.run_block(st, cache, b, ip, emit)?;
+            let at = emit_block(&mut st.stack, cache, b, ip, lo, hi, emit);
+            left -= 1;
+            walked = 0;
+            ip = if bits >> left & 1 == 1 { target } else { at.wrapping_add(last.len as u64) };
         }
-        Ok(true)
+        let ran = left != st.tnt_count;
+        st.ip = Some(ip);
+        st.tnt_count = left;
+        st.walked = walked;
+        ran
     }
 
     /// Emits the instructions of block `b` at `ip`, and executes its last.
     #[inline(always)]
     fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, ip: u64, emit: &mut impl FnMut(FlowEvent)) -> Result<(), Failure> {
-        let (lo, hi) = (st.lo, st.hi);
-        let mut at = ip;
-        let (lens, targets) = cache.insns(b);
-        if targets.is_empty() {
-            // Straight code: no jump or call before the last instruction.
-            for &l in lens {
-                let len = l & 15;
-                emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false });
-                at = at.wrapping_add(len as u64);
-            }
-        }
-        let mut targets = targets.iter();
-        for &l in lens.iter().take(if targets.len() == 0 { 0 } else { lens.len() }) {
-            let len = l & 15;
-            emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize], lo, hi, uncertain: false });
-            let next = at.wrapping_add(len as u64);
-            at = match l & !15 {
-                JUMP => *targets.next().expect("a target per jump"),
-                CALL => {
-                    let to = *targets.next().expect("a target per call");
-                    // A zero-length CALL (to the next IP) is not pushed (SDM).
-                    if to != next {
-                        st.stack.push(next);
-                    }
-                    to
-                }
-                _ => next,
-            };
-        }
+        let at = emit_block(&mut st.stack, cache, b, ip, st.lo, st.hi, emit);
         let last = b.last();
-        emit(FlowEvent::Insn { ip: at, len: last.len, class: last.class, lo, hi, uncertain: false });
+        if let (BranchClass::CondBranch, Some(target), 1..) = (last.class, last.target, st.tnt_count) {
+            // `execute`'s conditional branch, its bit at hand.
+            st.tnt_count -= 1;
+            st.walked = 0;
+            st.ip = Some(if st.tnt_bits >> st.tnt_count & 1 == 1 { target } else { at.wrapping_add(last.len as u64) });
+            return Ok(());
+        }
         // Where an error in taking the branch's packets is reported.
         st.ip = Some(at);
         self.execute(st, at, last)?;
@@ -1414,17 +1457,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 }
 
-/// Packets decoded ahead (by the scan for the next TSC) and kept, so that
-/// each packet is decoded once.
-const AHEAD: usize = 512;
-
-/// The packet decoder, and what was decoded ahead of the walk.
+/// The walk's packet decoder. The scans for the next TSC (or MTC) look
+/// ahead on a copy that only finds packet boundaries
+/// ([`PacketDecoder::skip_packet`]); the walk decodes each packet once.
 #[derive(Clone)]
 struct Packets<'a> {
     dec: PacketDecoder<'a>,
-    /// `ahead[next..]` are still to be taken.
-    ahead: Vec<(usize, Packet)>,
-    next: usize,
 }
 
 /// How a scan for the next TSC ended.
@@ -1439,73 +1477,80 @@ enum Scan {
 impl Packets<'_> {
     /// Where the walk is: the offset of the next packet it takes.
     fn offset(&self) -> usize {
-        self.ahead.get(self.next).map_or(self.dec.offset(), |p| p.0)
+        self.dec.offset()
     }
 
     #[inline(always)]
     fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
-        match self.ahead.get(self.next) {
-            Some(&p) => {
-                self.next += 1;
-                Ok(Some(p))
-            }
-            None => self.dec.next_packet(),
-        }
+        self.dec.next_packet()
     }
 
-    /// The next packet, when the scan for the next TSC or MTC has decoded
-    /// it already (it is not decoded here: a second caller of the packet
-    /// decoder would cost every packet its inlining).
+    /// The next packet, decoded on a copy (the walk's position stays);
+    /// `None` at the end or at a bad packet.
+    #[inline(never)]
     fn decoded_next(&self) -> Option<Packet> {
-        self.ahead.get(self.next).map(|p| p.1)
+        self.dec.clone().next_packet().ok().flatten().map(|p| p.1)
     }
 
     fn sync_forward(&mut self) -> crate::Resync {
-        if let Some(&(at, _)) = self.ahead.get(self.next) {
-            self.dec.seek(at);
-        }
-        self.ahead.clear();
-        self.next = 0;
         self.dec.sync_forward()
     }
 
-    /// The first TSC (or MTC, with `mtc`) from the walk's position, keeping
-    /// the packets decoded on the way (up to [`AHEAD`]; past that, a copy of
-    /// the decoder scans on).
-    fn scan_to_tsc(&mut self, limit: usize, mtc: bool) -> Scan {
-        // Drop what the walk has taken (all of it, but after a stop).
-        self.ahead.drain(..self.next);
-        self.next = 0;
-        for &(off, p) in &self.ahead {
-            match p {
-                Packet::Tsc(tsc) => return Scan::Tsc(off, tsc),
-                Packet::Mtc(payload) if mtc => return Scan::Mtc(off, payload),
-                _ if off > limit => return Scan::Stop(off),
-                _ => {}
-            }
-        }
-        let mut copy = None;
+    /// The first TSC (or MTC, with `mtc`) from the walk's position; a packet
+    /// past `limit`, or a bad one, stops the scan there.
+    fn scan_to_tsc(&self, limit: usize, mtc: bool) -> Scan {
+        let mut dec = self.dec.clone();
         loop {
-            let dec = copy.as_mut().unwrap_or(&mut self.dec);
-            let (off, p) = match dec.next_packet() {
-                Ok(Some(p)) => p,
+            match dec.skip_packet() {
+                Ok(Some((off, bytes))) => match bytes[0] {
+                    0x19 => return Scan::Tsc(off, crate::decode::le(&bytes[1..8])),
+                    0x59 if mtc => return Scan::Mtc(off, bytes[1]),
+                    _ if off > limit => return Scan::Stop(off),
+                    _ => {}
+                },
                 Ok(None) => return Scan::End,
                 Err(e) => return Scan::Stop(e.offset),
-            };
-            if copy.is_none() {
-                self.ahead.push((off, p));
-                if self.ahead.len() == AHEAD {
-                    copy = Some(self.dec.clone());
-                }
-            }
-            match p {
-                Packet::Tsc(tsc) => return Scan::Tsc(off, tsc),
-                Packet::Mtc(payload) if mtc => return Scan::Mtc(off, payload),
-                _ if off > limit => return Scan::Stop(off),
-                _ => {}
             }
         }
     }
+}
+
+/// Emits the instructions of block `b` at `ip` (run within `[lo, hi]`),
+/// pushing the return addresses of its calls; the last instruction's IP.
+#[inline(always)]
+fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, ip: u64, lo: Time, hi: Time, emit: &mut impl FnMut(FlowEvent)) -> u64 {
+    let mut at = ip;
+    let (lens, targets) = cache.insns(b);
+    if targets.is_empty() {
+        // Straight code: no jump or call before the last instruction.
+        for &l in lens {
+            let len = l & 15;
+            emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false });
+            at = at.wrapping_add(len as u64);
+        }
+    } else {
+        let mut targets = targets.iter();
+        for &l in lens {
+            let len = l & 15;
+            emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 3], lo, hi, uncertain: false });
+            let next = at.wrapping_add(len as u64);
+            at = match l & !15 {
+                JUMP => *targets.next().expect("a target per jump"),
+                CALL => {
+                    let to = *targets.next().expect("a target per call");
+                    // A zero-length CALL (to the next IP) is not pushed (SDM).
+                    if to != next {
+                        stack.push(next);
+                    }
+                    to
+                }
+                _ => next,
+            };
+        }
+    }
+    let last = b.last();
+    emit(FlowEvent::Insn { ip: at, len: last.len, class: last.class, lo, hi, uncertain: false });
+    at
 }
 
 /// Return addresses kept for return compression: the SDM's decoder keeps
@@ -1530,6 +1575,7 @@ impl Default for ReturnStack {
 }
 
 impl ReturnStack {
+    #[inline(always)]
     fn push(&mut self, ip: u64) {
         self.addrs[self.top] = ip;
         self.top = (self.top + 1) % RETURN_STACK;
