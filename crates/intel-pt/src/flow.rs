@@ -997,6 +997,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 });
                 let Some(first) = next.next() else { break };
                 todo.extend(next.filter(|&n| n != first));
+                // Back where it started: a loop without packets, `to` not on it.
+                if first == at {
+                    break;
+                }
                 ip = first;
             }
             if ip == to {

@@ -12,7 +12,7 @@ mod alt;
 
 use alt::AltAt;
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, TimeConv};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time, TimeConv};
 use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::Static;
 use intel_pt::{Encoder, Packet, Tnt};
@@ -30,6 +30,7 @@ const K: u64 = 0xffff_ffff_8100_0000;
 /// 20: nop
 /// 21: jz 23
 /// 23: ret
+/// 30: jmp 30
 /// ```
 /// From 02 the walk reaches 08, 20 and 21 without a packet, not 04 nor 0d.
 fn code() -> CodeTimeline {
@@ -37,6 +38,7 @@ fn code() -> CodeTimeline {
     let bytes = [0x74, 0x00, 0xeb, 0x04, 0x90, 0x90, 0x90, 0x90, 0xe8, 0x13, 0, 0, 0, 0x90, 0x74, 0x00, 0x74, 0x00];
     base.add_bytes(K, bytes.to_vec(), "main");
     base.add_bytes(K + 0x20, vec![0x90, 0x74, 0x00, 0xc3], "callee");
+    base.add_bytes(K + 0x30, vec![0xeb, 0xfe], "spin");
     TimelineBuilder::new(base).build()
 }
 
@@ -205,6 +207,33 @@ fn a_fup_reached_through_one_candidate_content_is_not_an_error() {
     t.psb(20, Some(0x04));
     let got = decode(&finish(&mut t), &src, &cfg(true));
     assert!(!got.iter().any(|e| matches!(e, FlowEvent::Error { .. })), "{:?}", short(&got));
+}
+
+/// The code source, counting its fetches.
+struct Counting<'a>(Static<'a>, std::cell::Cell<u64>);
+
+impl CodeSource for Counting<'_> {
+    fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
+        self.1.set(self.1.get() + 1);
+        self.0.fetch(addr, lo, hi, which, buf)
+    }
+}
+
+#[test]
+fn a_walk_stuck_in_a_loop_without_packets_is_told_apart_at_once() {
+    // The walk is at `jmp $` when it meets the PSB+; the FUP is elsewhere.
+    // Following the loop for max_walk instructions would not reach it: the
+    // check stops when the walk comes back to where it started.
+    let code = code();
+    let src = Counting(Static(&code), std::cell::Cell::new(0));
+    let mut t = Trace::new();
+    t.psb(10, Some(0x30));
+    t.psb(20, Some(0)).tnt(true);
+    let c = FlowConfig { max_walk: 1 << 20, ..cfg(true) };
+    let got = short(&decode(&finish(&mut t), &src, &c));
+    assert_eq!(got[0], E::Err(FlowErrorKind::PsbMismatch { fup: Some(K) }));
+    assert_eq!(got[1..], WHOLE);
+    assert!(src.1.get() < 100, "{} fetches", src.1.get());
 }
 
 /// libipt's block decoder, given the same code, decodes the same
