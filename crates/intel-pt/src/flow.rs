@@ -50,7 +50,7 @@
 //! awareness: `poketrace demo`'s static mode, on the run with no events),
 //! resuming at the TIP decodes 404,012 right of 800,000 instead of 26,972,
 //! but 224,920 wrong instead of 6,876, with 8,248 errors instead of 296
-//! (perf, which resumes at the next packet with an IP, reports 15,235 on
+//! (perf, which resumes at the next packet with an IP, reports 15,203 on
 //! the same data: `perf script --itrace=e`).
 
 use std::ops::Range;
