@@ -8,7 +8,8 @@
 //!
 //! Input: byte 0 is the configuration (bit 0 noretcomp; bits 2:1 the code
 //! source: static, perf-style, interval, interval; bits 5:3 trial_insns;
-//! bit 6 unused; bit 7 which copy of the program the pokes change), byte 1
+//! bit 6 set: resume at the next PSB after an error, not at the next TIP;
+//! bit 7 which copy of the program the pokes change), byte 1
 //! the number of pokes (low 2 bits), then each poke as 3 bytes (where,
 //! length 1 to 5, time) and its new bytes; the rest is the trace. The
 //! program is mapped twice, at a kernel address (for sign-extended IPs) and
@@ -34,7 +35,7 @@
 use std::cell::Cell;
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Recovery, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use libfuzzer_sys::fuzz_target;
 
@@ -70,12 +71,12 @@ fn mapped(ip: u64) -> bool {
     BASES.iter().any(|&b| PROGRAM.iter().any(|&(off, bytes)| (b + off..b + off + bytes.len() as u64).contains(&ip)))
 }
 
-fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) {
+fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, recovery: Recovery) {
     let src = Counting { inner: code, fetches: Cell::new(0) };
     let bound = (trace.len() as u64 * 6 + 2) * (cfg.max_walk + 1);
     let mut events = 0u64;
     let mut last_error = 0;
-    FlowDecoder::new(trace, &src, cfg.clone()).run(|e| {
+    FlowDecoder::new(trace, &src, cfg.clone()).with_recovery(recovery).run(|e| {
         events += 1;
         assert!(events <= bound, "more than {bound} events for {} bytes", trace.len());
         match e {
@@ -94,9 +95,19 @@ fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) {
     });
     // Each event's step fetches once, then at most 8 candidates, then tries
     // each for trial_insns steps, where a choice takes the first candidate
-    // (no trial inside a trial): linear, not exponential.
+    // (no trial inside a trial): linear, not exponential. A PSB+ met while
+    // walking is checked against the walk's path, at most max_walk steps of
+    // 9 fetches, by the walk and by the trials of each choice within
+    // trial_insns steps before it.
     let per_event = 9 + 8 * cfg.trial_insns * 9;
-    assert!(src.fetches.get() <= events * per_event, "{} fetches for {events} events", src.fetches.get());
+    let mut psbs = 0;
+    let mut at = 0;
+    while let Some(p) = intel_pt::find_psb(&trace[at..]) {
+        psbs += 1;
+        at += p + intel_pt::PSB.len();
+    }
+    let bound = events * per_event + psbs * 9 * (cfg.max_walk + 1) * (1 + 8 * (cfg.trial_insns + 1));
+    assert!(src.fetches.get() <= bound, "{} fetches for {events} events and {psbs} PSBs", src.fetches.get());
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -139,9 +150,10 @@ fuzz_target!(|data: &[u8]| {
         max_walk: MAX_WALK,
         trial_insns: u64::from((flags >> 3) & 7),
     };
+    let recovery = if flags & 0x40 != 0 { Recovery::NextPsb } else { Recovery::NextTip };
     match (flags >> 1) & 3 {
-        0 => check(rest, &Static(&code), &cfg),
-        1 => check(rest, &PerfStyle(&code), &cfg),
-        _ => check(rest, &Interval(&code), &cfg),
+        0 => check(rest, &Static(&code), &cfg, recovery),
+        1 => check(rest, &PerfStyle(&code), &cfg, recovery),
+        _ => check(rest, &Interval(&code), &cfg, recovery),
     }
 });
