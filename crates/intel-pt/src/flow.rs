@@ -260,6 +260,9 @@ struct State<'a> {
     /// Where the next segment's walk starts (its PSB+'s FUP), ahead on this
     /// walk's path: the run walks up to it before it ends.
     tail_to: Option<u64>,
+    /// In a trial, while its first instruction runs: that instruction and
+    /// its IP, the content the PSB+ check follows there.
+    tried: Option<(u64, Insn)>,
 }
 
 struct Failure {
@@ -527,6 +530,7 @@ impl<'a> State<'a> {
             resumed_at: None,
             stop_at: usize::MAX,
             tail_to: None,
+            tried: None,
         }
     }
 }
@@ -961,7 +965,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         match (st.ip, fup) {
             (None, _) => st.ip = fup,
-            (Some(at), Some(to)) if self.reaches(at, to, lo, hi) => {}
+            (Some(at), Some(to)) if self.reaches(at, to, lo, hi, st.tried.filter(|t| t.0 == at).map(|t| t.1)) => {}
             (Some(_), fup) => return Err(Failure { offset: psb_at, kind: FlowErrorKind::PsbMismatch { fup } }),
         }
         Ok(fup)
@@ -969,11 +973,18 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Whether the walk from `at` reaches `to` before an instruction that
     /// needs a packet: through code that runs without one (direct jumps and
-    /// calls followed), along every candidate content, at most `max_walk`
-    /// instructions in all.
+    /// calls followed), along every candidate content (at `at`, `tried`
+    /// alone when given), at most `max_walk` instructions in all.
     #[cold]
-    fn reaches(&self, at: u64, to: u64, lo: Time, hi: Time) -> bool {
-        let mut todo = vec![at];
+    fn reaches(&self, at: u64, to: u64, lo: Time, hi: Time, tried: Option<Insn>) -> bool {
+        let start = match tried {
+            Some(insn) if at != to => match next_without_packet(at, &insn) {
+                Some(next) => next,
+                None => return false,
+            },
+            _ => at,
+        };
+        let mut todo = vec![start];
         let mut left = self.cfg.max_walk;
         let mut contents = Vec::new();
         while let Some(mut ip) = todo.pop() {
@@ -991,11 +1002,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 }
                 let mut next = contents.iter().filter_map(|(buf, n)| {
                     let insn = isa::classify_x86_64(ip, &buf[..*n], &self.cfg.idioms).ok()?;
-                    match (insn.class, insn.target) {
-                        (BranchClass::None | BranchClass::Nop, _) => Some(ip.wrapping_add(insn.len as u64)),
-                        (BranchClass::DirectJump | BranchClass::DirectCall, target) => target,
-                        _ => None,
-                    }
+                    next_without_packet(ip, &insn)
                 });
                 let Some(first) = next.next() else { break };
                 todo.extend(next.filter(|&n| n != first));
@@ -1386,7 +1393,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             let mut trial = st.clone();
             trial.stop_at = usize::MAX;
             let mut sink = |_e: FlowEvent| {};
-            let ok = self.run_insn(&mut trial, ip, insn, true, &mut sink, true).is_ok() && {
+            trial.tried = Some((ip, insn));
+            let first = self.run_insn(&mut trial, ip, insn, true, &mut sink, true);
+            trial.tried = None;
+            let ok = first.is_ok() && {
                 let mut left = self.cfg.trial_insns;
                 loop {
                     if left == 0 {
@@ -1603,6 +1613,15 @@ impl ReturnStack {
 
     fn clear(&mut self) {
         self.len = 0;
+    }
+}
+
+/// Where `insn` at `ip` goes when it needs no packet (`None` when it does).
+fn next_without_packet(ip: u64, insn: &Insn) -> Option<u64> {
+    match insn.class {
+        BranchClass::None | BranchClass::Nop => Some(ip.wrapping_add(insn.len as u64)),
+        BranchClass::DirectJump | BranchClass::DirectCall => insn.target,
+        _ => None,
     }
 }
 

@@ -199,7 +199,7 @@ fn psb_segments_decoded_apart_report_the_mismatch_as_the_whole_walk_does() {
 }
 
 #[test]
-fn a_fup_reached_through_one_candidate_content_is_not_an_error() {
+fn a_fup_reached_through_one_candidate_content_is_not_an_error_and_picks_it() {
     // 02 may also be a JMP to 04 (a site being poked): 04 is on that path.
     let code = code();
     let src = AltAt { code: &code, at: K + 2, alt: &[0xeb, 0x00] };
@@ -207,6 +207,16 @@ fn a_fup_reached_through_one_candidate_content_is_not_an_error() {
     t.psb(20, Some(0x04));
     let got = decode(&finish(&mut t), &src, &cfg(true));
     assert!(!got.iter().any(|e| matches!(e, FlowEvent::Error { .. })), "{:?}", short(&got));
+    // Both contents fit the packets after the PSB+; its FUP fits only the
+    // JMP to 04, which is taken, certain.
+    let mut want = vec![E::I(0), E::I(2), E::I(4), E::I(5), E::I(6), E::I(7)];
+    want.extend_from_slice(&WHOLE[2..]);
+    assert_eq!(short(&got), want);
+    assert!(got.iter().any(|e| matches!(e, FlowEvent::Insn { ip, uncertain: false, .. } if *ip == K + 2)));
+    // Without the PSB+, both fit: uncertain, the first content taken.
+    let got = decode(&finish(&mut start()), &src, &cfg(true));
+    assert_eq!(short(&got), WHOLE);
+    assert!(got.iter().any(|e| matches!(e, FlowEvent::Insn { ip, uncertain: true, .. } if *ip == K + 2)));
 }
 
 /// The code source, counting its fetches.
