@@ -42,7 +42,7 @@
 //! |---|---|---|
 //! | TNT payloads | 1,778,238 / 4,068 / 617,824, 414 | 2,390,497 / 5,040 / 4,703, 552 |
 //! | TIP IPs | 1,788,233 / 1,248 / 610,633, 438 | 2,392,301 / 1,728 / 6,295, 603 |
-//! | any byte of a flow packet | 1,709,541 / 1,759 / 688,867, 462 | 2,196,113 / 1,998 / 202,169, 639 |
+//! | any byte of a flow packet | 1,709,541 / 1,759 / 688,867, 462 | 2,196,113 / 1,998 / 202,169, 638 |
 //!
 //! Without the fallback to the PSB the last row has the same instructions
 //! and 4,087 errors (every compressed TIP after a damaged last IP misses
@@ -252,7 +252,7 @@ struct State<'a> {
     /// A decode error left the packets whole: the next TIP's target says
     /// where execution is.
     after_error: bool,
-    /// The TIP target the walk last resumed at after an error.
+    /// Where the walk last resumed after an error (a TIP's target, a PSB+'s FUP).
     resumed_at: Option<u64>,
     /// Where this decoder's segment ends (the next segment's PSB): reaching
     /// it ends the run, without an event. Trials look past it.
@@ -579,6 +579,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                             break;
                         }
                         st.ip = fup;
+                        st.resumed_at = fup;
                         st.peeked = None;
                         st.walked = 0;
                         continue;
@@ -586,9 +587,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     // The walk and the trace disagree, but the packets are
                     // whole: the next TIP (or TIP.PGE, or PSB+) says where
                     // execution went, as perf resumes. A bad packet needs
-                    // the next PSB to find packets again; so does a TIP
-                    // target without code where the walk had just resumed:
-                    // the last IP its compressed IP builds on is bad too.
+                    // the next PSB to find packets again; so does no code
+                    // where the walk had just resumed (a TIP's target, a
+                    // PSB+'s FUP): the last IP that compressed IPs build on
+                    // is bad too.
                     let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
                     st.resumed_at = None;
                     if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_)) && !resumed_into_nothing {

@@ -457,6 +457,36 @@ fn bad_ip_compression() {
     assert_eq!(&s[1..], &g.truth[..]);
 }
 
+/// A damaged bit above the low 16 of a PSB+'s FUP (an IP in full: a PSB
+/// resets the last IP) stays in the last IP that the 16-bit TIP updates
+/// after it build on. The walk resumes at the FUP, as a PSB+ whose FUP it
+/// does not reach says, finds no code there, and so waits for the next PSB
+/// instead of failing at every TIP until then.
+#[test]
+fn a_damaged_last_ip_sends_the_walk_to_the_next_psb() {
+    let code = image();
+    for noretcomp in [true, false] {
+        let g = program_trace(0x600d, 30, noretcomp);
+        let mid = g.psbs[g.psbs.len() / 2].0;
+        let (at, p) = *g.packets.iter().find(|(o, p)| *o > mid && matches!(p, Packet::Fup(_))).unwrap();
+        let Packet::Fup(ip) = p else { unreachable!() };
+        assert_eq!(ip.compression, IpCompression::Sext48);
+        let next = g.packets.iter().find(|(o, p)| *o > at && matches!(p, Packet::Tip(_))).unwrap();
+        assert!(matches!(next.1, Packet::Tip(ip) if ip.compression == IpCompression::Update16));
+        let mut bad = g.out.clone();
+        bad[at + 3] ^= 0x10; // bit 20 of the IP
+        let damaged = ip.ip.unwrap() ^ 0x10_0000;
+        let got = decode(&bad, &Static(&code), cfg(noretcomp));
+        let s = short(&got);
+        let e = s.iter().position(|e| matches!(e, E::Err(_))).unwrap();
+        assert!(is_prefix(&s[..e], &g.truth));
+        assert_eq!(s[e..e + 2], [E::Err(FlowErrorKind::PsbMismatch { fup: Some(damaged) }), E::Err(FlowErrorKind::Unmapped)]);
+        assert_eq!(errors(&got)[1].2, Some(damaged - K));
+        // Then the truth from the next PSB.
+        assert_eq!(&s[e + 2..], resumes(&g, at, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0))));
+    }
+}
+
 #[test]
 fn tnt_where_the_code_has_no_conditional_branch() {
     let code = image();
