@@ -4,45 +4,18 @@
 //! files).
 //!
 //! Needs `perf` (Debian linux-perf): without it the tests skip, unless CI or
-//! POKETRACE_REQUIRE_PERF is set: then they fail.
+//! POKETRACE_REQUIRE_PERF is set: then they fail (`testkit::required`).
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn perf_available() -> bool {
-    let ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
-    let required = std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() || std::env::var_os("CI").is_some();
-    assert!(ok || !required, "perf is required (CI or POKETRACE_REQUIRE_PERF is set) but `perf --version` failed");
-    if !ok {
-        eprintln!("skipping: perf not installed");
-    }
-    ok
-}
+use common::{poketrace, simulate};
+use testkit::{perf, perf_available};
 
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perf-cyc").join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// perf with a private HOME (no build-id cache) and no user config.
-fn perf(home: &Path, args: &[&str]) -> String {
-    let out = Command::new("perf").args(args).env("HOME", home).env("PERF_CONFIG", "/dev/null").output().unwrap();
-    assert!(out.status.success(), "perf {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn poketrace(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(args).output().unwrap();
-    assert!(out.status.success(), "poketrace {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn simulate(out: &Path, args: &[&str]) {
-    let o = Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("simulate").args(args).arg("-o").arg(out).output().unwrap();
-    assert!(o.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    testkit::scratch!("perf-cyc", name)
 }
 
 /// `[cpu] secs.ns: rest` lines of perf script, per CPU: (time in ns, rest).

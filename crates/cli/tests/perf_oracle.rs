@@ -1,8 +1,10 @@
 //! Linux perf as the oracle: files our writer makes, and files real `perf
 //! record` makes, printed by perf and by poketrace, must agree field for field.
 //!
-//! Needs `perf` (Debian linux-perf). Without it these tests skip, unless
-//! POKETRACE_REQUIRE_PERF is set (CI sets it), then they fail.
+//! Needs `perf` (Debian linux-perf). Without it these tests skip, unless CI
+//! or POKETRACE_REQUIRE_PERF is set: then they fail (`testkit::required`).
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,46 +13,15 @@ use std::process::Command;
 use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
 use perfdata::kcore::{write_kcore_dir, Machine, Segment};
 use perfdata::*;
+use common::{poketrace, simulate};
+use testkit::{perf, perf_available, Rng};
 
 const TEXT: u64 = 0xffff_ffff_8100_0000;
 const OOL: u64 = 0xffff_ffff_a000_1000;
 const BPF: u64 = 0xffff_ffff_c000_2000;
 
-fn perf_available() -> bool {
-    let ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok && std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() {
-        panic!("perf is required (POKETRACE_REQUIRE_PERF is set) but `perf --version` failed");
-    }
-    if !ok {
-        eprintln!("skipping: perf not installed");
-    }
-    ok
-}
-
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perf-oracle").join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// perf with a private HOME (no build-id cache) and no user config.
-fn perf(home: &Path, args: &[&str]) -> String {
-    let out = Command::new("perf").args(args).env("HOME", home).env("PERF_CONFIG", "/dev/null").output().unwrap();
-    assert!(out.status.success(), "perf {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn poketrace(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(args).output().unwrap();
-    assert!(out.status.success(), "poketrace {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// `poketrace simulate ARGS -o OUT`, which must succeed.
-fn simulate(out: &Path, args: &[&str]) {
-    let o = Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("simulate").args(args).arg("-o").arg(out).output().unwrap();
-    assert!(o.status.success(), "simulate {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    testkit::scratch!("perf-oracle", name)
 }
 
 /// tests/data/walkme.c built with gcc into `dir`; None (a skip) without gcc unless perf is required.
@@ -60,8 +31,7 @@ fn compile_walkme(dir: &Path) -> Option<PathBuf> {
     match Command::new("gcc").args(["-O2", "-fno-inline-functions", "-o"]).arg(&exe).arg(&src).output() {
         Ok(o) if o.status.success() => Some(exe),
         other => {
-            assert!(std::env::var_os("POKETRACE_REQUIRE_PERF").is_none(), "gcc failed: {other:?}");
-            eprintln!("skipping: no gcc");
+            testkit::have(false, &format!("gcc failed: {other:?}"));
             None
         }
     }
@@ -69,20 +39,6 @@ fn compile_walkme(dir: &Path) -> Option<PathBuf> {
 
 fn norm(line: &str) -> String {
     line.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// A deterministic xorshift, so the varied files are the same every run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Kernel functions in the made-up image: (name, offset from _text).
@@ -280,15 +236,8 @@ const UNTYPED: &[&str] = &["PERF_RECORD_THREAD_MAP", "PERF_RECORD_CPU_MAP", "PER
 fn assert_dump_agrees(home: &Path, input: &Path) {
     let perf_d = if input.ends_with("pipe.data") {
         // perf takes pipe-mode data only from a pipe.
-        let out = Command::new("perf")
-            .args(["report", "-D", "-i", "-"])
-            .stdin(std::fs::File::open(input).unwrap())
-            .env("HOME", home)
-            .env("PERF_CONFIG", "/dev/null")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "perf report -D < {}: {}", input.display(), String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
+        let out = testkit::perf_command(home).args(["report", "-D", "-i", "-"]).stdin(std::fs::File::open(input).unwrap()).output().unwrap();
+        String::from_utf8(testkit::success(out, &format!("perf report -D < {}", input.display()))).unwrap()
     } else {
         perf(home, &["report", "-D", "-i", input.to_str().unwrap()])
     };
@@ -373,10 +322,7 @@ fn real_perf_record_files_agree_with_perf() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/record-real.sh");
     let status = Command::new("bash").arg(&script).arg(&out).status().unwrap();
     if !status.success() {
-        if std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() {
-            panic!("scripts/record-real.sh failed");
-        }
-        eprintln!("skipping: cannot record here (needs root and perf_event_open)");
+        testkit::have(false, "scripts/record-real.sh failed: cannot record here (needs root and perf_event_open)");
         return;
     }
     let home = scratch("real-home");

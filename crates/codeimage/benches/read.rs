@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
 use divan::black_box;
+use testkit::Rng;
 
 const BASE: u64 = 0xffff_ffff_8100_0000;
 const SIZE: usize = 30 << 20;
@@ -23,16 +24,6 @@ fn main() {
         tl.heap_bytes() as f64 / (1 << 20) as f64
     );
     divan::main();
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// The timeline, the same bytes as one flat buffer, and the reads (addr, time).

@@ -11,58 +11,23 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use common::lister::{self, lister};
 use common::{synth, Rng};
 use etm::opencsd::{Listing, OpenCsdPrinter};
 use etm::{Container, ErrorRecovery, FrameErrorKind, FrameWriter, PacketReader};
 
-fn lister() -> Option<&'static str> {
-    let ok = Command::new("trc_pkt_lister")
-        .arg("-help")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Trace Packet Lister"));
-    if ok {
-        return Some("trc_pkt_lister");
-    }
-    assert!(!common::required(), "trc_pkt_lister is required (POKETRACE_REQUIRE_PERF or CI is set); apt-get install libopencsd-bin");
-    eprintln!("skipping: trc_pkt_lister not found (apt-get install libopencsd-bin)");
-    None
-}
-
 fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("etm-opencsd");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    lister::tmp("etm-opencsd", name)
 }
 
-/// Runs trc_pkt_lister on a snapshot and returns its log; panics unless it ran to the end.
+/// Runs trc_pkt_lister on a snapshot and returns its log; panics unless it
+/// ran to the end (it can crash: 1.3.3's full decoder segfaults on some
+/// synthetic traces, which `lister::run` reports).
 fn run_lister(lister: &str, dir: &Path, args: &[&str], log: &str) -> String {
-    let (text, done) = try_lister(lister, dir, args, log);
-    assert!(
-        done,
-        "trc_pkt_lister {args:?} on {} did not finish",
-        dir.display()
-    );
+    let (text, done) = lister::run(lister, dir, args, &tmp(log));
+    assert!(done, "trc_pkt_lister {args:?} on {} did not finish", dir.display());
     text
-}
-
-/// Runs trc_pkt_lister; returns its log and whether it ran to the end (it
-/// can crash: 1.3.3's full decoder segfaults on some synthetic traces).
-fn try_lister(lister: &str, dir: &Path, args: &[&str], log: &str) -> (String, bool) {
-    let log = tmp(log);
-    let _ = std::fs::remove_file(&log); // trc_pkt_lister appends
-    let out = Command::new(lister)
-        .arg("-ss_dir")
-        .arg(dir)
-        .args(args)
-        .arg("-logfilename")
-        .arg(&log)
-        .output()
-        .unwrap();
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let done = out.status.success() && text.contains("Trace buffer done");
-    (text, done)
 }
 
 /// A packet line split into its parts: index, ID, raw bytes (None in
@@ -374,7 +339,7 @@ fn synthetic_snapshots_every_packet_kind() {
                     .filter(|l| decode || l.0 == Listing::PacketsOnly)
                 {
                     let args: Vec<&str> = mode.into_iter().chain(extra.iter().copied()).collect();
-                    let (log, done) = try_lister(lister, &dir, &args, &format!("{name}.{tag}.ppl"));
+                    let (log, done) = lister::run(lister, &dir, &args, &tmp(&format!("{name}.{tag}.ppl")));
                     let theirs = packet_lines(&log);
                     let (text, frame_errors) =
                         our_listing(&b.data, b.container, b.framing, &b.configs, listing);

@@ -9,12 +9,7 @@ use etm::snapshot::{BufferFormat, Snapshot};
 use etm::{Container, Framing, Profile};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("etm-snapshot")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    testkit::scratch!("etm-snapshot", name)
 }
 
 #[test]

@@ -104,26 +104,10 @@ fn errors(events: &[FlowEvent]) -> Vec<(usize, FlowErrorKind, Option<u64>)> {
         .collect()
 }
 
-/// A deterministic xorshift.
 #[path = "common/alt.rs"]
 mod alt;
 use alt::AltAt;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bool(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
-}
+use testkit::Rng;
 
 /// Runs the program and writes its trace, as the processor would: TNT
 /// flushed before any other packet, a TSC every 3 iterations, a PSB+ every

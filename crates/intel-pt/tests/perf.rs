@@ -2,36 +2,21 @@
 //! every packet kind, dumped by `perf report -D`, must list the packets our
 //! decoder finds, name for name and offset for offset.
 //!
-//! Needs `perf` (Debian linux-perf). Without it this test skips, unless
-//! POKETRACE_REQUIRE_PERF is set (CI sets it), then it fails.
+//! Needs `perf` (Debian linux-perf). Without it this test skips, unless CI
+//! or POKETRACE_REQUIRE_PERF is set: then it fails (`testkit::required`).
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use intel_pt::{Packet, PacketKind};
 use perfdata::abi::{attr_flag, sample_type as st};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{AttrWithIds, Auxtrace, AuxtraceInfo, EventAttr, RecordBody, SampleId, Writer, ATTR_SIZE_VER7};
 
-fn perf_available() -> bool {
-    let ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok && std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() {
-        panic!("perf is required (POKETRACE_REQUIRE_PERF is set) but `perf --version` failed");
-    }
-    if !ok {
-        eprintln!("skipping: perf not installed");
-    }
-    ok
-}
-
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("intel-pt-perf").join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    testkit::scratch!("intel-pt-perf", name)
 }
 
 /// A perf.data file with one Intel PT AUXTRACE record carrying `trace`.
@@ -58,15 +43,7 @@ fn perf_packets(path: &Path) -> Vec<(usize, Vec<u8>, String)> {
     // A private HOME per file (the tests run in parallel).
     let home = path.with_extension("home");
     std::fs::create_dir_all(&home).unwrap();
-    let out = Command::new("perf")
-        .args(["report", "-D", "-i"])
-        .arg(path)
-        .env("HOME", &home)
-        .env("PERF_CONFIG", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "perf report -D: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = testkit::perf(&home, &["report", "-D", "-i", path.to_str().unwrap()]);
     let mut lines = Vec::new();
     for line in text.lines() {
         // `.  00000010:  02 23` padded to 16 bytes' width, then the description.
@@ -162,7 +139,7 @@ fn check_against_perf(name: &str, mut trace: Vec<u8>) -> usize {
 
 #[test]
 fn perf_dumps_every_kind_as_we_decode_it() {
-    if !perf_available() {
+    if !testkit::perf_available() {
         return;
     }
     let (trace, packets) = common::every_kind();
@@ -173,7 +150,7 @@ fn perf_dumps_every_kind_as_we_decode_it() {
 
 #[test]
 fn perf_dumps_random_streams_as_we_decode_them() {
-    if !perf_available() {
+    if !testkit::perf_available() {
         return;
     }
     let mut rng = common::Rng(0x6a09_e667_f3bc_c909);

@@ -12,20 +12,7 @@ use intel_pt::flow::Recovery;
 use intel_pt::{Packet, PacketDecoder};
 use sim::check::{check_with, Mode, Score};
 use sim::SimConfig;
-
-/// A deterministic xorshift.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use testkit::Rng;
 
 /// What is damaged: one bit of the payload of a TNT (a branch goes the
 /// other way: the packets stay whole); one bit of a TIP's IP; one bit

@@ -24,18 +24,11 @@ fn a64(instructions: u64, pokes: u64, protocol: &str) -> SimConfig {
     SimConfig { arch: "aarch64".into(), instructions, pokes, protocol: protocol.into(), ..SimConfig::default() }
 }
 
-fn required() -> bool {
-    std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() || std::env::var_os("CI").is_some()
-}
-
-/// Whether `tool` runs; when it does not, fails if the tool is required.
+/// Whether `tool` runs; when it does not, fails if the tool is required
+/// ([`testkit::required`]).
 fn have(tool: &str, arg: &str) -> bool {
     let ok = Command::new(tool).arg(arg).output().is_ok_and(|o| o.status.success() || !o.stdout.is_empty());
-    assert!(ok || !required(), "{tool} is required (CI or POKETRACE_REQUIRE_PERF is set) but `{tool} {arg}` failed");
-    if !ok {
-        eprintln!("skipping: {tool} not available");
-    }
-    ok
+    testkit::have(ok, &format!("{tool} not available (`{tool} {arg}` failed)"))
 }
 
 fn truth(d: &Path, cpu: u32) -> Vec<(u64, u64)> {

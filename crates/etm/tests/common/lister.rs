@@ -4,21 +4,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `trc_pkt_lister` when installed; None (with a note) when not and not
-/// required, a failure when POKETRACE_REQUIRE_PERF or CI is set.
+/// required, a failure when POKETRACE_REQUIRE_PERF or CI is set
+/// ([`testkit::required`]).
 pub fn lister() -> Option<&'static str> {
     let ok = Command::new("trc_pkt_lister")
         .arg("-help")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Trace Packet Lister"));
-    if ok {
-        return Some("trc_pkt_lister");
-    }
-    assert!(
-        !super::required(),
-        "trc_pkt_lister is required (POKETRACE_REQUIRE_PERF or CI is set); apt-get install libopencsd-bin"
-    );
-    eprintln!("skipping: trc_pkt_lister not found (apt-get install libopencsd-bin)");
-    None
+    testkit::have(ok, "trc_pkt_lister not found (apt-get install libopencsd-bin)").then_some("trc_pkt_lister")
 }
 
 /// A file under the test's temporary directory.

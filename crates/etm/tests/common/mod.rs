@@ -31,9 +31,7 @@ pub const SNAPSHOTS: [&str; 6] = [
 ];
 
 /// Whether missing oracles and data must fail the test rather than skip it.
-pub fn required() -> bool {
-    std::env::var_os("POKETRACE_REQUIRE_PERF").is_some() || std::env::var_os("CI").is_some()
-}
+pub use testkit::required;
 
 /// The snapshot directory, or None (with a note) when it is absent and not required.
 pub fn snapshot(name: &str) -> Option<PathBuf> {

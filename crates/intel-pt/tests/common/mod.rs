@@ -5,28 +5,7 @@
 use intel_pt::{Encoder, IpCompression, Packet, PacketDecoder, PacketError, PayloadSize, Resync, Tnt, Ip};
 
 /// A deterministic xorshift, so the random streams are the same every run.
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub fn bool(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
-    pub fn bits(&mut self, n: u32) -> u64 {
-        if n == 64 {
-            self.next()
-        } else {
-            self.next() & ((1 << n) - 1)
-        }
-    }
-}
+pub use testkit::Rng;
 
 /// An IP packet's field for `ip` with the given compression after `last`.
 pub fn ip_with(compression: IpCompression, ip: u64, last: u64) -> Ip {
