@@ -10,12 +10,14 @@
 
 use std::cell::Cell;
 
-use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time, TimeConv};
+use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
 use intel_pt::sources::{Interval, Static};
 use intel_pt::{Encoder, Ip, IpCompression, Packet, PacketErrorKind, PacketKind, Tnt, PSB};
 
-const K: u64 = 0xffff_ffff_8100_0000;
+#[path = "common/hand.rs"]
+mod hand;
+use hand::K;
 
 /// The program: one iteration starts at 00.
 ///
@@ -46,25 +48,11 @@ fn image() -> CodeTimeline {
 }
 
 fn image_with(pokes: &[(Time, u64, &[u8], &[u8])]) -> CodeTimeline {
-    let mut base = BaseImage::new();
-    for &(off, bytes) in PROGRAM {
-        base.add_bytes(K + off, bytes.to_vec(), format!("code+{off:#x}"));
-    }
-    let mut b = TimelineBuilder::new(base);
-    for &(time, off, old, new) in pokes {
-        b.poke(Poke { time, settled: None, addr: K + off, old, new, cpu: None });
-    }
-    b.build()
+    hand::timeline(PROGRAM, pokes)
 }
 
 fn cfg(noretcomp: bool) -> FlowConfig {
-    FlowConfig {
-        time: TimeConv { shift: 0, mult: 1, zero: 0 },
-        noretcomp,
-        idioms: isa::KernelIdioms::default(),
-        max_walk: 1000,
-        trial_insns: 32,
-    }
+    hand::config(noretcomp, 32)
 }
 
 /// An event in short, IPs as offsets from `K`.

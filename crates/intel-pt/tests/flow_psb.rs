@@ -7,17 +7,18 @@
 
 #[path = "common/flow.rs"]
 mod flow;
+#[path = "common/hand.rs"]
+mod hand;
 #[path = "common/alt.rs"]
 mod alt;
 
 use alt::AltAt;
+use hand::{Trace, K};
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time, TimeConv};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
 use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::Static;
-use intel_pt::{Encoder, Packet, Tnt};
-
-const K: u64 = 0xffff_ffff_8100_0000;
+use intel_pt::{Packet, Tnt};
 
 /// ```text
 /// 00: jz 02
@@ -43,28 +44,10 @@ fn code() -> CodeTimeline {
 }
 
 fn cfg(noretcomp: bool) -> FlowConfig {
-    FlowConfig {
-        time: TimeConv { shift: 0, mult: 1, zero: 0 },
-        noretcomp,
-        idioms: isa::KernelIdioms::default(),
-        max_walk: 1000,
-        trial_insns: 32,
-    }
-}
-
-struct Trace {
-    enc: Encoder,
-    out: Vec<u8>,
+    hand::config(noretcomp, 32)
 }
 
 impl Trace {
-    fn new() -> Trace {
-        Trace { enc: Encoder::new(), out: Vec::new() }
-    }
-    fn put(&mut self, p: Packet) -> &mut Trace {
-        self.enc.encode(&p, &mut self.out).unwrap();
-        self
-    }
     fn psb(&mut self, tsc: u64, fup: Option<u64>) -> &mut Trace {
         self.put(Packet::Psb).put(Packet::Tsc(tsc)).put(Packet::ModeExec { csl: true, csd: false, if_flag: true });
         if let Some(f) = fup {

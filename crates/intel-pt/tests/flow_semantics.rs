@@ -4,52 +4,27 @@
 //! TIP.PGD as the end, PSB+ and TIP.PGE starting the walk, OVF, and the
 //! candidate mechanism that picks the code content the packets fit.
 
-use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time, TimeConv};
+use codeimage::CodeTimeline;
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
 use intel_pt::sources::{Interval, PerfStyle, Static};
-use intel_pt::{Encoder, Packet, Tnt};
+use intel_pt::{Packet, Tnt};
 use isa::BranchClass;
 
-/// Where the code images live: a kernel address, so that IPs take the
-/// sign-extended and 16-bit compressions.
-const K: u64 = 0xffff_ffff_8100_0000;
+#[path = "common/hand.rs"]
+mod hand;
+use hand::{timeline, Trace, K};
 
 /// Code at `K + offset` for each piece.
 fn image(pieces: &[(u64, &[u8])]) -> CodeTimeline {
     timeline(pieces, &[])
 }
 
-/// The same, with pokes `(time, offset, old, new)`.
-fn timeline(pieces: &[(u64, &[u8])], pokes: &[(Time, u64, &[u8], &[u8])]) -> CodeTimeline {
-    let mut base = BaseImage::new();
-    for &(off, bytes) in pieces {
-        base.add_bytes(K + off, bytes.to_vec(), format!("code+{off:#x}"));
-    }
-    let mut b = TimelineBuilder::new(base);
-    for &(time, off, old, new) in pokes {
-        b.poke(Poke { time, settled: None, addr: K + off, old, new, cpu: None });
-    }
-    b.build()
-}
-
-/// A packet stream written through the encoder (IPs are offsets from `K`).
 #[path = "common/alt.rs"]
 mod alt;
 use alt::AltAt;
 
-struct Trace {
-    enc: Encoder,
-    out: Vec<u8>,
-}
-
+/// Packets with IPs as offsets from `K`.
 impl Trace {
-    fn new() -> Trace {
-        Trace { enc: Encoder::new(), out: Vec::new() }
-    }
-    fn put(&mut self, p: Packet) -> &mut Trace {
-        self.enc.encode(&p, &mut self.out).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-        self
-    }
     fn ip(&self, off: u64) -> intel_pt::Ip {
         self.enc.compress(K + off)
     }
@@ -103,13 +78,7 @@ impl Trace {
 }
 
 fn cfg(noretcomp: bool) -> FlowConfig {
-    FlowConfig {
-        time: TimeConv { shift: 0, mult: 1, zero: 0 },
-        noretcomp,
-        idioms: isa::KernelIdioms::default(),
-        max_walk: 1000,
-        trial_insns: 64,
-    }
+    hand::config(noretcomp, 64)
 }
 
 fn decode(trace: &[u8], code: &impl CodeSource, cfg: FlowConfig) -> Vec<FlowEvent> {

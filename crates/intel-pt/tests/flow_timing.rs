@@ -12,7 +12,9 @@ use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::Static;
 use intel_pt::{Encoder, Packet, Tnt};
 
-const K: u64 = 0xffff_ffff_8100_0000;
+#[path = "common/hand.rs"]
+mod hand;
+use hand::{Trace, K};
 
 /// A loop at `K`: `nop; jne K`, left when a branch is not taken, then `ret`.
 fn code() -> CodeTimeline {
@@ -22,7 +24,7 @@ fn code() -> CodeTimeline {
 }
 
 fn cfg() -> FlowConfig {
-    FlowConfig { time: TimeConv { shift: 0, mult: 1, zero: 0 }, noretcomp: false, idioms: isa::KernelIdioms::default(), max_walk: 1000, trial_insns: 64 }
+    hand::config(false, 64)
 }
 
 /// PSB+ with TSC 1000 and TMA (CTC 0x123, fast counter 4), then one turn
@@ -133,20 +135,7 @@ fn mtc_from_perf_config() {
 // follows the flow packet after a CYC ran no earlier than it, what comes
 // before that packet no later.
 
-/// A trace written packet by packet, IPs compressed as they go.
-struct Trace {
-    enc: Encoder,
-    out: Vec<u8>,
-}
-
 impl Trace {
-    fn new() -> Trace {
-        Trace { enc: Encoder::new(), out: Vec::new() }
-    }
-    fn put(&mut self, p: Packet) -> &mut Trace {
-        self.enc.encode(&p, &mut self.out).expect("encodes");
-        self
-    }
     fn fup(&mut self, at: u64) -> &mut Trace {
         let ip = self.enc.compress(at);
         self.put(Packet::Fup(ip))
