@@ -88,9 +88,9 @@ pub struct Rng(pub u64);
 impl Rng {
     #[allow(clippy::should_implement_trait)] // not an iterator: it never ends
     pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
+        let x = self.0 ^ (self.0 << 13);
+        let x = x ^ (x >> 7);
+        self.0 = x ^ (x << 17);
         self.0
     }
     /// In `0..n` (n > 0).
