@@ -1,22 +1,30 @@
 //! `poketrace etm --packets --format opencsd` prints what `trc_pkt_lister -decode`
 //! prints for every packet of a real snapshot.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The real snapshot the tests list.
+fn juno() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots/juno_r1_1")
+}
+
+/// The log of `trc_pkt_lister -decode` on `snap`, written to `log` under the
+/// test's temporary dir; None (a skip) when it fails and is not required.
+fn lister_decode(snap: &Path, log: &str) -> Option<String> {
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(log);
+    // trc_pkt_lister appends to its log.
+    let _ = std::fs::remove_file(&log);
+    let ran = Command::new("trc_pkt_lister").arg("-ss_dir").arg(snap).args(["-decode", "-logfilename"]).arg(&log).output();
+    let ok = ran.as_ref().is_ok_and(|o| o.status.success());
+    testkit::have(ok, &format!("trc_pkt_lister failed: {ran:?}")).then(|| std::fs::read_to_string(&log).unwrap())
+}
 
 #[test]
 fn packets_match_trc_pkt_lister_line_for_line() {
-    let snap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots/juno_r1_1");
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("juno-trc_pkt_lister.ppl");
-    // trc_pkt_lister appends to its log.
-    let _ = std::fs::remove_file(&log);
-    let ran = Command::new("trc_pkt_lister").arg("-ss_dir").arg(&snap).args(["-decode", "-logfilename"]).arg(&log).output();
-    if !ran.as_ref().is_ok_and(|o| o.status.success()) {
-        testkit::have(false, &format!("trc_pkt_lister failed: {ran:?}"));
-        return;
-    }
-    let theirs: Vec<String> = std::fs::read_to_string(&log)
-        .unwrap()
+    let snap = juno();
+    let Some(log) = lister_decode(&snap, "juno-trc_pkt_lister.ppl") else { return };
+    let theirs: Vec<String> = log
         .lines()
         .filter(|l| l.starts_with("Idx:") && !l.contains("OCSD_GEN_TRC_ELEM"))
         .map(|l| l.trim_end().to_string())
@@ -36,16 +44,9 @@ fn packets_match_trc_pkt_lister_line_for_line() {
 /// element with the range fields.
 #[test]
 fn decoded_elements_match_trc_pkt_lister_line_for_line() {
-    let snap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots/juno_r1_1");
-    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("juno-trc_pkt_lister-elements.ppl");
-    let _ = std::fs::remove_file(&log);
-    let ran = Command::new("trc_pkt_lister").arg("-ss_dir").arg(&snap).args(["-decode", "-logfilename"]).arg(&log).output();
-    if !ran.as_ref().is_ok_and(|o| o.status.success()) {
-        testkit::have(false, &format!("trc_pkt_lister failed: {ran:?}"));
-        return;
-    }
-    let theirs: Vec<String> = std::fs::read_to_string(&log)
-        .unwrap()
+    let snap = juno();
+    let Some(log) = lister_decode(&snap, "juno-trc_pkt_lister-elements.ppl") else { return };
+    let theirs: Vec<String> = log
         .lines()
         .filter(|l| l.starts_with("Idx:") || (l.starts_with("ID:") && l.ends_with("END OF TRACE DATA")))
         .map(|l| l.trim_end().to_string())
