@@ -29,12 +29,14 @@
 //! the same files; crashers it finds go to `tests/regressions/`, which
 //! `regressions_replay` runs on every `cargo test`.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::Cursor;
 use std::time::{Duration, Instant};
 
-use perfdata::abi::{attr_flag, feature, misc, record_type as rt, sample_type as st};
+use perfdata::abi::{feature, misc, record_type as rt, sample_type as st};
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
 use perfdata::*;
 
@@ -95,18 +97,7 @@ fn bounded<R>(what: &str, limit: usize, f: impl FnOnce() -> R) -> R {
 // ---------------------------------------------------------------------------
 // Building files.
 
-const SIDE_BAND: u64 = st::TID | st::TIME | st::CPU | st::IDENTIFIER;
-
-fn attr(sample_type: u64) -> EventAttr {
-    EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        config: 9,
-        sample_type,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE | attr_flag::KSYMBOL,
-        ..EventAttr::default()
-    }
-}
+use common::{attr, SIDE_BAND};
 
 /// An attr without sample_id_all: records carry no trailer.
 fn plain_attr(sample_type: u64) -> EventAttr {

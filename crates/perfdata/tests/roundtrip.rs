@@ -1,23 +1,14 @@
 //! Write, read, equal: every typed record, through the real file layout.
 
+mod common;
+
 use std::io::Cursor;
 
-use perfdata::abi::{attr_flag, misc, sample_type as st};
+use perfdata::abi::{misc, sample_type as st};
 use perfdata::*;
 use proptest::prelude::*;
 
-const SIDE_BAND: u64 = st::TID | st::TIME | st::CPU | st::IDENTIFIER;
-
-fn attr(sample_type: u64) -> EventAttr {
-    EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        config: 9,
-        sample_type,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE | attr_flag::KSYMBOL,
-        ..EventAttr::default()
-    }
-}
+use common::{attr, SIDE_BAND};
 
 fn write_all(attrs: Vec<AttrWithIds>, records: &[(u16, RecordBody<'_>, SampleId)]) -> Vec<u8> {
     let mut w = Writer::new(Cursor::new(Vec::new()), attrs).unwrap();
