@@ -32,7 +32,7 @@ const MAX_SPILL: usize = 1 << 22;
 /// Instructions in one block at most: longer straight runs are cut.
 pub(crate) const MAX_BLOCK_INSNS: usize = 256;
 /// Lengths of instructions before the last kept in the entry itself.
-const INLINE: usize = 19;
+const INLINE: usize = 15;
 /// In a length byte, over the length (bits 0-3): what the instruction is.
 pub(crate) const NOP: u8 = 1 << 4;
 pub(crate) const JUMP: u8 = 2 << 4;
@@ -50,12 +50,16 @@ pub(crate) struct Block {
     /// When the bytes hold, as the code source judges.
     pub window_start: Time,
     pub window_end: Time,
-    /// The last instruction's direct target, if `has_target`.
-    target: u64,
+    /// Where the last instruction falls through to: the walk's next IP
+    /// without adding up the lengths.
+    pub fall: u64,
     /// Where the lengths are in the arena, when not inline.
     spill: u32,
     /// Where the jump and call targets are in theirs.
     targets: u32,
+    /// The last instruction's direct target, if `has_target`, from `fall`
+    /// (a rel8/rel32 branch's target is within 2 GiB of it).
+    target_rel: i32,
     pub count: u16,
     last_len: u8,
     last_class: BranchClass,
@@ -68,9 +72,10 @@ const EMPTY: Block = Block {
     start: 0,
     window_start: 0,
     window_end: 0,
-    target: 0,
+    fall: 0,
     spill: 0,
     targets: 0,
+    target_rel: 0,
     count: 0,
     last_len: 0,
     last_class: BranchClass::None,
@@ -86,7 +91,25 @@ impl Block {
     }
 
     pub fn last(&self) -> Insn {
-        Insn { len: self.last_len, class: self.last_class, target: self.has_target.then_some(self.target) }
+        Insn { len: self.last_len, class: self.last_class, target: self.has_target.then(|| self.target()) }
+    }
+
+    /// The last instruction's direct target (when it has one).
+    #[inline(always)]
+    pub fn target(&self) -> u64 {
+        self.fall.wrapping_add(self.target_rel as i64 as u64)
+    }
+
+    /// The last instruction's IP.
+    #[inline(always)]
+    pub fn last_ip(&self) -> u64 {
+        self.fall.wrapping_sub(self.last_len as u64)
+    }
+
+    /// Whether the last instruction is a conditional branch with its target.
+    #[inline(always)]
+    pub fn ends_in_jcc(&self) -> bool {
+        self.last_class == BranchClass::CondBranch && self.has_target
     }
 
     /// The first instruction (for stepping it alone).
@@ -157,8 +180,15 @@ impl BlockCache {
     }
 
     /// Adds the block `start` whose instructions before the last were pushed
-    /// ([`BlockCache::push`]), replacing an older block at `start`.
-    pub fn insert(&mut self, start: u64, window: Range<Time>, last: Insn) {
+    /// ([`BlockCache::push`]), replacing an older block at `start`; its last
+    /// instruction is at `last_ip`. False (nothing added) when the last's
+    /// target is more than 2 GiB from where it falls through.
+    pub fn insert(&mut self, start: u64, window: Range<Time>, last_ip: u64, last: Insn) -> bool {
+        let fall = last_ip.wrapping_add(last.len as u64);
+        let Ok(target_rel) = i32::try_from(last.target.map_or(0, |t| t.wrapping_sub(fall) as i64)) else {
+            self.discard();
+            return false;
+        };
         let n = self.lens.len();
         let inline = n <= INLINE && self.targets.is_empty();
         if self.table.is_empty() {
@@ -178,9 +208,10 @@ impl BlockCache {
             start,
             window_start: window.start,
             window_end: window.end,
-            target: last.target.unwrap_or(0),
+            fall,
             spill: 0,
             targets: u32::MAX,
+            target_rel,
             count: n as u16 + 1,
             last_len: last.len,
             last_class: last.class,
@@ -197,6 +228,7 @@ impl BlockCache {
         }
         self.place(b);
         self.discard();
+        true
     }
 
     /// Puts `b` in the entry of an older block at its start, else the first

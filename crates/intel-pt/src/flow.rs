@@ -169,6 +169,119 @@ pub enum FlowEvent {
     Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
 }
 
+/// Where a decoder's events go. A closure taking [`FlowEvent`]s is one. A
+/// sink that takes cached runs of instructions whole ([`FlowSink::block`])
+/// spares the decoder an event per instruction, as libipt's block decoder
+/// spares its users; instructions then come both ways, in order.
+pub trait FlowSink {
+    fn event(&mut self, event: FlowEvent);
+
+    /// Instructions that ran one after the other without needing the trace,
+    /// none uncertain. By default each is passed on as a [`FlowEvent::Insn`].
+    #[inline(always)]
+    fn block(&mut self, block: InsnBlock<'_>) {
+        for e in block.insns() {
+            self.event(e);
+        }
+    }
+}
+
+impl<F: FnMut(FlowEvent)> FlowSink for F {
+    #[inline(always)]
+    fn event(&mut self, event: FlowEvent) {
+        self(event)
+    }
+}
+
+/// A run of instructions from the decoded-block cache: the first falls
+/// through, jumps or calls directly to the next, and so on up to the last,
+/// which may branch; all ran within `[lo, hi]`. Borrowed from the cache for
+/// the call to [`FlowSink::block`].
+#[derive(Clone, Copy, Debug)]
+pub struct InsnBlock<'c> {
+    /// The first instruction's IP.
+    pub ip: u64,
+    /// The last instruction's IP.
+    pub last_ip: u64,
+    pub lo: Time,
+    pub hi: Time,
+    /// Each instruction before the last: its length in bits 0-3, what it
+    /// is above (`block_cache`'s encoding).
+    lens: &'c [u8],
+    /// The targets of the jumps and calls among them, in order.
+    targets: &'c [u64],
+    last: Insn,
+}
+
+impl<'c> InsnBlock<'c> {
+    /// How many instructions.
+    pub fn len(&self) -> usize {
+        self.lens.len() + 1
+    }
+
+    /// Never: a block has at least its last instruction.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The last instruction (its length, class and direct target).
+    pub fn last(&self) -> Insn {
+        self.last
+    }
+
+    /// Whether an instruction before the last is a direct jump or call (so
+    /// the block is not one straight run of addresses).
+    pub fn has_inner_branches(&self) -> bool {
+        !self.targets.is_empty()
+    }
+
+    /// Each instruction, as the [`FlowEvent::Insn`] stepping would give.
+    pub fn insns(&self) -> BlockInsns<'c> {
+        BlockInsns { at: self.ip, lens: self.lens.iter(), targets: self.targets.iter(), last: Some(self.last), lo: self.lo, hi: self.hi }
+    }
+}
+
+/// The instructions of an [`InsnBlock`], in order.
+pub struct BlockInsns<'c> {
+    at: u64,
+    lens: std::slice::Iter<'c, u8>,
+    targets: std::slice::Iter<'c, u64>,
+    last: Option<Insn>,
+    lo: Time,
+    hi: Time,
+}
+
+impl Iterator for BlockInsns<'_> {
+    type Item = FlowEvent;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<FlowEvent> {
+        let ip = self.at;
+        let (len, class) = match self.lens.next() {
+            Some(&l) => {
+                let len = l & 15;
+                self.at = match l & !15 {
+                    JUMP | CALL => *self.targets.next().expect("a target per jump or call"),
+                    _ => ip.wrapping_add(len as u64),
+                };
+                (len, CLASSES[(l >> 4) as usize & 3])
+            }
+            None => {
+                let last = self.last.take()?;
+                (last.len, last.class)
+            }
+        };
+        Some(FlowEvent::Insn { ip, len, class, lo: self.lo, hi: self.hi, uncertain: false })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.lens.len() + self.last.is_some() as usize;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for BlockInsns<'_> {}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowErrorKind {
     Packet(crate::PacketErrorKind),
@@ -536,8 +649,15 @@ impl<'a> State<'a> {
 }
 
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
-    /// Runs to the end of the buffer, reporting every event.
+    /// Runs to the end of the buffer, reporting every event, each
+    /// instruction as a [`FlowEvent::Insn`].
     pub fn run(&mut self, mut emit: impl FnMut(FlowEvent)) {
+        self.run_with(&mut emit);
+    }
+
+    /// Runs to the end of the buffer, reporting every event to `sink`, the
+    /// instructions of cached blocks a block at a time ([`FlowSink::block`]).
+    pub fn run_with(&mut self, sink: &mut impl FlowSink) {
         if let Some(at) = crate::find_psb(self.buf) {
             if at > 0 {
                 self.st.packets.sync_forward();
@@ -546,17 +666,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut st = self.st.clone();
         let mut cache = std::mem::take(&mut self.cache);
         loop {
-            match self.step_cached(&mut st, &mut cache, &mut emit) {
+            match self.step_cached(&mut st, &mut cache, sink) {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(f) if f.offset == SEGMENT_END => {
                     if let Some(to) = st.tail_to.take() {
-                        self.walk_tail(&mut st, to, &mut emit);
+                        self.walk_tail(&mut st, to, sink);
                     }
                     break;
                 }
                 Err(f) => {
-                    emit(FlowEvent::Error { offset: self.base + f.offset, time: st.lo, ip: st.ip, kind: f.kind });
+                    sink.event(FlowEvent::Error { offset: self.base + f.offset, time: st.lo, ip: st.ip, kind: f.kind });
                     if f.kind == FlowErrorKind::EndOfTrace {
                         break;
                     }
@@ -1044,10 +1164,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// segment's PSB up to that PSB+'s FUP, `to` (reached without a packet),
     /// where the next segment starts. Stops early at anything else.
     #[cold]
-    fn walk_tail(&self, st: &mut State<'a>, to: u64, emit: &mut impl FnMut(FlowEvent)) {
+    fn walk_tail(&self, st: &mut State<'a>, to: u64, sink: &mut impl FlowSink) {
         st.stop_at = usize::MAX;
         for _ in 0..self.cfg.max_walk {
-            if st.ip == Some(to) || !matches!(self.step(st, emit, false), Ok(true)) || st.peeked.is_none() {
+            if st.ip == Some(to) || !matches!(self.step(st, sink, false), Ok(true)) || st.peeked.is_none() {
                 break;
             }
         }
@@ -1110,23 +1230,23 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Gives exactly what stepping instruction by instruction gives: the
     /// block's window holds for every fetch those steps would make.
     #[inline(always)]
-    fn step_cached(&self, st: &mut State<'a>, cache: &mut BlockCache, emit: &mut impl FnMut(FlowEvent)) -> Result<bool, Failure> {
-        if st.tnt_count > 0 && self.chain(st, cache, emit) {
+    fn step_cached(&self, st: &mut State<'a>, cache: &mut BlockCache, sink: &mut impl FlowSink) -> Result<bool, Failure> {
+        if st.tnt_count > 0 && self.chain(st, cache, sink) {
             return Ok(true);
         }
-        let Some(ip) = st.ip else { return self.step(st, emit, false) };
+        let Some(ip) = st.ip else { return self.step(st, sink, false) };
         let b = match cache.get(ip) {
             Some(b) if self.code.admits(&b.window(), st.lo, st.hi) => b,
             _ => {
                 if !self.build(cache, ip, st.lo, st.hi) {
-                    return self.step(st, emit, false);
+                    return self.step(st, sink, false);
                 }
                 cache.get(ip).expect("just built")
             }
         };
         let count = b.count as u64;
         if st.walked + count > self.cfg.max_walk {
-            return self.step(st, emit, false);
+            return self.step(st, sink, false);
         }
         // The first instruction's fetch was at the time before this peek (as
         // in `step`); the others are at the time after it. An event that may
@@ -1143,11 +1263,11 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             // One instruction the slow way (an event inside the block, or the
             // code changes after the first instruction).
             st.walked += 1;
-            return self.run_insn(st, ip, b.first(cache), false, emit, false);
+            return self.run_insn(st, ip, b.first(cache), false, sink, false);
         }
         st.walked += count;
-        self.run_block(st, cache, b, ip, emit)?;
-        self.chain(st, cache, emit);
+        self.run_block(st, cache, b, ip, sink)?;
+        self.chain(st, cache, sink);
         Ok(true)
     }
 
@@ -1157,22 +1277,19 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// `run_block` and `execute` do, without a call). The block it stops
     /// before is left to the next step, in the same state. Whether it ran one.
     #[inline(always)]
-    fn chain(&self, st: &mut State<'a>, cache: &BlockCache, emit: &mut impl FnMut(FlowEvent)) -> bool {
+    fn chain(&self, st: &mut State<'a>, cache: &BlockCache, sink: &mut impl FlowSink) -> bool {
         let (Some(mut ip), mut left) = (st.ip, st.tnt_count) else { return false };
         let (lo, hi, bits, max_walk) = (st.lo, st.hi, st.tnt_bits, self.cfg.max_walk);
         let mut walked = st.walked;
         while left > 0 {
             let Some(b) = cache.get(ip) else { break };
-            let count = b.count as u64;
-            let last = b.last();
-            let Some(target) = last.target.filter(|_| last.class == BranchClass::CondBranch) else { break };
-            if !self.code.admits(&b.window(), lo, hi) || walked + count > max_walk {
+            if !b.ends_in_jcc() || !self.code.admits(&b.window(), lo, hi) || walked + b.count as u64 > max_walk {
                 break;
             }
-            let at = emit_block(&mut st.stack, cache, b, ip, lo, hi, emit);
+            emit_block(&mut st.stack, cache, b, ip, lo, hi, sink);
             left -= 1;
             walked = 0;
-            ip = if bits >> left & 1 == 1 { target } else { at.wrapping_add(last.len as u64) };
+            ip = if bits >> left & 1 == 1 { b.target() } else { b.fall };
         }
         let ran = left != st.tnt_count;
         st.ip = Some(ip);
@@ -1183,21 +1300,21 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Emits the instructions of block `b` at `ip`, and executes its last.
     #[inline(always)]
-    fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, ip: u64, emit: &mut impl FnMut(FlowEvent)) -> Result<(), Failure> {
-        let at = emit_block(&mut st.stack, cache, b, ip, st.lo, st.hi, emit);
-        let last = b.last();
-        if let (BranchClass::CondBranch, Some(target), 1..) = (last.class, last.target, st.tnt_count) {
+    fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, ip: u64, sink: &mut impl FlowSink) -> Result<(), Failure> {
+        emit_block(&mut st.stack, cache, b, ip, st.lo, st.hi, sink);
+        if b.ends_in_jcc() && st.tnt_count > 0 {
             // `execute`'s conditional branch, its bit at hand.
             st.tnt_count -= 1;
             st.walked = 0;
-            st.ip = Some(if st.tnt_bits >> st.tnt_count & 1 == 1 { target } else { at.wrapping_add(last.len as u64) });
+            st.ip = Some(if st.tnt_bits >> st.tnt_count & 1 == 1 { b.target() } else { b.fall });
             return Ok(());
         }
         // Where an error in taking the branch's packets is reported.
+        let at = b.last_ip();
         st.ip = Some(at);
-        self.execute(st, at, last)?;
+        self.execute(st, at, b.last())?;
         if st.ip.is_none() {
-            emit(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
+            sink.event(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
         }
         Ok(())
     }
@@ -1210,6 +1327,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut window = 0..Time::MAX;
         let mut at = ip;
         let mut last: Option<Insn> = None;
+        let mut last_ip = ip;
         let mut run: (u64, &[u8]) = (ip, &[]);
         let mut buf = [0u8; 16];
         for _ in 0..MAX_BLOCK_INSNS {
@@ -1231,6 +1349,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 cache.push(&prev);
             }
             last = Some(insn);
+            last_ip = at;
             // Direct jumps and calls are followed: they need no trace.
             at = match (insn.class, insn.target) {
                 (BranchClass::None | BranchClass::Nop, _) => at.wrapping_add(insn.len as u64),
@@ -1242,13 +1361,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             cache.discard();
             return false;
         };
-        cache.insert(ip, window, last);
-        true
+        cache.insert(ip, window, last_ip, last)
     }
 
     /// One instruction (or one event). `Ok(false)` at the end of the trace.
     /// In a trial nothing is emitted and candidates are not tried again.
-    fn step(&self, st: &mut State<'a>, emit: &mut impl FnMut(FlowEvent), trial: bool) -> Result<bool, Failure> {
+    fn step(&self, st: &mut State<'a>, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
         let Some(ip) = st.ip else {
             // Not tracing: wait for TIP.PGE or a PSB+ with an IP (after an
             // overflow, the FUP that follows it; after an error, a TIP). A
@@ -1298,7 +1416,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 }
             }
         };
-        self.run_insn(st, ip, insn, uncertain, emit, trial)
+        self.run_insn(st, ip, insn, uncertain, sink, trial)
     }
 
     /// Runs `insn` at `ip`: first an asynchronous event or the end of tracing
@@ -1309,7 +1427,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         ip: u64,
         insn: Insn,
         uncertain: bool,
-        emit: &mut impl FnMut(FlowEvent),
+        sink: &mut impl FlowSink,
         trial: bool,
     ) -> Result<bool, Failure> {
         // An event at this instruction (FUP at this IP, then the handler's
@@ -1323,7 +1441,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     // FUP + TIP: an event into a handler; FUP + TIP.PGD: tracing stops here.
                     let to = self.take_tip(st)?;
                     if !trial {
-                        emit(match to {
+                        sink.event(match to {
                             Some(to) => FlowEvent::Trap { from: ip, to, time: st.lo },
                             None => FlowEvent::End { time: st.lo, at: Some(ip), disabled: true, to: st.pgd_ip },
                         });
@@ -1335,14 +1453,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     st.peeked = None;
                     st.walked = 0;
                     if !trial {
-                        emit(FlowEvent::End { time: st.lo, at: Some(ip), disabled: true, to: Some(ip) });
+                        sink.event(FlowEvent::End { time: st.lo, at: Some(ip), disabled: true, to: Some(ip) });
                     }
                     st.ip = None;
                     return Ok(true);
                 }
                 None => {
                     if !trial {
-                        emit(FlowEvent::End { time: st.lo, at: Some(ip), disabled: false, to: None });
+                        sink.event(FlowEvent::End { time: st.lo, at: Some(ip), disabled: false, to: None });
                     }
                     return Ok(false);
                 }
@@ -1350,12 +1468,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             }
         }
         if !trial {
-            emit(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.lo, hi: st.hi, uncertain });
+            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.lo, hi: st.hi, uncertain });
         }
         self.execute(st, ip, insn)?;
         // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
         if st.ip.is_none() && !trial {
-            emit(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
+            sink.event(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
         }
         Ok(true)
     }
@@ -1533,42 +1651,37 @@ impl Packets<'_> {
     }
 }
 
-/// Emits the instructions of block `b` at `ip` (run within `[lo, hi]`),
-/// pushing the return addresses of its calls; the last instruction's IP.
+/// Hands block `b` at `ip` (run within `[lo, hi]`) to the sink, pushing the
+/// return addresses of its calls.
 #[inline(always)]
-fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, ip: u64, lo: Time, hi: Time, emit: &mut impl FnMut(FlowEvent)) -> u64 {
-    let mut at = ip;
+fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, ip: u64, lo: Time, hi: Time, sink: &mut impl FlowSink) {
     let (lens, targets) = cache.insns(b);
-    if targets.is_empty() {
-        // Straight code: no jump or call before the last instruction.
-        for &l in lens {
-            let len = l & 15;
-            emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false });
-            at = at.wrapping_add(len as u64);
-        }
-    } else {
-        let mut targets = targets.iter();
-        for &l in lens {
-            let len = l & 15;
-            emit(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 3], lo, hi, uncertain: false });
-            let next = at.wrapping_add(len as u64);
-            at = match l & !15 {
-                JUMP => *targets.next().expect("a target per jump"),
-                CALL => {
-                    let to = *targets.next().expect("a target per call");
-                    // A zero-length CALL (to the next IP) is not pushed (SDM).
-                    if to != next {
-                        stack.push(next);
-                    }
-                    to
-                }
-                _ => next,
-            };
-        }
+    if !targets.is_empty() {
+        push_calls(stack, ip, lens, targets);
     }
-    let last = b.last();
-    emit(FlowEvent::Insn { ip: at, len: last.len, class: last.class, lo, hi, uncertain: false });
-    at
+    sink.block(InsnBlock { ip, last_ip: b.last_ip(), lo, hi, lens, targets, last: b.last() });
+}
+
+/// The return addresses of the calls among a block's instructions before
+/// its last (`lens`, `targets` as the cache keeps them), pushed in order.
+fn push_calls(stack: &mut ReturnStack, ip: u64, lens: &[u8], targets: &[u64]) {
+    let mut at = ip;
+    let mut targets = targets.iter();
+    for &l in lens {
+        let next = at.wrapping_add((l & 15) as u64);
+        at = match l & !15 {
+            JUMP => *targets.next().expect("a target per jump"),
+            CALL => {
+                let to = *targets.next().expect("a target per call");
+                // A zero-length CALL (to the next IP) is not pushed (SDM).
+                if to != next {
+                    stack.push(next);
+                }
+                to
+            }
+            _ => next,
+        };
+    }
 }
 
 /// Return addresses kept for return compression: the SDM's decoder keeps
