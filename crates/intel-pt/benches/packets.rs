@@ -1,45 +1,169 @@
-//! Packet decoding speed over a 32 MiB synthetic valid trace, against
-//! libipt's packet decoder (`pt_pkt_next`) and the `iptr-decoder` crate in
-//! the same run; and the PSB scan that splits a buffer for parallel decode.
+//! Packet decoding speed against libipt's packet decoder (`pt_pkt_next`) and
+//! the `iptr-decoder` crate, on the same inputs in the same run; and the PSB
+//! scan that splits a buffer for parallel decode.
 //!
 //!     cargo bench -p intel-pt --bench packets
+//!     PACKETS_BENCH_INPUT=sim_kernel cargo bench -p intel-pt --bench packets   # one input only
+//!     PACKETS_BENCH_INSNS=2000000 cargo bench -p intel-pt --bench packets      # simulated instructions per CPU
+//!     PACKETS_BENCH_REPS=0 cargo bench ...   # no summary table (for callgrind)
+//!
+//! The inputs (every one decodes to the same packet count in each decoder,
+//! checked before timing):
+//!
+//! - `random`: a 32 MiB random dense mix of every packet kind libipt and
+//!   iptr-decoder both know (`tests/common/mod.rs` `random_stream`).
+//! - `sim_kernel`: what the simulator traces on 4 CPUs walking its generated
+//!   kernel (`--protocol none --pokes 0`, TSC every 200 ns, PSB+ every 4 KiB),
+//!   the CPUs' buffers one after the other: mostly TNT and compressed TIPs.
+//! - `sim_kernel_mtc_cyc`: the same with MTC (`--mtc-freq 3`) and CYC
+//!   (`--cyc --cyc-thresh 1`) timing, as `perf record -e intel_pt/cyc/`.
+//! - `usr_bin_perf`: random walks through /usr/bin/perf's code (`simulate
+//!   --elf`; skipped without the file).
+//!
+//! The decoders (each in a function of its own, for `callgrind
+//! --toggle-collect`; each runs once in the fixture's cross-check):
+//!
+//! - `ours` / `intel_pt`: `PacketDecoder::next_packet`, folding each
+//!   packet's main fields as a flow decoder would;
+//! - `intel_pt::__scan::quick`: the flow walk's way, `next_quick` for the
+//!   common packets (no `Packet` built), `next_packet` for the rest;
+//! - `intel_pt::__scan::skip`: packet boundaries only (`skip_packet`, the
+//!   flow walk's look-ahead for the next TSC); less work than the others;
+//! - `libipt`: `pt_pkt_next` into a `pt_packet`;
+//! - `iptr`: `iptr_decoder::decode` with a handler whose every callback
+//!   hands all its arguments to `black_box`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::collections::BTreeMap;
 use std::mem::{size_of, zeroed};
 use std::num::NonZero;
+use std::path::Path;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
-use intel_pt::{find_psb, Packet, PacketDecoder, PSB};
+use intel_pt::{find_psb, Packet, PacketDecoder, PacketKind, PSB};
 use iptr_decoder::{DecoderContext, IpReconstructionPattern, PtwPayload};
 
 const SIZE: usize = 32 << 20;
+const INPUTS: [&str; 4] = ["random", "sim_kernel", "sim_kernel_mtc_cyc", "usr_bin_perf"];
+const PERF: &str = "/usr/bin/perf";
 
-fn main() {
-    let (trace, packets) = fixture();
-    eprintln!("trace: {} MiB, {} packets, {:.2} bytes per packet", trace.len() >> 20, packets, trace.len() as f64 / *packets as f64);
-    divan::main();
+struct Fixture {
+    trace: Vec<u8>,
+    packets: usize,
 }
 
-/// A valid stream without PEBS-via-PT packets, which libipt does not know,
-/// nor CFE/EVD, some of whose types iptr-decoder rejects; and its packet
-/// count.
-fn fixture() -> &'static (Vec<u8>, usize) {
-    static F: OnceLock<(Vec<u8>, usize)> = OnceLock::new();
-    F.get_or_init(|| {
-        let trace = common::random_stream(&mut common::Rng(0x243f_6a88_85a3_08d3), SIZE, common::Kinds { pebs: false, event_trace: false });
+fn main() {
+    for input in INPUTS {
+        if let Some(f) = fixture(input) {
+            eprintln!(
+                "{input}: {:.2} MB, {} packets, {:.2} bytes per packet; {}",
+                f.trace.len() as f64 / 1e6,
+                f.packets,
+                f.trace.len() as f64 / f.packets as f64,
+                mix(&f.trace)
+            );
+        }
+    }
+    divan::main();
+    summary();
+}
+
+/// `None` when the input is skipped: not the one `PACKETS_BENCH_INPUT`
+/// names, or no /usr/bin/perf.
+fn fixture(input: &str) -> Option<&'static Fixture> {
+    if std::env::var("PACKETS_BENCH_INPUT").is_ok_and(|only| only != input) {
+        return None;
+    }
+    static F: [OnceLock<Option<Fixture>>; 4] = [const { OnceLock::new() }; 4];
+    let i = INPUTS.iter().position(|&n| n == input).expect("an input");
+    F[i].get_or_init(|| {
+        let trace = match input {
+            // No PEBS-via-PT packets, which libipt does not know, nor
+            // CFE/EVD, some of whose types iptr-decoder rejects.
+            "random" => common::random_stream(&mut common::Rng(0x243f_6a88_85a3_08d3), SIZE, common::Kinds { pebs: false, event_trace: false }),
+            "sim_kernel" => simulated(input, None, None),
+            "sim_kernel_mtc_cyc" => simulated(input, Some((3, 1)), None),
+            "usr_bin_perf" => simulated(input, None, Some(Path::new(PERF).is_file().then_some(Path::new(PERF))?)),
+            _ => unreachable!(),
+        };
         let packets = ours(&trace);
-        assert_eq!(packets, libipt(&trace), "libipt sees every packet");
-        assert_eq!(packets, iptr(&trace), "iptr-decoder sees every packet");
-        (trace, packets)
+        assert_eq!(packets, intel_pt::__scan::quick(&trace).unwrap().0, "{input}: next_quick sees every packet");
+        assert_eq!(packets, intel_pt::__scan::skip(&trace).unwrap().0, "{input}: skip_packet sees every packet");
+        assert_eq!(packets, libipt(&trace), "{input}: libipt sees every packet");
+        assert_eq!(packets, iptr(&trace), "{input}: iptr-decoder sees every packet");
+        Some(Fixture { trace, packets })
     })
+    .as_ref()
+}
+
+/// A simulated run's Intel PT (4 CPUs, static code), the CPUs' buffers
+/// one after the other (each starts at a PSB); `elf`: walks through that
+/// file's code; `timing`: MTC frequency and CYC threshold. The run is kept
+/// in `CARGO_TARGET_TMPDIR/packets/NAME` and simulated again only when its
+/// configuration changed (same seed, same bytes), so that a run under
+/// callgrind does not simulate.
+fn simulated(name: &str, timing: Option<(u8, u8)>, elf: Option<&Path>) -> Vec<u8> {
+    let insns = std::env::var("PACKETS_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(8_000_000);
+    let cfg = sim::SimConfig {
+        cpus: 4,
+        protocol: "none".into(),
+        pokes: 0,
+        instructions: insns,
+        mtc_freq: timing.map(|t| t.0),
+        cyc_thresh: timing.map(|t| t.1),
+        ..Default::default()
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("packets").join(name);
+    if sim::read_summary(&dir).map_or(true, |s| s.config != cfg) {
+        let _ = std::fs::remove_dir_all(&dir);
+        match elf {
+            None => sim::simulate(&cfg, &dir),
+            Some(elf) => sim::simulate_elf(&cfg, elf, &dir),
+        }
+        .expect("simulate");
+    }
+    let file = perfdata::PerfFile::open(&dir).expect("perf.data");
+    let mut aux = vec![Vec::new(); cfg.cpus as usize];
+    for r in file.records() {
+        if let perfdata::RecordBody::Auxtrace(a) = r.expect("record").body {
+            aux[a.cpu as usize].extend_from_slice(a.data);
+        }
+    }
+    aux.concat()
+}
+
+/// The packet kinds over 1% of the packets, most common first, and how IP
+/// packets are compressed.
+fn mix(trace: &[u8]) -> String {
+    let mut kinds: BTreeMap<PacketKind, usize> = BTreeMap::new();
+    let mut ipbytes = [0usize; 8];
+    let mut dec = PacketDecoder::new(trace);
+    let mut n = 0;
+    while let Some((_, p)) = dec.next_packet().unwrap() {
+        *kinds.entry(p.kind()).or_default() += 1;
+        if let Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) = p {
+            ipbytes[usize::from(ip.compression.ipbytes())] += 1;
+        }
+        n += 1;
+    }
+    let mut kinds: Vec<_> = kinds.into_iter().collect();
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
+    let pct = |c: usize, of: usize| 100.0 * c as f64 / of as f64;
+    let mut s: Vec<String> = kinds.iter().filter(|k| pct(k.1, n) >= 1.0).map(|(k, c)| format!("{k} {:.1}%", pct(*c, n))).collect();
+    let ips: usize = ipbytes.iter().sum();
+    s.push(format!(
+        "IP packets by IPBytes 0/1/2/3/4/6: {}",
+        [0, 1, 2, 3, 4, 6].map(|i| format!("{:.1}%", pct(ipbytes[i], ips))).join("/")
+    ));
+    s.join(", ")
 }
 
 /// Decodes every packet and uses its main fields, as a flow decoder would.
-/// (Each decoder runs in a function of its own, for `callgrind --toggle-collect`.)
 #[inline(never)]
 fn ours(trace: &[u8]) -> usize {
     let mut dec = PacketDecoder::new(trace);
@@ -54,6 +178,20 @@ fn ours(trace: &[u8]) -> usize {
         });
         n += 1;
     }
+    black_box(acc);
+    n
+}
+
+#[inline(never)]
+fn ours_quick(trace: &[u8]) -> usize {
+    let (n, acc) = intel_pt::__scan::quick(trace).unwrap();
+    black_box(acc);
+    n
+}
+
+#[inline(never)]
+fn ours_skip(trace: &[u8]) -> usize {
+    let (n, acc) = intel_pt::__scan::skip(trace).unwrap();
     black_box(acc);
     n
 }
@@ -140,35 +278,96 @@ fn iptr(trace: &[u8]) -> usize {
     count.0
 }
 
-#[divan::bench]
-fn intel_pt(b: Bencher) {
-    let (trace, packets) = fixture();
-    b.counter(BytesCount::new(trace.len())).counter(ItemsCount::new(*packets)).bench(|| ours(trace));
+type Decode = fn(&[u8]) -> usize;
+
+/// The decoders, by the names the summary gives them.
+const DECODERS: [(&str, Decode); 5] = [
+    ("intel-pt next_packet", ours),
+    ("intel-pt next_quick (flow walk)", ours_quick),
+    ("intel-pt skip_packet (boundaries)", ours_skip),
+    ("libipt pt_pkt_next", libipt),
+    ("iptr-decoder decode", iptr),
+];
+
+fn run(b: Bencher, input: &str, decode: Decode) {
+    let Some(f) = fixture(input) else {
+        eprintln!("{input}: skipped");
+        return;
+    };
+    b.counter(BytesCount::new(f.trace.len())).counter(ItemsCount::new(f.packets)).bench(|| decode(black_box(&f.trace)));
 }
 
-#[divan::bench]
-fn libipt_pt_pkt_next(b: Bencher) {
-    let (trace, packets) = fixture();
-    b.counter(BytesCount::new(trace.len())).counter(ItemsCount::new(*packets)).bench(|| libipt(trace));
+#[divan::bench(args = INPUTS)]
+fn intel_pt(b: Bencher, input: &str) {
+    run(b, input, ours);
 }
 
-#[divan::bench]
-fn iptr_decoder(b: Bencher) {
-    let (trace, packets) = fixture();
-    b.counter(BytesCount::new(trace.len())).counter(ItemsCount::new(*packets)).bench(|| iptr(trace));
+#[divan::bench(args = INPUTS)]
+fn intel_pt_quick(b: Bencher, input: &str) {
+    run(b, input, ours_quick);
 }
 
-/// Every PSB offset of the trace (about one per 4 KiB).
+#[divan::bench(args = INPUTS)]
+fn intel_pt_skip(b: Bencher, input: &str) {
+    run(b, input, ours_skip);
+}
+
+#[divan::bench(args = INPUTS)]
+fn libipt_pt_pkt_next(b: Bencher, input: &str) {
+    run(b, input, libipt);
+}
+
+#[divan::bench(args = INPUTS)]
+fn iptr_decoder(b: Bencher, input: &str) {
+    run(b, input, iptr);
+}
+
+/// Every PSB offset of the random trace (about one per 4 KiB).
 #[divan::bench]
 fn psb_scan(b: Bencher) {
-    let (trace, _) = fixture();
-    b.counter(BytesCount::new(trace.len())).bench(|| {
+    let Some(f) = fixture("random") else { return };
+    b.counter(BytesCount::new(f.trace.len())).bench(|| {
         let mut at = 0;
         let mut n = 0;
-        while let Some(i) = find_psb(&trace[at..]) {
+        while let Some(i) = find_psb(&f.trace[at..]) {
             n += 1;
             at += i + PSB.len();
         }
         n
     });
+}
+
+/// After divan: `PACKETS_BENCH_REPS` rounds (default 20; 0: none) in which
+/// every decoder decodes each input once, in turn, so that the machine's
+/// load falls on all of them alike; the fastest of each, as a table with
+/// the ratios to iptr-decoder and libipt.
+fn summary() {
+    let reps: usize = std::env::var("PACKETS_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    if reps == 0 {
+        return;
+    }
+    println!("\n| input | decoder | time (fastest of {reps}) | MB/s | Mpackets/s | vs iptr-decoder | vs libipt |\n|---|---|---|---|---|---|---|");
+    for input in INPUTS {
+        let Some(f) = fixture(input) else { continue };
+        let mut best = [Duration::MAX; DECODERS.len()];
+        for _ in 0..reps {
+            for (i, (_, decode)) in DECODERS.iter().enumerate() {
+                let t = Instant::now();
+                assert_eq!(black_box(decode(black_box(&f.trace))), f.packets);
+                best[i] = best[i].min(t.elapsed());
+            }
+        }
+        let (iptr_t, libipt_t) = (best[4].as_secs_f64(), best[3].as_secs_f64());
+        for (i, (name, _)) in DECODERS.iter().enumerate() {
+            let secs = best[i].as_secs_f64();
+            println!(
+                "| {input} | {name} | {:.2} ms | {:.0} | {:.1} | {:.2}x | {:.2}x |",
+                secs * 1e3,
+                f.trace.len() as f64 / secs / 1e6,
+                f.packets as f64 / secs / 1e6,
+                iptr_t / secs,
+                libipt_t / secs
+            );
+        }
+    }
 }

@@ -525,6 +525,61 @@ pub fn find_psb(buf: &[u8]) -> Option<usize> {
     FINDER.get_or_init(|| memchr::memmem::Finder::new(&PSB)).find(buf)
 }
 
+/// Not part of the API: whole-buffer loops over the crate-internal paths,
+/// for `benches/packets.rs` (which cannot reach them otherwise). Each stops
+/// at the first error.
+#[doc(hidden)]
+pub mod scan {
+    use super::{PacketDecoder, PacketError, Quick};
+    use crate::Packet;
+
+    /// Packets and a fold of their main fields, decoded as the flow walk
+    /// does: [`PacketDecoder::next_quick`], else `next_packet`.
+    #[inline(never)]
+    pub fn quick(buf: &[u8]) -> Result<(usize, u64), PacketError> {
+        let mut dec = PacketDecoder::new(buf);
+        let (mut n, mut acc) = (0, 0u64);
+        loop {
+            let v = if let Some((_, q)) = dec.next_quick() {
+                match q {
+                    Quick::Tnt { bits, count } => bits ^ u64::from(count),
+                    Quick::Tip(ip) | Quick::TipPge(ip) | Quick::TipPgd(ip) | Quick::Fup(ip) => ip.unwrap_or(1),
+                    Quick::Tsc(v) => v,
+                    Quick::Pad => 1,
+                }
+            } else {
+                match dec.next_packet()? {
+                    None => break,
+                    Some((_, p)) => match p {
+                        Packet::TntShort(t) | Packet::TntLong(t) => t.bits ^ u64::from(t.count),
+                        Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => ip.ip.unwrap_or(1),
+                        Packet::Tsc(v) | Packet::Cyc(v) | Packet::Mnt(v) | Packet::Vmcs(v) => v,
+                        Packet::Mtc(v) | Packet::Cbr(v) => u64::from(v),
+                        _ => 1,
+                    },
+                }
+            };
+            acc = acc.wrapping_add(v);
+            n += 1;
+        }
+        Ok((n, acc))
+    }
+
+    /// Packet boundaries only ([`PacketDecoder::skip_packet`], as the flow
+    /// walk's look-ahead for the next TSC uses it): packets, and a fold of
+    /// their first bytes.
+    #[inline(never)]
+    pub fn skip(buf: &[u8]) -> Result<(usize, u64), PacketError> {
+        let mut dec = PacketDecoder::new(buf);
+        let (mut n, mut acc) = (0, 0u64);
+        while let Some((_, bytes)) = dec.skip_packet()? {
+            acc = acc.wrapping_add(u64::from(bytes[0]));
+            n += 1;
+        }
+        Ok((n, acc))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,8 @@ pub mod parallel;
 pub mod sources;
 mod packet;
 
+#[doc(hidden)]
+pub use decode::scan as __scan;
 pub use decode::{find_psb, PacketDecoder, PacketError, PacketErrorKind, Resync};
 pub use encode::{encode, EncodeError, Encoder};
 pub use packet::{compress_ip, Ip, IpCompression, Packet, PacketKind, PayloadSize, Tnt};
