@@ -64,7 +64,9 @@ pub(crate) struct Block {
     last_len: u8,
     last_class: BranchClass,
     has_target: bool,
-    /// Each instruction before the last: its length, `|` what it is.
+    /// Each instruction before the last: its length, `|` what it is. In a
+    /// spilled block (lengths in the arena), `[0]` and `[1]` count its
+    /// targets and the return addresses after them in the target arena.
     lens: [u8; INLINE],
 }
 
@@ -132,15 +134,17 @@ pub(crate) struct BlockCache {
     used: usize,
     spill: Vec<u8>,
     spill_targets: Vec<u64>,
-    /// The block being built: its instructions before the last, and targets.
+    /// The block being built: its instructions before the last, the targets
+    /// of its jumps and calls, and the return addresses its calls push.
     lens: Vec<u8>,
     targets: Vec<u64>,
+    pushes: Vec<u64>,
 }
 
 /// Empty, and allocates nothing until the first block.
 impl Default for BlockCache {
     fn default() -> Self {
-        BlockCache { table: Vec::new(), used: 0, spill: Vec::new(), spill_targets: Vec::new(), lens: Vec::new(), targets: Vec::new() }
+        BlockCache { table: Vec::new(), used: 0, spill: Vec::new(), spill_targets: Vec::new(), lens: Vec::new(), targets: Vec::new(), pushes: Vec::new() }
     }
 }
 
@@ -175,8 +179,20 @@ impl BlockCache {
         if b.inline() {
             (&b.lens[..n], &[])
         } else {
-            (&self.spill[b.spill as usize..b.spill as usize + n], &self.spill_targets[b.targets as usize..])
+            let t = b.targets as usize;
+            (&self.spill[b.spill as usize..b.spill as usize + n], &self.spill_targets[t..t + b.lens[0] as usize])
         }
+    }
+
+    /// The return addresses the calls among a block's instructions before
+    /// its last push, in order (a zero-length call pushes none).
+    #[inline(always)]
+    pub fn pushes(&self, b: &Block) -> &[u64] {
+        if b.inline() {
+            return &[];
+        }
+        let at = b.targets as usize + b.lens[0] as usize;
+        &self.spill_targets[at..at + b.lens[1] as usize]
     }
 
     /// Adds the block `start` whose instructions before the last were pushed
@@ -194,7 +210,7 @@ impl BlockCache {
         if self.table.is_empty() {
             self.table = vec![EMPTY; MIN_ENTRIES];
         }
-        if !inline && (self.spill.len() + n > MAX_SPILL || self.spill_targets.len() + self.targets.len() > MAX_SPILL) {
+        if !inline && (self.spill.len() + n > MAX_SPILL || self.spill_targets.len() + self.targets.len() + self.pushes.len() > MAX_SPILL) {
             self.clear();
         }
         if (self.used + 1) * 2 > self.table.len() {
@@ -223,8 +239,12 @@ impl BlockCache {
         } else {
             b.spill = self.spill.len() as u32;
             b.targets = self.spill_targets.len() as u32;
+            // (At most MAX_BLOCK_INSNS - 1 of each.)
+            b.lens[0] = self.targets.len() as u8;
+            b.lens[1] = self.pushes.len() as u8;
             self.spill.extend_from_slice(&self.lens);
             self.spill_targets.extend_from_slice(&self.targets);
+            self.spill_targets.extend_from_slice(&self.pushes);
         }
         self.place(b);
         self.discard();
@@ -267,9 +287,10 @@ impl BlockCache {
         self.spill_targets.clear();
     }
 
-    /// Adds an instruction before the last to the block being built: one
-    /// of class `None` or `Nop`, or a direct jump or call (with its target).
-    pub fn push(&mut self, insn: &Insn) {
+    /// Adds an instruction before the last to the block being built, at
+    /// `ip`: one of class `None` or `Nop`, or a direct jump or call (with
+    /// its target).
+    pub fn push(&mut self, ip: u64, insn: &Insn) {
         let kind = match (insn.class, insn.target) {
             (BranchClass::Nop, _) => NOP,
             (BranchClass::DirectJump, Some(t)) => {
@@ -278,6 +299,11 @@ impl BlockCache {
             }
             (BranchClass::DirectCall, Some(t)) => {
                 self.targets.push(t);
+                let next = ip.wrapping_add(insn.len as u64);
+                // A zero-length CALL (to the next IP) is not pushed (SDM).
+                if t != next {
+                    self.pushes.push(next);
+                }
                 CALL
             }
             _ => 0,
@@ -288,5 +314,6 @@ impl BlockCache {
     pub fn discard(&mut self) {
         self.lens.clear();
         self.targets.clear();
+        self.pushes.clear();
     }
 }

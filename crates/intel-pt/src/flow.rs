@@ -180,9 +180,7 @@ pub trait FlowSink {
     /// none uncertain. By default each is passed on as a [`FlowEvent::Insn`].
     #[inline(always)]
     fn block(&mut self, block: InsnBlock<'_>) {
-        for e in block.insns() {
-            self.event(e);
-        }
+        block.for_each_insn(|e| self.event(e));
     }
 }
 
@@ -235,52 +233,33 @@ impl<'c> InsnBlock<'c> {
         !self.targets.is_empty()
     }
 
-    /// Each instruction, as the [`FlowEvent::Insn`] stepping would give.
-    pub fn insns(&self) -> BlockInsns<'c> {
-        BlockInsns { at: self.ip, lens: self.lens.iter(), targets: self.targets.iter(), last: Some(self.last), lo: self.lo, hi: self.hi }
-    }
-}
-
-/// The instructions of an [`InsnBlock`], in order.
-pub struct BlockInsns<'c> {
-    at: u64,
-    lens: std::slice::Iter<'c, u8>,
-    targets: std::slice::Iter<'c, u64>,
-    last: Option<Insn>,
-    lo: Time,
-    hi: Time,
-}
-
-impl Iterator for BlockInsns<'_> {
-    type Item = FlowEvent;
-
+    /// Each instruction in order, as the [`FlowEvent::Insn`] stepping
+    /// would give.
     #[inline(always)]
-    fn next(&mut self) -> Option<FlowEvent> {
-        let ip = self.at;
-        let (len, class) = match self.lens.next() {
-            Some(&l) => {
+    pub fn for_each_insn(&self, mut f: impl FnMut(FlowEvent)) {
+        let (lo, hi) = (self.lo, self.hi);
+        let mut at = self.ip;
+        if self.targets.is_empty() {
+            // One straight run: no jump or call before the last instruction.
+            for &l in self.lens {
                 let len = l & 15;
-                self.at = match l & !15 {
-                    JUMP | CALL => *self.targets.next().expect("a target per jump or call"),
-                    _ => ip.wrapping_add(len as u64),
+                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false });
+                at = at.wrapping_add(len as u64);
+            }
+        } else {
+            let mut targets = self.targets.iter();
+            for &l in self.lens {
+                let len = l & 15;
+                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 3], lo, hi, uncertain: false });
+                at = match l & !15 {
+                    JUMP | CALL => *targets.next().expect("a target per jump or call"),
+                    _ => at.wrapping_add(len as u64),
                 };
-                (len, CLASSES[(l >> 4) as usize & 3])
             }
-            None => {
-                let last = self.last.take()?;
-                (last.len, last.class)
-            }
-        };
-        Some(FlowEvent::Insn { ip, len, class, lo: self.lo, hi: self.hi, uncertain: false })
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.lens.len() + self.last.is_some() as usize;
-        (n, Some(n))
+        }
+        f(FlowEvent::Insn { ip: self.last_ip, len: self.last.len, class: self.last.class, lo, hi, uncertain: false });
     }
 }
-
-impl ExactSizeIterator for BlockInsns<'_> {}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowErrorKind {
@@ -1346,7 +1325,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             let Ok(insn) = isa::classify_x86_64(at, bytes, &self.cfg.idioms) else { break };
             window = window.start.max(w.start)..window.end.min(w.end);
             if let Some(prev) = last {
-                cache.push(&prev);
+                cache.push(last_ip, &prev);
             }
             last = Some(insn);
             last_ip = at;
@@ -1657,31 +1636,11 @@ impl Packets<'_> {
 fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, ip: u64, lo: Time, hi: Time, sink: &mut impl FlowSink) {
     let (lens, targets) = cache.insns(b);
     if !targets.is_empty() {
-        push_calls(stack, ip, lens, targets);
+        for &ret in cache.pushes(b) {
+            stack.push(ret);
+        }
     }
     sink.block(InsnBlock { ip, last_ip: b.last_ip(), lo, hi, lens, targets, last: b.last() });
-}
-
-/// The return addresses of the calls among a block's instructions before
-/// its last (`lens`, `targets` as the cache keeps them), pushed in order.
-fn push_calls(stack: &mut ReturnStack, ip: u64, lens: &[u8], targets: &[u64]) {
-    let mut at = ip;
-    let mut targets = targets.iter();
-    for &l in lens {
-        let next = at.wrapping_add((l & 15) as u64);
-        at = match l & !15 {
-            JUMP => *targets.next().expect("a target per jump"),
-            CALL => {
-                let to = *targets.next().expect("a target per call");
-                // A zero-length CALL (to the next IP) is not pushed (SDM).
-                if to != next {
-                    stack.push(next);
-                }
-                to
-            }
-            _ => next,
-        };
-    }
 }
 
 /// Return addresses kept for return compression: the SDM's decoder keeps
