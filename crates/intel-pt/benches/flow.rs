@@ -119,8 +119,8 @@ fn summary() {
         row("ours, Static", &mut || ours_static(f), &mut || timed_ours_static(f));
         row("ours, Interval", &mut || ours_interval(f), &mut || timed_ours_interval(f));
         row("ours, Static, blocks", &mut || ours_blocks(f), &mut || timed_ours_blocks(f));
-        row("ours, Static, PSB segments on 1 thread", &mut || (0, 0), &mut || timed_ours_parallel(f, 1));
-        row("ours, Static, PSB segments on 2 threads", &mut || (0, 0), &mut || timed_ours_parallel(f, 2));
+        row("ours, Static, blocks, PSB segments on 1 thread", &mut || (0, 0), &mut || timed_ours_parallel(f, 1));
+        row("ours, Static, blocks, PSB segments on 2 threads", &mut || (0, 0), &mut || timed_ours_parallel(f, 2));
         let image = LibiptImage::new(&f.run, ImageKind::File);
         row("libipt file sections", &mut || libipt(f, &image), &mut || timed_libipt_file(f, &image));
         let image = LibiptImage::new(&f.run, ImageKind::Cached);
@@ -294,20 +294,17 @@ fn ours_interval(f: &Fixture) -> (u64, u64) {
 }
 
 /// Ours with each CPU's trace cut at its PSBs, the segments decoded on
-/// `threads` threads (a pool of its own) and the events taken in order.
+/// `threads` threads (a pool of its own) and handed out in order, blocks
+/// whole (as `ours_blocks`).
 fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
-    let (mut n, mut errors) = (0u64, 0u64);
     let par = ParallelFlow::new(code, cfg.clone());
+    let mut sink = CountBlocks::default();
     pool(threads).install(|| {
         for t in traces {
-            par.run(t, |e| match e {
-                FlowEvent::Insn { .. } => n += 1,
-                FlowEvent::Error { .. } => errors += 1,
-                _ => {}
-            });
+            par.run_with(t, &mut sink);
         }
     });
-    (n, errors)
+    (sink.insns, sink.errors)
 }
 
 /// A rayon pool of 1 or 2 threads, built once.

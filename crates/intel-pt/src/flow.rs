@@ -212,6 +212,17 @@ pub struct InsnBlock<'c> {
 }
 
 impl<'c> InsnBlock<'c> {
+    /// A block from the parts [`InsnBlock::parts`] gave (a copy kept to be
+    /// handed out later).
+    pub(crate) fn from_parts(ip: u64, last_ip: u64, lo: Time, hi: Time, lens: &'c [u8], targets: &'c [u64], last: Insn) -> Self {
+        InsnBlock { ip, last_ip, lo, hi, lens, targets, last }
+    }
+
+    /// The instruction bytes and targets, as the cache keeps them.
+    pub(crate) fn parts(&self) -> (&'c [u8], &'c [u64]) {
+        (self.lens, self.targets)
+    }
+
     /// How many instructions.
     pub fn len(&self) -> usize {
         self.lens.len() + 1

@@ -11,11 +11,16 @@
 //! to it, where the next one starts). Segments go in windows of a few
 //! per thread, so memory stays bounded whatever the buffer's size (two
 //! windows of events); decoders (and their block caches) are reused from
-//! window to window and buffer to buffer.
+//! window to window and buffer to buffer. A segment's cached blocks are
+//! kept as blocks (a header, a byte per instruction, the targets of inner
+//! jumps and calls) and handed out as blocks, not as an event for each
+//! instruction.
 
 use std::sync::Mutex;
 
-use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv};
+use isa::Insn;
+
+use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Time};
 
 /// Segments per thread in one window.
 const PER_THREAD: usize = 4;
@@ -28,8 +33,66 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     cyc: Option<CycConv>,
     /// Idle decoders, their block caches warm.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
-    /// Event buffers for reuse.
-    spare: Mutex<Vec<Vec<FlowEvent>>>,
+    /// Segment recordings for reuse.
+    spare: Mutex<Vec<Recording>>,
+}
+
+/// One segment's output, kept until its turn to be handed out.
+#[derive(Default)]
+struct Recording {
+    items: Vec<Item>,
+    /// The instruction bytes of the blocks (as [`InsnBlock`] keeps them).
+    lens: Vec<u8>,
+    /// Their inner jumps' and calls' targets.
+    targets: Vec<u64>,
+}
+
+enum Item {
+    Event(FlowEvent),
+    /// A block, its instructions before the last at `lens[lens_at..]` and
+    /// its targets at `targets[targets_at..]`, as many as it has.
+    Block { ip: u64, last_ip: u64, lo: Time, hi: Time, last: Insn, lens_at: usize, n: u16, targets_at: usize, n_targets: u16 },
+}
+
+impl FlowSink for Recording {
+    fn event(&mut self, e: FlowEvent) {
+        self.items.push(Item::Event(e));
+    }
+
+    fn block(&mut self, b: InsnBlock<'_>) {
+        let (lens, targets) = b.parts();
+        self.items.push(Item::Block {
+            ip: b.ip,
+            last_ip: b.last_ip,
+            lo: b.lo,
+            hi: b.hi,
+            last: b.last(),
+            lens_at: self.lens.len(),
+            n: lens.len() as u16,
+            targets_at: self.targets.len(),
+            n_targets: targets.len() as u16,
+        });
+        self.lens.extend_from_slice(lens);
+        self.targets.extend_from_slice(targets);
+    }
+}
+
+impl Recording {
+    /// Hands everything to `sink` in order, and empties itself.
+    fn replay(&mut self, sink: &mut impl FlowSink) {
+        for item in self.items.drain(..) {
+            match item {
+                Item::Event(e) => sink.event(e),
+                Item::Block { ip, last_ip, lo, hi, last, lens_at, n, targets_at, n_targets } => {
+                    let lens = &self.lens[lens_at..lens_at + n as usize];
+                    let targets = &self.targets[targets_at..targets_at + n_targets as usize];
+                    sink.block(InsnBlock::from_parts(ip, last_ip, lo, hi, lens, targets, last));
+                }
+            }
+        }
+        self.lens.clear();
+        self.targets.clear();
+    }
 }
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
@@ -50,44 +113,51 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         self
     }
 
-    /// Decodes `buf`, reporting every event in order on the calling thread:
-    /// while one window of segments is decoded on the pool, the events of
-    /// the window before are handed out.
+    /// Decodes `buf`, reporting every event in order on the calling thread,
+    /// each instruction as a [`FlowEvent::Insn`].
     pub fn run(&self, buf: &'a [u8], mut emit: impl FnMut(FlowEvent)) {
+        self.run_with(buf, &mut emit);
+    }
+
+    /// Decodes `buf`, reporting every event to `sink` in order on the
+    /// calling thread, cached blocks whole ([`FlowSink::block`]): while one
+    /// window of segments is decoded on the pool, the window before is
+    /// handed out.
+    pub fn run_with(&self, buf: &'a [u8], sink: &mut impl FlowSink) {
         let cuts = segments(buf);
         let window = rayon::current_num_threads().max(1) * PER_THREAD;
-        let mut ready: Vec<Vec<FlowEvent>> = Vec::new();
+        let mut ready: Vec<Recording> = Vec::new();
         for group in cuts.chunks(window) {
-            let mut next: Vec<Vec<FlowEvent>> = (0..group.len()).map(|_| self.spare()).collect();
+            let mut next: Vec<Recording> = (0..group.len()).map(|_| self.spare()).collect();
             rayon::in_place_scope(|s| {
-                for (events, &(start, end)) in next.iter_mut().zip(group) {
-                    s.spawn(move |_| self.decode(buf, start, end, events));
+                for (rec, &(start, end)) in next.iter_mut().zip(group) {
+                    s.spawn(move |_| self.decode(buf, start, end, rec));
                 }
-                self.hand_out(&mut ready, &mut emit);
+                self.hand_out(&mut ready, sink);
             });
             ready = next;
         }
-        self.hand_out(&mut ready, &mut emit);
+        self.hand_out(&mut ready, sink);
     }
 
-    /// One segment's events into `events`, on a decoder from the pool.
-    fn decode(&self, buf: &'a [u8], start: usize, end: usize, events: &mut Vec<FlowEvent>) {
+    /// One segment's output into `rec`, on a decoder from the pool.
+    fn decode(&self, buf: &'a [u8], start: usize, end: usize, rec: &mut Recording) {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
             FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc)
         });
         dec.reset_segment(buf, start, end);
-        dec.run(|e| events.push(e));
+        dec.run_with(rec);
         self.decoders.lock().expect("no panic while held").push(dec);
     }
 
-    fn hand_out(&self, ready: &mut Vec<Vec<FlowEvent>>, emit: &mut impl FnMut(FlowEvent)) {
-        for mut events in ready.drain(..) {
-            events.drain(..).for_each(&mut *emit);
-            self.spare.lock().expect("no panic while held").push(events);
+    fn hand_out(&self, ready: &mut Vec<Recording>, sink: &mut impl FlowSink) {
+        for mut rec in ready.drain(..) {
+            rec.replay(sink);
+            self.spare.lock().expect("no panic while held").push(rec);
         }
     }
 
-    fn spare(&self) -> Vec<FlowEvent> {
+    fn spare(&self) -> Recording {
         self.spare.lock().expect("no panic while held").pop().unwrap_or_default()
     }
 }

@@ -42,7 +42,7 @@ impl FlowSink for Blocks {
 
     fn block(&mut self, b: InsnBlock<'_>) {
         let start = self.events.len();
-        self.events.extend(b.insns());
+        b.for_each_insn(|e| self.events.push(e));
         let got = &self.events[start..];
         assert_eq!(got.len(), b.len());
         assert!(matches!(got[0], FlowEvent::Insn { ip, .. } if ip == b.ip), "block at {:#x}: first {:x?}", b.ip, got[0]);
