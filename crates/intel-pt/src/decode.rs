@@ -116,8 +116,73 @@ impl<'a> PacketDecoder<'a> {
 
     /// The next packet and its offset, or `None` at the end of the buffer.
     /// On error the position does not move.
-    #[inline]
+    #[inline(always)]
     pub fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
+        // The common packets, when 9 bytes remain and no PEBS block is open:
+        // one table look-up on the first byte and one 8-byte load for what
+        // follows it; everything else, and anything that could fail, out of line.
+        let offset = self.pos;
+        let (Some(w), None) = (self.buf.get(offset..offset + 9), self.block) else {
+            return self.next_slow_copy();
+        };
+        let b0 = w[0];
+        let after = u64::from_le_bytes(w[1..9].try_into().unwrap());
+        // Each arm returns its own packet: a common tail would merge the
+        // variants' fields into one value in memory.
+        macro_rules! done {
+            ($len:expr, $packet:expr) => {{
+                self.pos = offset + $len;
+                return Ok(Some((offset, $packet)));
+            }};
+        }
+        // Tests on the first byte, the most common packets first, rather
+        // than a jump: the caller's match on the result is one already.
+        if b0 & 1 == 0 {
+            if b0 > 2 {
+                done!(1, Packet::TntShort(tnt8(b0)));
+            }
+            if b0 == 0 {
+                done!(1, Packet::Pad);
+            }
+            return self.next_slow_copy();
+        }
+        let kind = b0 & 0x1f;
+        if matches!(kind, 0x0d | 0x1d | 0x11 | 0x01) && IP_LEN[usize::from(b0 >> 5)] != 0 {
+            let (n, ip) = self.fast_ip(b0, after);
+            match kind {
+                0x0d => done!(n, Packet::Tip(ip)),
+                0x1d => done!(n, Packet::Fup(ip)),
+                0x11 => done!(n, Packet::TipPge(ip)),
+                _ => done!(n, Packet::TipPgd(ip)),
+            }
+        }
+        if b0 & 3 == 3 {
+            if let Some((n, v)) = cyc_fast(b0, after) {
+                done!(n, Packet::Cyc(v));
+            }
+        } else if b0 == 0x19 {
+            done!(8, Packet::Tsc(after & 0x00ff_ffff_ffff_ffff));
+        } else if b0 == 0x59 {
+            done!(2, Packet::Mtc(after as u8));
+        }
+        self.next_slow_copy()
+    }
+
+    /// [`next_slow`](Self::next_slow) on a copy of the decoder, written
+    /// back: the caller's decoder does not escape into the call, so that it
+    /// can live in registers in the caller's loop.
+    #[inline(always)]
+    fn next_slow_copy(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
+        let mut copy = self.clone();
+        let r = copy.next_slow();
+        *self = copy;
+        r
+    }
+
+    /// [`next_packet`](Self::next_packet) for what its fast path leaves:
+    /// the full decoder.
+    #[inline(never)]
+    fn next_slow(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
         let offset = self.pos;
         let rest = &self.buf[offset..];
         let Some(&b0) = rest.first() else {
@@ -132,6 +197,24 @@ impl<'a> PacketDecoder<'a> {
         }
     }
 
+    /// A TIP, TIP.PGE, TIP.PGD or FUP with valid IPBytes whose payload is
+    /// in `after` (the 8 bytes after the header): its length and IP, the
+    /// last IP updated.
+    #[inline(always)]
+    fn fast_ip(&mut self, b0: u8, after: u64) -> (usize, Ip) {
+        let ipbytes = usize::from(b0 >> 5);
+        let payload = after & IP_PAYLOAD_MASK[ipbytes];
+        let ip = if ipbytes == 0 {
+            None
+        } else {
+            let shift = IP_SEXT_SHIFT[ipbytes];
+            let ip = ((((self.last_ip & IP_KEEP_MASK[ipbytes]) | payload) << shift) as i64 >> shift) as u64;
+            self.last_ip = ip;
+            Some(ip)
+        };
+        (usize::from(IP_LEN[ipbytes]), Ip { compression: IP_COMPRESSION[ipbytes], payload, ip })
+    }
+
     /// The next packet if it is one of the [`Quick`] kinds and no check
     /// but truncation could fail on it (moving past it, the last IP kept),
     /// else `None` without moving: [`next_packet`](Self::next_packet) takes
@@ -139,50 +222,41 @@ impl<'a> PacketDecoder<'a> {
     #[inline(always)]
     pub(crate) fn next_quick(&mut self) -> Option<(usize, Quick)> {
         let offset = self.pos;
-        let rest = self.buf.get(offset..offset + 9)?;
-        if self.block.is_some() {
+        let (Some(w), None) = (self.buf.get(offset..offset + 9), self.block) else {
             return None;
-        }
-        let b0 = rest[0];
-        let quick = match LEAD[usize::from(b0)] {
-            Lead::Tnt => {
-                let count = 6 - b0.leading_zeros() as u8;
-                self.pos = offset + 1;
-                Quick::Tnt { bits: u64::from(b0 >> 1) & ((1 << count) - 1), count }
-            }
-            Lead::Pad => {
-                self.pos = offset + 1;
-                Quick::Pad
-            }
-            Lead::Tsc => {
-                self.pos = offset + 8;
-                Quick::Tsc(u64::from_le_bytes(rest[1..9].try_into().unwrap()) & 0x00ff_ffff_ffff_ffff)
-            }
-            lead @ (Lead::Tip | Lead::TipPge | Lead::TipPgd | Lead::Fup) => {
-                let ipbytes = usize::from(b0 >> 5);
-                let n = usize::from(SKIP[usize::from(b0)]);
-                if n == 0 {
-                    return None;
-                }
-                let payload = u64::from_le_bytes(rest[1..9].try_into().unwrap()) & IP_PAYLOAD_MASK[ipbytes];
-                let ip = match ipbytes {
-                    0 => None,
-                    3 => Some(((payload << 16) as i64 >> 16) as u64),
-                    _ => Some(self.last_ip & IP_KEEP_MASK[ipbytes] | payload),
-                };
-                if let Some(ip) = ip {
-                    self.last_ip = ip;
-                }
-                self.pos = offset + n;
-                match lead {
-                    Lead::Tip => Quick::Tip(ip),
-                    Lead::TipPge => Quick::TipPge(ip),
-                    Lead::TipPgd => Quick::TipPgd(ip),
-                    _ => Quick::Fup(ip),
-                }
-            }
-            _ => return None,
         };
+        let b0 = w[0];
+        let after = u64::from_le_bytes(w[1..9].try_into().unwrap());
+        // Tests on the first byte, the most common packets first, rather
+        // than a jump: the caller's match on the result is one already.
+        let (len, quick) = if b0 & 1 == 0 {
+            if b0 > 2 {
+                let t = tnt8(b0);
+                (1, Quick::Tnt { bits: t.bits, count: t.count })
+            } else if b0 == 0 {
+                (1, Quick::Pad)
+            } else {
+                return None;
+            }
+        } else {
+            let ipbytes = usize::from(b0 >> 5);
+            let kind = b0 & 0x1f;
+            if matches!(kind, 0x0d | 0x1d | 0x11 | 0x01) && IP_LEN[ipbytes] != 0 {
+                let (n, ip) = self.fast_ip(b0, after);
+                let ip = ip.ip;
+                (n, match kind {
+                    0x0d => Quick::Tip(ip),
+                    0x1d => Quick::Fup(ip),
+                    0x11 => Quick::TipPge(ip),
+                    _ => Quick::TipPgd(ip),
+                })
+            } else if b0 == 0x19 {
+                (8, Quick::Tsc(after & 0x00ff_ffff_ffff_ffff))
+            } else {
+                return None;
+            }
+        };
+        self.pos = offset + len;
         Some((offset, quick))
     }
 
@@ -193,13 +267,17 @@ impl<'a> PacketDecoder<'a> {
     #[inline(always)]
     pub(crate) fn skip_packet(&mut self) -> Result<Option<(usize, &'a [u8])>, PacketError> {
         let offset = self.pos;
-        let Some(&b0) = self.buf.get(offset) else {
-            return Ok(None);
-        };
-        let n = usize::from(SKIP[usize::from(b0)]);
-        if n != 0 && self.block.is_none() && n <= self.buf.len() - offset {
-            self.pos = offset + n;
-            return Ok(Some((offset, &self.buf[offset..offset + n])));
+        if let (Some(w), None) = (self.buf.get(offset..offset + 9), self.block) {
+            let mut n = usize::from(SKIP[usize::from(w[0])]);
+            if n == SKIP_CYC {
+                // CYC with extension bytes: up to the first without bit 0 set.
+                let more = !u64::from_le_bytes(w[1..9].try_into().unwrap()) & 0x0101_0101_0101_0101;
+                n = if more == 0 { 0 } else { 2 + (more.trailing_zeros() >> 3) as usize };
+            }
+            if n != 0 {
+                self.pos = offset + n;
+                return Ok(Some((offset, &self.buf[offset..offset + n])));
+            }
         }
         self.skip_decoded()
     }
@@ -235,12 +313,7 @@ impl<'a> PacketDecoder<'a> {
         let (len, packet) = match LEAD[usize::from(b0)] {
             Lead::Pad => (1, Packet::Pad),
             Lead::Ext => self.decode_ext(rest)?,
-            Lead::Tnt => {
-                // The stop bit is the highest set bit; outcomes sit between it and bit 0.
-                let count = 6 - b0.leading_zeros() as u8;
-                let bits = u64::from(b0 >> 1) & ((1 << count) - 1);
-                (1, Packet::TntShort(Tnt { bits, count }))
-            }
+            Lead::Tnt => (1, Packet::TntShort(tnt8(b0))),
             Lead::Cyc => decode_cyc(rest, b0)?,
             Lead::Tsc => (8, Packet::Tsc(le(&need(rest, 8, PacketKind::Tsc)?[1..]))),
             Lead::Mtc => (2, Packet::Mtc(need(rest, 2, PacketKind::Mtc)?[1])),
@@ -466,15 +539,73 @@ static LEAD: [Lead; 256] = {
     t
 };
 
-/// The bits of the last IP each IPBytes value keeps (3, sign-extended, and
-/// 0, suppressed, are handled apart).
+/// A short TNT: the stop bit is the highest set bit; the outcomes sit
+/// between it and bit 0.
+#[inline(always)]
+fn tnt8(b0: u8) -> Tnt {
+    let count = 6 - b0.leading_zeros() as u8;
+    Tnt { bits: u64::from(b0 >> 1) & ((1 << count) - 1), count }
+}
+
+/// A CYC whose extension bytes, if any, all lie in `after` (the 8 bytes
+/// after the header): its length and value; `None` when the 8th extension
+/// byte says another follows (too long, or truncated: the full decoder
+/// says which).
+#[inline(always)]
+fn cyc_fast(b0: u8, after: u64) -> Option<(usize, u64)> {
+    let value = u64::from(b0 >> 3);
+    if b0 & 4 == 0 {
+        return Some((1, value));
+    }
+    // Bit 0 of each extension byte says another follows: the first byte
+    // without it is the last.
+    let more = !after & 0x0101_0101_0101_0101;
+    if more == 0 {
+        return None;
+    }
+    let ext = (more.trailing_zeros() >> 3) as usize + 1;
+    let mut v = value;
+    let mut bytes = after;
+    let mut shift = 5;
+    for _ in 0..ext {
+        v |= (bytes & 0xfe) >> 1 << shift;
+        bytes >>= 8;
+        shift += 7;
+    }
+    Some((1 + ext, v))
+}
+
+/// The bits of the last IP each IPBytes value keeps (0, suppressed, is
+/// handled apart).
 const IP_KEEP_MASK: [u64; 8] = [0, !0xffff, !0xffff_ffff, 0, !0xffff_ffff_ffff, 0, 0, 0];
+
+/// The shift that sign-extends each IPBytes value's IP (IPBytes 3: from bit 47).
+const IP_SEXT_SHIFT: [u32; 8] = [0, 0, 0, 16, 0, 0, 0, 0];
+
+/// Each IPBytes value's packet length (0: reserved).
+const IP_LEN: [u8; 8] = [1, 3, 5, 7, 7, 0, 9, 0];
+
+/// Each IPBytes value's compression (the reserved 5 and 7 are never looked up).
+const IP_COMPRESSION: [IpCompression; 8] = [
+    IpCompression::Suppressed,
+    IpCompression::Update16,
+    IpCompression::Update32,
+    IpCompression::Sext48,
+    IpCompression::Update48,
+    IpCompression::Suppressed,
+    IpCompression::Full,
+    IpCompression::Suppressed,
+];
+
+/// [`SKIP`]'s mark for a CYC with extension bytes, whose length
+/// [`PacketDecoder::skip_packet`] finds from the bytes.
+const SKIP_CYC: usize = 0xff;
 
 /// The length of each packet its first byte alone fixes, outside a PEBS
 /// block and when no check can fail but truncation (0: any other, which
 /// [`PacketDecoder::skip_packet`] leaves to the full decoder): PAD, short TNT,
 /// TSC, MTC, CYC without extension bytes, and TIP, TIP.PGE, TIP.PGD and FUP
-/// with valid IPBytes.
+/// with valid IPBytes; [`SKIP_CYC`] for a CYC with extension bytes.
 static SKIP: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut b = 0;
@@ -483,16 +614,10 @@ static SKIP: [u8; 256] = {
         t[b] = match LEAD[b] {
             Lead::Pad | Lead::Tnt => 1,
             Lead::Cyc if x & 4 == 0 => 1,
+            Lead::Cyc => SKIP_CYC as u8,
             Lead::Tsc => 8,
             Lead::Mtc => 2,
-            Lead::Tip | Lead::TipPge | Lead::TipPgd | Lead::Fup => match x >> 5 {
-                0 => 1,
-                1 => 3,
-                2 => 5,
-                3 | 4 => 7,
-                6 => 9,
-                _ => 0,
-            },
+            Lead::Tip | Lead::TipPge | Lead::TipPgd | Lead::Fup => IP_LEN[b >> 5],
             _ => 0,
         };
         b += 1;
@@ -608,11 +733,57 @@ mod tests {
         out
     }
 
+    /// CYCs with 0 to 10 extension bytes (9 and more are too long), cut at
+    /// every length, between random packets.
+    fn cyc_traces() -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for ext in 0..=10usize {
+            let mut cyc = vec![if ext == 0 { 0xfb } else { 0xff }];
+            for i in 0..ext {
+                cyc.push(if i + 1 < ext { 0xab | 1 } else { 0x54 });
+            }
+            for cut in 0..=cyc.len() {
+                let mut t = random_trace(ext as u64 * 31 + cut as u64, 40);
+                t.extend_from_slice(&cyc[..cut]);
+                out.push(t.clone());
+                t.extend_from_slice(&[0x0d, 0x34, 0x12, 0x07, 0x03, 0x02, 0x00]);
+                out.push(t);
+            }
+        }
+        out
+    }
+
+    /// The fast path of `next_packet` (9 bytes left, no block) decodes
+    /// what the full decoder decodes, errors, offsets and last IP included.
+    #[test]
+    fn next_packet_fast_path_agrees_with_full_decoder() {
+        let traces = (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces());
+        let mut steps = 0;
+        for (n, trace) in traces.enumerate() {
+            let mut dec = PacketDecoder::new(&trace);
+            loop {
+                let mut full = dec.clone();
+                let want = full.next_slow();
+                let got = dec.next_packet();
+                assert_eq!(got, want, "trace {n} at {}", full.pos);
+                assert_eq!((dec.pos, dec.last_ip, dec.block), (full.pos, full.last_ip, full.block), "trace {n}");
+                steps += 1;
+                match got {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) => {
+                        dec.sync_forward();
+                    }
+                }
+            }
+        }
+        assert!(steps > 25_000, "{steps}");
+    }
+
     /// `skip_packet` finds the packets `next_packet` decodes, and its errors.
     #[test]
     fn skip_packet_follows_next_packet() {
-        for seed in 0..400 {
-            let trace = random_trace(seed, 600);
+        for (seed, trace) in (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces()).enumerate() {
             let (mut full, mut skip) = (PacketDecoder::new(&trace), PacketDecoder::new(&trace));
             loop {
                 let want = full.next_packet();
@@ -639,8 +810,7 @@ mod tests {
     fn next_quick_agrees_with_next_packet() {
         let ip = |p: crate::Ip| p.ip;
         let mut quick_seen = 0;
-        for seed in 0..400 {
-            let trace = random_trace(seed, 600);
+        for (seed, trace) in (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces()).enumerate() {
             let mut dec = PacketDecoder::new(&trace);
             loop {
                 let mut full = dec.clone();
