@@ -18,7 +18,7 @@
 
 use std::sync::Mutex;
 
-use isa::Insn;
+use isa::{BranchClass, Insn};
 
 use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Time};
 
@@ -37,59 +37,103 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     spare: Mutex<Vec<Recording>>,
 }
 
-/// One segment's output, kept until its turn to be handed out.
+/// One segment's output, kept until its turn to be handed out: its blocks,
+/// and apart from them (an event is far larger than a block's record) its
+/// other events, each with how many blocks came before it.
 #[derive(Default)]
 struct Recording {
-    items: Vec<Item>,
+    blocks: Vec<BlockRec>,
+    events: Vec<(usize, FlowEvent)>,
     /// The instruction bytes of the blocks (as [`InsnBlock`] keeps them).
     lens: Vec<u8>,
     /// Their inner jumps' and calls' targets.
     targets: Vec<u64>,
 }
 
-enum Item {
-    Event(FlowEvent),
-    /// A block, its instructions before the last at `lens[lens_at..]` and
-    /// its targets at `targets[targets_at..]`, as many as it has.
-    Block { ip: u64, last_ip: u64, lo: Time, hi: Time, last: Insn, lens_at: usize, n: u16, targets_at: usize, n_targets: u16 },
+/// An [`InsnBlock`] kept: its instructions before the last (at most 255:
+/// a block has at most 256 instructions), up to [`INLINE_LENS`] of them in
+/// `lens` itself, more at `lens` in the recording's arena; its targets at
+/// `targets_at` in theirs; its last instruction taken apart.
+struct BlockRec {
+    ip: u64,
+    last_ip: u64,
+    lo: Time,
+    hi: Time,
+    last_target: u64,
+    lens: u64,
+    targets_at: u32,
+    n: u8,
+    n_targets: u8,
+    last_len: u8,
+    last_class: BranchClass,
+    has_target: bool,
 }
 
 impl FlowSink for Recording {
     fn event(&mut self, e: FlowEvent) {
-        self.items.push(Item::Event(e));
+        self.events.push((self.blocks.len(), e));
     }
 
+    #[inline(always)]
     fn block(&mut self, b: InsnBlock<'_>) {
         let (lens, targets) = b.parts();
-        self.items.push(Item::Block {
+        if self.targets.len() > u32::MAX as usize - 256 {
+            // Past what the offsets hold (a buffer of several GiB without
+            // a PSB): instruction by instruction.
+            b.for_each_insn(|e| self.event(e));
+            return;
+        }
+        let packed = if lens.len() <= INLINE_LENS {
+            lens.iter().rev().fold(0u64, |w, &l| w << 8 | u64::from(l))
+        } else {
+            let at = self.lens.len() as u64;
+            self.lens.extend_from_slice(lens);
+            at
+        };
+        let last = b.last();
+        self.blocks.push(BlockRec {
             ip: b.ip,
             last_ip: b.last_ip,
             lo: b.lo,
             hi: b.hi,
-            last: b.last(),
-            lens_at: self.lens.len(),
-            n: lens.len() as u16,
-            targets_at: self.targets.len(),
-            n_targets: targets.len() as u16,
+            last_target: last.target.unwrap_or(0),
+            lens: packed,
+            targets_at: self.targets.len() as u32,
+            n: lens.len() as u8,
+            n_targets: targets.len() as u8,
+            last_len: last.len,
+            last_class: last.class,
+            has_target: last.target.is_some(),
         });
-        self.lens.extend_from_slice(lens);
-        self.targets.extend_from_slice(targets);
+        if !targets.is_empty() {
+            self.targets.extend_from_slice(targets);
+        }
     }
 }
+
+/// Instruction bytes a [`BlockRec`] holds itself.
+const INLINE_LENS: usize = 8;
 
 impl Recording {
     /// Hands everything to `sink` in order, and empties itself.
     fn replay(&mut self, sink: &mut impl FlowSink) {
-        for item in self.items.drain(..) {
-            match item {
-                Item::Event(e) => sink.event(e),
-                Item::Block { ip, last_ip, lo, hi, last, lens_at, n, targets_at, n_targets } => {
-                    let lens = &self.lens[lens_at..lens_at + n as usize];
-                    let targets = &self.targets[targets_at..targets_at + n_targets as usize];
-                    sink.block(InsnBlock::from_parts(ip, last_ip, lo, hi, lens, targets, last));
-                }
+        let mut events = 0;
+        for (i, r) in self.blocks.iter().enumerate() {
+            while let Some(&(_, e)) = self.events.get(events).filter(|(before, _)| *before == i) {
+                sink.event(e);
+                events += 1;
             }
+            let inline = r.lens.to_le_bytes();
+            let lens = if r.n as usize <= INLINE_LENS { &inline[..r.n as usize] } else { &self.lens[r.lens as usize..r.lens as usize + r.n as usize] };
+            let targets = &self.targets[r.targets_at as usize..r.targets_at as usize + r.n_targets as usize];
+            let last = Insn { len: r.last_len, class: r.last_class, target: r.has_target.then_some(r.last_target) };
+            sink.block(InsnBlock::from_parts(r.ip, r.last_ip, r.lo, r.hi, lens, targets, last));
         }
+        for &(_, e) in &self.events[events..] {
+            sink.event(e);
+        }
+        self.blocks.clear();
+        self.events.clear();
         self.lens.clear();
         self.targets.clear();
     }
