@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use codeimage::{BaseImage, CodeTimeline};
-use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, MtcConv, TimeConv};
+use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, MtcConv, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use isa::{BranchClass, KernelIdioms};
 use perfdata::abi::auxtrace_type;
@@ -309,13 +309,13 @@ fn pt_lines(
         .enumerate()
         .map(|(queue, q)| {
             let mut lines = Vec::new();
-            let mut emit = collector(queue, q.cpu, itrace, tl, &mut lines);
+            let mut sink = Collector::new(queue, q.cpu, itrace, tl, &mut lines);
             match image {
-                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run(&mut emit),
-                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run(&mut emit),
-                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run(&mut emit),
+                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(&mut sink),
+                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(&mut sink),
+                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(&mut sink),
             }
-            drop(emit);
+            drop(sink);
             lines
         })
         .collect())
@@ -323,86 +323,126 @@ fn pt_lines(
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
 /// instruction before to the one after), instructions, traps, errors.
-fn collector<'a>(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> impl FnMut(FlowEvent) + 'a {
-    let mut prev: Option<(u64, u8, BranchClass, u64)> = None;
-    let mut tracing = false;
-    // The line of the previous instruction, to note where its branch went.
-    let mut prev_line: Option<usize> = None;
-    let is_taken = |from: u64, len: u8, class: BranchClass, to: u64| {
+struct Collector<'a> {
+    queue: usize,
+    cpu: u32,
+    itrace: &'a Itrace,
+    tl: &'a CodeTimeline,
+    lines: &'a mut Vec<Out>,
+    /// The last instruction: IP, length, class, time.
+    prev: Option<(u64, u8, BranchClass, u64)>,
+    tracing: bool,
+    /// The line of the previous instruction, to note where its branch went.
+    prev_line: Option<usize>,
+}
+
+impl<'a> Collector<'a> {
+    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> Self {
+        Collector { queue, cpu, itrace, tl, lines, prev: None, tracing: false, prev_line: None }
+    }
+
+    fn is_taken(from: u64, len: u8, class: BranchClass, to: u64) -> bool {
         class.is_branch() && (class != BranchClass::CondBranch || to != from + len as u64)
-    };
-    // The taken branch of the previous instruction, now that where it went (`to`) is known.
-    let taken = move |prev: Option<(u64, u8, BranchClass, u64)>, to: u64| match prev {
-        Some((from, len, class, t)) if is_taken(from, len, class, to) => {
-            Some(Out { time: t, queue, cpu, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, tl), from_len: Some(len) } })
+    }
+
+    /// The taken branch of the previous instruction, now that where it went (`to`) is known.
+    fn taken(&self, to: u64) -> Option<Out> {
+        match self.prev {
+            Some((from, len, class, t)) if Self::is_taken(from, len, class, to) => {
+                Some(Out { time: t, queue: self.queue, cpu: self.cpu, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, self.tl), from_len: Some(len) } })
+            }
+            _ => None,
         }
-        _ => None,
-    };
-    move |e| {
+    }
+
+    /// Execution reaches `ip` at `time`: the branch that led there, or the
+    /// start of tracing.
+    fn arrive(&mut self, ip: u64, time: u64) {
+        if self.itrace.branches {
+            match self.taken(ip) {
+                Some(b) => self.lines.push(b),
+                None if !self.tracing => self.lines.push(Out { time, queue: self.queue, cpu: self.cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None } }),
+                None => {}
+            }
+        }
+        self.tracing = true;
+    }
+}
+
+impl FlowSink for Collector<'_> {
+    /// A straight run of instructions (no jump or call before the last)
+    /// holds no branch but the one its last may take: unless instruction
+    /// lines are asked for, only where it starts and its last matter.
+    fn block(&mut self, b: InsnBlock<'_>) {
+        if self.itrace.instructions || b.has_inner_branches() {
+            b.for_each_insn(|e| self.event(e));
+            return;
+        }
+        self.arrive(b.ip, b.lo);
+        self.prev = Some((b.last_ip, b.last().len, b.last().class, b.lo));
+    }
+
+    fn event(&mut self, e: FlowEvent) {
+        let (queue, cpu) = (self.queue, self.cpu);
         // Where the previous instruction's branch went, for its instruction line.
-        if let (Some(i), Some((from, len, class, _))) = (prev_line.take(), prev) {
+        if let (Some(i), Some((from, len, class, _))) = (self.prev_line.take(), self.prev) {
             let next = match e {
                 FlowEvent::Insn { ip, .. } => Some(ip),
                 FlowEvent::Trap { from, .. } => Some(from),
                 FlowEvent::End { at, .. } => at,
                 FlowEvent::Error { .. } => None,
             };
-            if let (Some(to), Kind::Insn { to: slot, .. }) = (next, &mut lines[i].kind) {
-                *slot = is_taken(from, len, class, to).then_some(to);
+            if let (Some(to), Kind::Insn { to: slot, .. }) = (next, &mut self.lines[i].kind) {
+                *slot = Self::is_taken(from, len, class, to).then_some(to);
             }
         }
         match e {
-        FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
-            if itrace.branches {
-                match taken(prev, ip) {
-                    Some(b) => lines.push(b),
-                    None if !tracing => lines.push(Out { time: lo, queue, cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None } }),
-                    None => {}
+            FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
+                self.arrive(ip, lo);
+                if self.itrace.instructions {
+                    self.prev_line = Some(self.lines.len());
+                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
                 }
+                self.prev = Some((ip, len, class, lo));
             }
-            tracing = true;
-            if itrace.instructions {
-                prev_line = Some(lines.len());
-                lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
+            FlowEvent::Trap { from, to, time } => {
+                if self.itrace.branches {
+                    let b = self.taken(from);
+                    self.lines.extend(b);
+                    self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len: None } });
+                }
+                self.prev = None;
             }
-            prev = Some((ip, len, class, lo));
-        }
-        FlowEvent::Trap { from, to, time } => {
-            if itrace.branches {
-                lines.extend(taken(prev, from));
-                lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len: None } });
-            }
-            prev = None;
-        }
-        // perf's trace-end samples: an asynchronous stop (FUP + TIP.PGD)
-        // goes from the FUP's IP to the TIP.PGD's; a TIP.PGD taking an
-        // indirect branch's place goes from that branch. The end of the
-        // data is no branch, and gets no line.
-        FlowEvent::End { time, at, disabled, to } => {
-            if itrace.branches && tracing && disabled {
-                let to = to.unwrap_or(0);
-                match at {
-                    Some(at) => {
-                        lines.extend(taken(prev, at));
-                        let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
-                        lines.push(Out { time, queue, cpu, kind: Kind::Branch { from: at, to, flags, from_len: None } });
-                    }
-                    None => {
-                        let (from, len, class) = prev.map_or((0, None, BranchClass::None), |p| (p.0, Some(p.1), p.2));
-                        lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: len } });
+            // perf's trace-end samples: an asynchronous stop (FUP + TIP.PGD)
+            // goes from the FUP's IP to the TIP.PGD's; a TIP.PGD taking an
+            // indirect branch's place goes from that branch. The end of the
+            // data is no branch, and gets no line.
+            FlowEvent::End { time, at, disabled, to } => {
+                if self.itrace.branches && self.tracing && disabled {
+                    let to = to.unwrap_or(0);
+                    match at {
+                        Some(at) => {
+                            let b = self.taken(at);
+                            self.lines.extend(b);
+                            let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
+                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from: at, to, flags, from_len: None } });
+                        }
+                        None => {
+                            let (from, len, class) = self.prev.map_or((0, None, BranchClass::None), |p| (p.0, Some(p.1), p.2));
+                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: len } });
+                        }
                     }
                 }
+                self.tracing = false;
+                self.prev = None;
             }
-            tracing = false;
-            prev = None;
-        }
-        FlowEvent::Error { offset, time, ip, kind } => {
-            if itrace.errors {
-                lines.push(Out { time, queue, cpu, kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() } });
+            FlowEvent::Error { offset, time, ip, kind } => {
+                if self.itrace.errors {
+                    self.lines.push(Out { time, queue, cpu, kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() } });
+                }
+                self.tracing = false;
+                self.prev = None;
             }
-            tracing = false;
-            prev = None;
-        }
         }
     }
 }
