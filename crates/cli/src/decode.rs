@@ -309,13 +309,12 @@ fn pt_lines(
         .enumerate()
         .map(|(queue, q)| {
             let mut lines = Vec::new();
-            let mut sink = Collector::new(queue, q.cpu, itrace, tl, &mut lines);
+            let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &mut lines);
             match image {
-                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(&mut sink),
-                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(&mut sink),
-                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(&mut sink),
+                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(sink),
+                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(sink),
+                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(sink),
             }
-            drop(sink);
             lines
         })
         .collect())
