@@ -116,7 +116,7 @@ impl<'a> PacketDecoder<'a> {
 
     /// The next packet and its offset, or `None` at the end of the buffer.
     /// On error the position does not move.
-    #[inline(always)]
+    #[inline]
     pub fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
         // The common packets, when 9 bytes remain and no PEBS block is open:
         // one table look-up on the first byte and one 8-byte load for what
@@ -267,17 +267,13 @@ impl<'a> PacketDecoder<'a> {
     #[inline(always)]
     pub(crate) fn skip_packet(&mut self) -> Result<Option<(usize, &'a [u8])>, PacketError> {
         let offset = self.pos;
-        if let (Some(w), None) = (self.buf.get(offset..offset + 9), self.block) {
-            let mut n = usize::from(SKIP[usize::from(w[0])]);
-            if n == SKIP_CYC {
-                // CYC with extension bytes: up to the first without bit 0 set.
-                let more = !u64::from_le_bytes(w[1..9].try_into().unwrap()) & 0x0101_0101_0101_0101;
-                n = if more == 0 { 0 } else { 2 + (more.trailing_zeros() >> 3) as usize };
-            }
-            if n != 0 {
-                self.pos = offset + n;
-                return Ok(Some((offset, &self.buf[offset..offset + n])));
-            }
+        let Some(&b0) = self.buf.get(offset) else {
+            return Ok(None);
+        };
+        let n = usize::from(SKIP[usize::from(b0)]);
+        if n != 0 && self.block.is_none() && n <= self.buf.len() - offset {
+            self.pos = offset + n;
+            return Ok(Some((offset, &self.buf[offset..offset + n])));
         }
         self.skip_decoded()
     }
@@ -597,15 +593,11 @@ const IP_COMPRESSION: [IpCompression; 8] = [
     IpCompression::Suppressed,
 ];
 
-/// [`SKIP`]'s mark for a CYC with extension bytes, whose length
-/// [`PacketDecoder::skip_packet`] finds from the bytes.
-const SKIP_CYC: usize = 0xff;
-
 /// The length of each packet its first byte alone fixes, outside a PEBS
 /// block and when no check can fail but truncation (0: any other, which
 /// [`PacketDecoder::skip_packet`] leaves to the full decoder): PAD, short TNT,
 /// TSC, MTC, CYC without extension bytes, and TIP, TIP.PGE, TIP.PGD and FUP
-/// with valid IPBytes; [`SKIP_CYC`] for a CYC with extension bytes.
+/// with valid IPBytes.
 static SKIP: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut b = 0;
@@ -614,7 +606,6 @@ static SKIP: [u8; 256] = {
         t[b] = match LEAD[b] {
             Lead::Pad | Lead::Tnt => 1,
             Lead::Cyc if x & 4 == 0 => 1,
-            Lead::Cyc => SKIP_CYC as u8,
             Lead::Tsc => 8,
             Lead::Mtc => 2,
             Lead::Tip | Lead::TipPge | Lead::TipPgd | Lead::Fup => IP_LEN[b >> 5],
