@@ -4,7 +4,10 @@
 //! loops), unbounded allocation (-rss_limit_mb / -malloc_limit_mb), error
 //! naming an offset outside the buffer or before an earlier error,
 //! instruction outside the image, or more code fetches than trials without
-//! nesting can make, is a bug.
+//! nesting can make, is a bug; so is any difference between stepping
+//! instruction by instruction (the counting source offers no windows, so
+//! nothing is cached) and the cached decode handing out blocks whole to a
+//! `FlowSink`, expanded.
 //!
 //! Input: byte 0 is the configuration (bit 0 noretcomp; bits 2:1 the code
 //! source: static, perf-style, interval, interval; bits 5:3 trial_insns;
@@ -35,7 +38,7 @@
 use std::cell::Cell;
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Recovery, Time, TimeConv};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use libfuzzer_sys::fuzz_target;
 
@@ -67,6 +70,22 @@ impl<C: CodeSource> CodeSource for Counting<'_, C> {
     }
 }
 
+/// The events of a cached decode, its blocks expanded.
+struct Expanded(Vec<FlowEvent>);
+
+impl FlowSink for Expanded {
+    fn event(&mut self, e: FlowEvent) {
+        self.0.push(e);
+    }
+
+    fn block(&mut self, b: InsnBlock<'_>) {
+        let before = self.0.len();
+        b.for_each_insn(|e| self.0.push(e));
+        assert_eq!(self.0.len() - before, b.len(), "block at {:#x}: its length", b.ip);
+        assert!(matches!(self.0.last(), Some(FlowEvent::Insn { ip, .. }) if *ip == b.last_ip), "block at {:#x}: its last IP", b.ip);
+    }
+}
+
 fn mapped(ip: u64) -> bool {
     BASES.iter().any(|&b| PROGRAM.iter().any(|&(off, bytes)| (b + off..b + off + bytes.len() as u64).contains(&ip)))
 }
@@ -76,7 +95,9 @@ fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, recovery: Recov
     let bound = (trace.len() as u64 * 6 + 2) * (cfg.max_walk + 1);
     let mut events = 0u64;
     let mut last_error = 0;
+    let mut stepped = Vec::new();
     FlowDecoder::new(trace, &src, cfg.clone()).with_recovery(recovery).run(|e| {
+        stepped.push(e);
         events += 1;
         assert!(events <= bound, "more than {bound} events for {} bytes", trace.len());
         match e {
@@ -108,6 +129,11 @@ fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, recovery: Recov
     }
     let bound = events * per_event + psbs * 9 * (cfg.max_walk + 1) * (1 + 8 * (cfg.trial_insns + 1));
     assert!(src.fetches.get() <= bound, "{} fetches for {events} events and {psbs} PSBs", src.fetches.get());
+    let mut cached = Expanded(Vec::new());
+    FlowDecoder::new(trace, code, cfg.clone()).with_recovery(recovery).run_with(&mut cached);
+    if let Some(i) = (0..stepped.len().max(cached.0.len())).find(|&i| stepped.get(i) != cached.0.get(i)) {
+        panic!("event {i}: stepped {:x?}, cached {:x?}", stepped.get(i), cached.0.get(i));
+    }
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -1460,6 +1460,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if !trial {
             sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.lo, hi: st.hi, uncertain });
         }
+        // An error taking its packets is reported at this instruction, also
+        // when a packet read on the way moved the IP (a TIP.PGE while
+        // tracing), as a cached block's last instruction reports it.
+        st.ip = Some(ip);
         self.execute(st, ip, insn)?;
         // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
         if st.ip.is_none() && !trial {

@@ -213,3 +213,41 @@ fn interval_candidates_in_one_look() {
         }
     }
 }
+
+/// Found by the `intel_pt_flow` fuzz target (cached against stepped): a
+/// TIP.PGE read while the walk is tracing, before an indirect call whose
+/// TIP is missing. Both ways the error is reported at the call (stepping
+/// reported the TIP.PGE's IP, the cached block the call's).
+#[test]
+fn a_tip_pge_while_tracing_moves_no_error_ip() {
+    let mut base = BaseImage::new();
+    // je +0; call *%rax; ret
+    base.add_bytes(K, vec![0x74, 0x00, 0xff, 0xd0, 0xc3], "f");
+    let code = TimelineBuilder::new(base).build();
+    let mut enc = Encoder::new();
+    let mut trace = Vec::new();
+    let mut put = |enc: &mut Encoder, p: Packet| enc.encode(&p, &mut trace).expect("encodes");
+    put(&mut enc, Packet::Psb);
+    put(&mut enc, Packet::Tsc(100));
+    let fup = enc.compress(K);
+    put(&mut enc, Packet::Fup(fup));
+    put(&mut enc, Packet::PsbEnd);
+    // The JE's bit; then, read on the way to the call's TIP, a TIP.PGE.
+    put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
+    let pge = enc.compress(K + 0x40);
+    put(&mut enc, Packet::TipPge(pge));
+    put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
+    put(&mut enc, Packet::Tsc(200));
+    let cfg = FlowConfig { time: TimeConv { shift: 0, mult: 1, zero: 0 }, noretcomp: false, idioms: isa::KernelIdioms::default(), max_walk: 100, trial_insns: 16 };
+    for (cached, stepped) in [
+        (decode(&trace, &Static(&code), &cfg), decode(&trace, &Uncached(Static(&code)), &cfg)),
+        (decode(&trace, &Interval(&code), &cfg), decode(&trace, &Uncached(Interval(&code)), &cfg)),
+    ] {
+        assert_eq!(cached, stepped);
+        let error_ip = cached.iter().find_map(|e| match *e {
+            FlowEvent::Error { ip, kind: intel_pt::flow::FlowErrorKind::NoTip, .. } => Some(ip),
+            _ => None,
+        });
+        assert_eq!(error_ip, Some(Some(K + 2)), "{cached:x?}");
+    }
+}
