@@ -1242,6 +1242,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         // in `step`); the others are at the time after it. An event that may
         // be at one of the block's instructions (a FUP or TIP.PGD with an IP:
         // rare) is left to stepping.
+        // The first instruction counts before the peek, as in `step` (a
+        // TIP.PGE read there starts the count again).
+        st.walked += 1;
         let mut whole = true;
         if st.tnt_count == 0 {
             match self.peek_flow(st)? {
@@ -1252,10 +1255,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if !whole || (count > 1 && !self.code.admits(&b.window(), st.lo, st.hi)) {
             // One instruction the slow way (an event inside the block, or the
             // code changes after the first instruction).
-            st.walked += 1;
             return self.run_insn(st, ip, b.first(cache), false, sink, false);
         }
-        st.walked += count;
+        st.walked += count - 1;
         self.run_block(st, cache, b, ip, sink)?;
         self.chain(st, cache, sink);
         Ok(true)

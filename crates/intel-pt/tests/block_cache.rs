@@ -251,3 +251,34 @@ fn a_tip_pge_while_tracing_moves_no_error_ip() {
         assert_eq!(error_ip, Some(Some(K + 2)), "{cached:x?}");
     }
 }
+
+/// Found by the `intel_pt_flow` fuzz target: a TIP.PGE read at a cached
+/// block's first instruction starts the count of instructions walked
+/// without a packet again after that instruction, as stepping counts it,
+/// so both give up on a loop without packets at the same instruction.
+#[test]
+fn a_tip_pge_restarts_the_walk_count_as_stepping_does() {
+    let mut base = BaseImage::new();
+    // je +0; 1: nop; jmp 1b (a loop that needs no packet; a block follows it 256 instructions)
+    base.add_bytes(K, vec![0x74, 0x00, 0x90, 0xeb, 0xfd], "spin");
+    let code = TimelineBuilder::new(base).build();
+    let mut enc = Encoder::new();
+    let mut trace = Vec::new();
+    let mut put = |enc: &mut Encoder, p: Packet| enc.encode(&p, &mut trace).expect("encodes");
+    put(&mut enc, Packet::Psb);
+    put(&mut enc, Packet::Tsc(100));
+    let fup = enc.compress(K);
+    put(&mut enc, Packet::Fup(fup));
+    put(&mut enc, Packet::PsbEnd);
+    // The JE's bit; then, read at the loop's first instruction, a TIP.PGE.
+    put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
+    let pge = enc.compress(K + 2);
+    put(&mut enc, Packet::TipPge(pge));
+    put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
+    let cfg = FlowConfig { time: TimeConv { shift: 0, mult: 1, zero: 0 }, noretcomp: false, idioms: isa::KernelIdioms::default(), max_walk: 1000, trial_insns: 16 };
+    let cached = decode(&trace, &Static(&code), &cfg);
+    assert_eq!(cached, decode(&trace, &Uncached(Static(&code)), &cfg));
+    let insns = cached.iter().take_while(|e| matches!(e, FlowEvent::Insn { .. })).count();
+    assert!(matches!(cached.get(insns), Some(FlowEvent::Error { kind: intel_pt::flow::FlowErrorKind::NoProgress, .. })), "{:x?}", cached.get(insns));
+    assert_eq!(insns, 1 + 1 + 1000, "the JE, the instruction that read the TIP.PGE, then max_walk more");
+}
