@@ -183,6 +183,12 @@ impl<'a> PacketDecoder<'a> {
     /// the full decoder.
     #[inline(never)]
     fn next_slow(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
+        self.next_full()
+    }
+
+    /// The full decoder, inlined into its two out-of-line callers.
+    #[inline(always)]
+    fn next_full(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
         let offset = self.pos;
         let rest = &self.buf[offset..];
         let Some(&b0) = rest.first() else {
@@ -278,10 +284,12 @@ impl<'a> PacketDecoder<'a> {
         self.skip_decoded()
     }
 
-    /// [`skip_packet`](Self::skip_packet) through the full decoder.
+    /// [`skip_packet`](Self::skip_packet) through the full decoder
+    /// (straight to it: `next_packet`'s fast path would test again what
+    /// the table already said).
     #[inline(never)]
     fn skip_decoded(&mut self) -> Result<Option<(usize, &'a [u8])>, PacketError> {
-        Ok(self.next_packet()?.map(|(offset, _)| (offset, &self.buf[offset..self.pos])))
+        Ok(self.next_full()?.map(|(offset, _)| (offset, &self.buf[offset..self.pos])))
     }
 
     /// Moves to the first PSB at or after the current position, resetting
