@@ -14,6 +14,11 @@
 //! - `ours_static_source`: over `sources::Static` (the code before any change).
 //! - `ours_interval_source`: over `sources::Interval` on the code timeline
 //!   (no pokes in these runs, so every read is exact: the cost of asking).
+//! - summary rows only: `ours, Static, blocks` (a `FlowSink` taking cached
+//!   blocks whole, as a libipt user takes `pt_block`s: the like-for-like
+//!   row), its PSB-segment rows, `ours, Static, warm` (one decoder kept
+//!   across runs, warm as libipt's image is) and `libipt section cache,
+//!   cold` (a new image each run), the reference of the last column.
 //! - `libipt_file`: code as file sections (`pt_image_add_file` on kcore's
 //!   PT_LOAD ranges or the program's MMAP2): libipt's block cache is on.
 //! - `libipt_cached`: the same sections through an image section cache
@@ -22,7 +27,7 @@
 //!   `CodeTimeline`: no section, so no block cache.
 //!
 //! libipt is counted in blocks' `ninsn` (what a block-decoder user gets);
-//! ours emits an event per instruction. The image and section cache are
+//! ours emits an event per instruction, or (`blocks`) is counted in blocks. The image and section cache are
 //! built outside the timed loop; libipt's block cache lives in the section
 //! and stays warm across samples.
 //!
