@@ -214,16 +214,12 @@ fn interval_candidates_in_one_look() {
     }
 }
 
-/// Found by the `intel_pt_flow` fuzz target (cached against stepped): a
-/// TIP.PGE read while the walk is tracing, before an indirect call whose
-/// TIP is missing. Both ways the error is reported at the call (stepping
-/// reported the TIP.PGE's IP, the cached block the call's).
-#[test]
-fn a_tip_pge_while_tracing_moves_no_error_ip() {
+/// Code at `K` that starts with `je +0`, and its trace: a PSB+ at `K`
+/// (TSC 100), the JE's bit, then a TIP.PGE to `pge`, read at the
+/// instruction after the JE, then one more TNT bit.
+fn je_then_pge(code: Vec<u8>, pge: u64) -> (CodeTimeline, Vec<u8>) {
     let mut base = BaseImage::new();
-    // je +0; call *%rax; ret
-    base.add_bytes(K, vec![0x74, 0x00, 0xff, 0xd0, 0xc3], "f");
-    let code = TimelineBuilder::new(base).build();
+    base.add_bytes(K, code, "f");
     let mut enc = Encoder::new();
     let mut trace = Vec::new();
     let mut put = |enc: &mut Encoder, p: Packet| enc.encode(&p, &mut trace).expect("encodes");
@@ -232,13 +228,26 @@ fn a_tip_pge_while_tracing_moves_no_error_ip() {
     let fup = enc.compress(K);
     put(&mut enc, Packet::Fup(fup));
     put(&mut enc, Packet::PsbEnd);
-    // The JE's bit; then, read on the way to the call's TIP, a TIP.PGE.
     put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
-    let pge = enc.compress(K + 0x40);
+    let pge = enc.compress(pge);
     put(&mut enc, Packet::TipPge(pge));
     put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
-    put(&mut enc, Packet::Tsc(200));
-    let cfg = FlowConfig { time: TimeConv { shift: 0, mult: 1, zero: 0 }, noretcomp: false, idioms: isa::KernelIdioms::default(), max_walk: 100, trial_insns: 16 };
+    (TimelineBuilder::new(base).build(), trace)
+}
+
+fn identity_time(max_walk: u64) -> FlowConfig {
+    FlowConfig { time: TimeConv { shift: 0, mult: 1, zero: 0 }, noretcomp: false, idioms: isa::KernelIdioms::default(), max_walk, trial_insns: 16 }
+}
+
+/// Found by the `intel_pt_flow` fuzz target (cached against stepped): a
+/// TIP.PGE read while the walk is tracing, before an indirect call whose
+/// TIP is missing. Both ways the error is reported at the call (stepping
+/// reported the TIP.PGE's IP, the cached block the call's).
+#[test]
+fn a_tip_pge_while_tracing_moves_no_error_ip() {
+    // je +0; call *%rax; ret. The TIP.PGE is read on the way to the call's TIP.
+    let (code, trace) = je_then_pge(vec![0x74, 0x00, 0xff, 0xd0, 0xc3], K + 0x40);
+    let cfg = identity_time(100);
     for (cached, stepped) in [
         (decode(&trace, &Static(&code), &cfg), decode(&trace, &Uncached(Static(&code)), &cfg)),
         (decode(&trace, &Interval(&code), &cfg), decode(&trace, &Uncached(Interval(&code)), &cfg)),
@@ -258,24 +267,10 @@ fn a_tip_pge_while_tracing_moves_no_error_ip() {
 /// so both give up on a loop without packets at the same instruction.
 #[test]
 fn a_tip_pge_restarts_the_walk_count_as_stepping_does() {
-    let mut base = BaseImage::new();
-    // je +0; 1: nop; jmp 1b (a loop that needs no packet; a block follows it 256 instructions)
-    base.add_bytes(K, vec![0x74, 0x00, 0x90, 0xeb, 0xfd], "spin");
-    let code = TimelineBuilder::new(base).build();
-    let mut enc = Encoder::new();
-    let mut trace = Vec::new();
-    let mut put = |enc: &mut Encoder, p: Packet| enc.encode(&p, &mut trace).expect("encodes");
-    put(&mut enc, Packet::Psb);
-    put(&mut enc, Packet::Tsc(100));
-    let fup = enc.compress(K);
-    put(&mut enc, Packet::Fup(fup));
-    put(&mut enc, Packet::PsbEnd);
-    // The JE's bit; then, read at the loop's first instruction, a TIP.PGE.
-    put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
-    let pge = enc.compress(K + 2);
-    put(&mut enc, Packet::TipPge(pge));
-    put(&mut enc, Packet::TntShort(Tnt { bits: 1, count: 1 }));
-    let cfg = FlowConfig { time: TimeConv { shift: 0, mult: 1, zero: 0 }, noretcomp: false, idioms: isa::KernelIdioms::default(), max_walk: 1000, trial_insns: 16 };
+    // je +0; 1: nop; jmp 1b (a loop that needs no packet; a block follows it
+    // 256 instructions). The TIP.PGE is read at the loop's first instruction.
+    let (code, trace) = je_then_pge(vec![0x74, 0x00, 0x90, 0xeb, 0xfd], K + 2);
+    let cfg = identity_time(1000);
     let cached = decode(&trace, &Static(&code), &cfg);
     assert_eq!(cached, decode(&trace, &Uncached(Static(&code)), &cfg));
     let insns = cached.iter().take_while(|e| matches!(e, FlowEvent::Insn { .. })).count();
