@@ -116,7 +116,7 @@ impl<'a> PacketDecoder<'a> {
 
     /// The next packet and its offset, or `None` at the end of the buffer.
     /// On error the position does not move.
-    #[inline]
+    #[inline(always)]
     pub fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
         // The common packets, when 9 bytes remain and no PEBS block is open:
         // one table look-up on the first byte and one 8-byte load for what

@@ -1612,7 +1612,10 @@ impl Packets<'_> {
         self.dec.offset()
     }
 
-    #[inline(always)]
+    /// The walk's one copy of the full packet decoder (the common packets
+    /// come through `next_quick`): out of line, so that the walk stays
+    /// small while other callers inline `PacketDecoder::next_packet`.
+    #[inline(never)]
     fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
         self.dec.next_packet()
     }
