@@ -16,6 +16,8 @@ pub(crate) enum Quick {
     TipPgd(Option<u64>),
     Fup(Option<u64>),
     Tsc(u64),
+    Mtc(u8),
+    Cyc(u64),
 }
 
 /// A packet that could not be decoded, at `offset` in the buffer.
@@ -258,6 +260,11 @@ impl<'a> PacketDecoder<'a> {
                 })
             } else if b0 == 0x19 {
                 (8, Quick::Tsc(after & 0x00ff_ffff_ffff_ffff))
+            } else if b0 == 0x59 {
+                (2, Quick::Mtc(after as u8))
+            } else if b0 & 3 == 3 {
+                let (n, cycles) = cyc_fast(b0, after)?;
+                (n, Quick::Cyc(cycles))
             } else {
                 return None;
             }
@@ -668,7 +675,8 @@ pub mod scan {
                 match q {
                     Quick::Tnt { bits, count } => bits ^ u64::from(count),
                     Quick::Tip(ip) | Quick::TipPge(ip) | Quick::TipPgd(ip) | Quick::Fup(ip) => ip.unwrap_or(1),
-                    Quick::Tsc(v) => v,
+                    Quick::Tsc(v) | Quick::Cyc(v) => v,
+                    Quick::Mtc(v) => u64::from(v),
                     Quick::Pad => 1,
                 }
             } else {
@@ -833,6 +841,8 @@ mod tests {
                     (Quick::Tip(a), Packet::Tip(b)) | (Quick::TipPge(a), Packet::TipPge(b)) => a == ip(b),
                     (Quick::TipPgd(a), Packet::TipPgd(b)) | (Quick::Fup(a), Packet::Fup(b)) => a == ip(b),
                     (Quick::Tsc(a), Packet::Tsc(b)) => a == b,
+                    (Quick::Mtc(a), Packet::Mtc(b)) => a == b,
+                    (Quick::Cyc(a), Packet::Cyc(b)) => a == b,
                     _ => false,
                 };
                 assert!(same, "seed {seed} at {at}: {q:?} against {p:?}");

@@ -765,6 +765,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                         self.tsc(st, offset, tsc);
                         continue;
                     }
+                    Quick::Mtc(payload) => {
+                        self.mtc(st, offset, payload);
+                        continue;
+                    }
+                    Quick::Cyc(cycles) => {
+                        self.cyc(st, cycles);
+                        continue;
+                    }
                     Quick::Pad => continue,
                 };
                 st.peeked = Some((offset, flow));
