@@ -754,11 +754,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     Quick::TipPgd(ip) => Flow::Pgd(ip),
                     Quick::Fup(ip) => Flow::Fup(ip),
                     Quick::TipPge(ip) => {
-                        st.ip = ip;
-                        st.walked = 0;
-                        if st.cyc.pending.is_some() {
-                            self.cyc_taken(st);
-                        }
+                        self.tip_pge(st, ip);
                         continue;
                     }
                     Quick::Tsc(tsc) => {
@@ -786,11 +782,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Packet::Tip(ip) => Flow::Tip(ip.ip),
                 Packet::TipPgd(ip) => Flow::Pgd(ip.ip),
                 Packet::TipPge(ip) => {
-                    st.ip = ip.ip;
-                    st.walked = 0;
-                    if st.cyc.pending.is_some() {
-                        self.cyc_taken(st);
-                    }
+                    self.tip_pge(st, ip.ip);
                     continue;
                 }
                 Packet::Fup(ip) => Flow::Fup(ip.ip),
@@ -829,6 +821,16 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             };
             st.peeked = Some((offset, flow));
             return Ok(st.peeked);
+        }
+    }
+
+    /// A TIP.PGE: tracing (re)starts at `ip`, a flow packet taken.
+    #[inline(always)]
+    fn tip_pge(&self, st: &mut State<'a>, ip: Option<u64>) {
+        st.ip = ip;
+        st.walked = 0;
+        if st.cyc.pending.is_some() {
+            self.cyc_taken(st);
         }
     }
 
@@ -1246,13 +1248,13 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if st.walked + count > self.cfg.max_walk {
             return self.step(st, sink, false);
         }
+        // The first instruction counts before the peek, as in `step` (a
+        // TIP.PGE read there starts the count again).
+        st.walked += 1;
         // The first instruction's fetch was at the time before this peek (as
         // in `step`); the others are at the time after it. An event that may
         // be at one of the block's instructions (a FUP or TIP.PGD with an IP:
         // rare) is left to stepping.
-        // The first instruction counts before the peek, as in `step` (a
-        // TIP.PGE read there starts the count again).
-        st.walked += 1;
         let mut whole = true;
         if st.tnt_count == 0 {
             match self.peek_flow(st)? {
@@ -1662,12 +1664,10 @@ impl Packets<'_> {
 /// return addresses of its calls.
 #[inline(always)]
 fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, ip: u64, lo: Time, hi: Time, sink: &mut impl FlowSink) {
-    let (lens, targets) = cache.insns(b);
-    if !targets.is_empty() {
-        for &ret in cache.pushes(b) {
-            stack.push(ret);
-        }
+    for &ret in cache.pushes(b) {
+        stack.push(ret);
     }
+    let (lens, targets) = cache.insns(b);
     sink.block(InsnBlock { ip, last_ip: b.last_ip(), lo, hi, lens, targets, last: b.last() });
 }
 
