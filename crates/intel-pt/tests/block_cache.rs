@@ -8,7 +8,7 @@
 mod common;
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Time, TimeConv};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use intel_pt::{Encoder, Packet, Tnt};
 use isa::BranchClass;
@@ -28,36 +28,6 @@ fn decode(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) -> Vec<FlowEve
     out
 }
 
-/// A sink that takes blocks whole, and expands them to compare.
-#[derive(Default)]
-struct Blocks {
-    events: Vec<FlowEvent>,
-    blocks: usize,
-}
-
-impl FlowSink for Blocks {
-    fn event(&mut self, e: FlowEvent) {
-        self.events.push(e);
-    }
-
-    fn block(&mut self, b: InsnBlock<'_>) {
-        let start = self.events.len();
-        b.for_each_insn(|e| self.events.push(e));
-        let got = &self.events[start..];
-        assert_eq!(got.len(), b.len());
-        assert!(matches!(got[0], FlowEvent::Insn { ip, .. } if ip == b.ip), "block at {:#x}: first {:x?}", b.ip, got[0]);
-        assert!(
-            matches!(got[got.len() - 1], FlowEvent::Insn { ip, len, class, .. } if ip == b.last_ip && len == b.last().len && class == b.last().class),
-            "block at {:#x}: last at {:#x}, expanded {:x?}",
-            b.ip,
-            b.last_ip,
-            got[got.len() - 1]
-        );
-        assert!(got.iter().all(|e| matches!(e, FlowEvent::Insn { lo, hi, uncertain: false, .. } if *lo == b.lo && *hi == b.hi)));
-        self.blocks += 1;
-    }
-}
-
 /// Every CPU's events, cached and not, for each source; one decoder reused
 /// across the CPUs (the cache carries over). A sink taking blocks whole
 /// gets the same instructions, in blocks.
@@ -73,7 +43,7 @@ fn same_events(name: &str, run: &common::Run) -> usize {
             if let Some(i) = (0..got.len().max(want.len())).find(|&i| got.get(i) != want.get(i)) {
                 panic!("{name} {what} cpu {cpu}: event {i} differs: cached {:x?}, stepped {:x?}", got.get(i), want.get(i));
             }
-            let mut blocks = Blocks::default();
+            let mut blocks = common::Blocks::default();
             dec.reset(trace);
             dec.run_with(&mut blocks);
             assert!(blocks.events == want, "{name} {what} cpu {cpu}: blocks expanded differ from stepping");

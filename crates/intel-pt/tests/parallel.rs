@@ -6,7 +6,7 @@
 #[path = "common/flow.rs"]
 mod common;
 
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent};
 use intel_pt::parallel::{segments, ParallelFlow};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 
@@ -14,22 +14,6 @@ fn sequential(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) -> Vec<Flo
     let mut out = Vec::new();
     FlowDecoder::new(trace, code, cfg.clone()).run(|e| out.push(e));
     out
-}
-
-/// A sink taking blocks whole: the events with blocks expanded, and how
-/// many blocks came.
-#[derive(Default)]
-struct Blocks(Vec<FlowEvent>, usize);
-
-impl FlowSink for Blocks {
-    fn event(&mut self, e: FlowEvent) {
-        self.0.push(e);
-    }
-
-    fn block(&mut self, b: InsnBlock<'_>) {
-        b.for_each_insn(|e| self.0.push(e));
-        self.1 += 1;
-    }
 }
 
 fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> usize {
@@ -44,10 +28,10 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
             panic!("{what}, {threads} threads, cpu {cpu}: event {i} differs: parallel {:x?}, sequential {:x?}", got.get(i), want.get(i));
         }
         // Blocks are handed out whole, with the instructions they hold.
-        let mut blocks = Blocks::default();
+        let mut blocks = common::Blocks::default();
         pool.install(|| par.run_with(trace, &mut blocks));
-        assert!(blocks.1 > 0, "{what}: no blocks");
-        assert!(blocks.0 == want, "{what}, {threads} threads, cpu {cpu}: blocks expanded differ");
+        assert!(blocks.blocks > 0, "{what}: no blocks");
+        assert!(blocks.events == want, "{what}, {threads} threads, cpu {cpu}: blocks expanded differ");
         n += got.len();
     }
     n

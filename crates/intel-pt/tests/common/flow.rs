@@ -12,7 +12,7 @@ use std::mem::{size_of, zeroed};
 use std::path::{Path, PathBuf};
 
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, Recovery, TimeConv};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, TimeConv};
 use libipt_sys::*;
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{PerfFile, RecordBody};
@@ -170,6 +170,39 @@ pub fn ours_with<C: CodeSource>(trace: &[u8], code: &C, cfg: &FlowConfig, recove
     });
     out
 }
+
+/// A sink that takes blocks whole and expands them, checking each against
+/// what it says of itself (count, first and last IP, times), to compare
+/// with events; and how many blocks came.
+#[derive(Default)]
+pub struct Blocks {
+    pub events: Vec<FlowEvent>,
+    pub blocks: usize,
+}
+
+impl FlowSink for Blocks {
+    fn event(&mut self, e: FlowEvent) {
+        self.events.push(e);
+    }
+
+    fn block(&mut self, b: InsnBlock<'_>) {
+        let start = self.events.len();
+        b.for_each_insn(|e| self.events.push(e));
+        let got = &self.events[start..];
+        assert_eq!(got.len(), b.len());
+        assert!(matches!(got[0], FlowEvent::Insn { ip, .. } if ip == b.ip), "block at {:#x}: first {:x?}", b.ip, got[0]);
+        assert!(
+            matches!(got[got.len() - 1], FlowEvent::Insn { ip, len, class, .. } if ip == b.last_ip && len == b.last().len && class == b.last().class),
+            "block at {:#x}: last at {:#x}, expanded {:x?}",
+            b.ip,
+            b.last_ip,
+            got[got.len() - 1]
+        );
+        assert!(got.iter().all(|e| matches!(e, FlowEvent::Insn { lo, hi, uncertain: false, .. } if *lo == b.lo && *hi == b.hi)));
+        self.blocks += 1;
+    }
+}
+
 
 /// How libipt is given the code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
