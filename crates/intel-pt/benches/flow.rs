@@ -244,28 +244,25 @@ fn ours<C: CodeSource>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig) -> (u64, 
 }
 
 /// [`ours`] on a decoder given, whose block cache may be warm.
+/// Each instruction comes as an event (`run`).
 fn ours_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [Vec<u8>]) -> (u64, u64) {
-    let (mut n, mut errors) = (0u64, 0u64);
+    let mut count = Count::default();
     for t in traces {
         dec.reset(t);
-        dec.run(|e| match e {
-            FlowEvent::Insn { .. } => n += 1,
-            FlowEvent::Error { .. } => errors += 1,
-            _ => {}
-        });
+        dec.run(|e| count.event(e));
     }
-    (n, errors)
+    (count.insns, count.errors)
 }
 
-/// Instructions and errors, taking cached blocks whole (as libipt's block
-/// decoder hands out blocks) and counting their instructions.
+/// Instructions and errors. As a sink it takes cached blocks whole (as
+/// libipt's block decoder hands out blocks) and counts their instructions.
 #[derive(Default)]
-struct CountBlocks {
+struct Count {
     insns: u64,
     errors: u64,
 }
 
-impl FlowSink for CountBlocks {
+impl FlowSink for Count {
     fn event(&mut self, e: FlowEvent) {
         match e {
             FlowEvent::Insn { .. } => self.insns += 1,
@@ -282,7 +279,7 @@ impl FlowSink for CountBlocks {
 fn ours_blocks(f: &Fixture) -> (u64, u64) {
     let code = Static(&f.run.bare);
     let mut dec = FlowDecoder::new(&[], &code, f.run.cfg.clone());
-    let mut sink = CountBlocks::default();
+    let mut sink = Count::default();
     for t in &f.traces {
         dec.reset(t);
         dec.run_with(&mut sink);
@@ -303,7 +300,7 @@ fn ours_interval(f: &Fixture) -> (u64, u64) {
 /// whole (as `ours_blocks`).
 fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
     let par = ParallelFlow::new(code, cfg.clone());
-    let mut sink = CountBlocks::default();
+    let mut sink = Count::default();
     pool(threads).install(|| {
         for t in traces {
             par.run_with(t, &mut sink);
