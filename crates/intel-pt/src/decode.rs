@@ -121,8 +121,8 @@ impl<'a> PacketDecoder<'a> {
     #[inline(always)]
     pub fn next_packet(&mut self) -> Result<Option<(usize, Packet)>, PacketError> {
         // The common packets, when 9 bytes remain and no PEBS block is open:
-        // one table look-up on the first byte and one 8-byte load for what
-        // follows it; everything else, and anything that could fail, out of line.
+        // a few tests on the first byte and one 8-byte load for what follows
+        // it; everything else, and anything that could fail, out of line.
         let offset = self.pos;
         let (Some(w), None) = (self.buf.get(offset..offset + 9), self.block) else {
             return self.next_slow_copy();
