@@ -95,7 +95,7 @@ fn main() {
 
 /// After divan: each decoder timed on its own (fastest of `FLOW_BENCH_REPS`,
 /// default 5), as a table with the ratio to libipt's fastest image. Only the
-/// rows whose name contains `FLOW_BENCH_ONLY`, and libipt's section cache.
+/// rows `FLOW_BENCH_ONLY` picks (see [`picks`]), and libipt's section cache.
 fn summary() {
     let reps: usize = std::env::var("FLOW_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     let best = |run: &mut dyn FnMut() -> (u64, u64)| {
@@ -116,7 +116,7 @@ fn summary() {
         // Each row runs once untimed (libipt's block cache, kept in the
         // image, starts warm as in the divan loop; ours starts each run cold).
         let mut row = |name: &'static str, warm: &mut dyn FnMut() -> (u64, u64), timed: &mut dyn FnMut() -> (u64, u64)| {
-            if name.contains(only.as_str()) || name.contains("section cache") {
+            if picks(&only, name) || name.contains("section cache") {
                 black_box(warm());
                 rows.push((name, best(timed)));
             }
@@ -135,7 +135,7 @@ fn summary() {
         // Cold against cold: libipt on a new image and section cache each
         // run (made outside the timing; its sections map and their block
         // caches fill during the decode), ours with a new decoder.
-        if "libipt section cache, cold".contains(only.as_str()) {
+        if picks(&only, "libipt section cache, cold") {
             let cold = (0..reps.max(1))
                 .map(|_| {
                     let image = LibiptImage::new(&f.run, ImageKind::Cached);
@@ -149,7 +149,7 @@ fn summary() {
         }
         // Warm against warm: ours with one decoder kept across runs, so its
         // block cache is warm as libipt's is in the rows above.
-        if "ours, Static, warm".contains(only.as_str()) {
+        if picks(&only, "ours, Static, warm") {
             let code = Static(&f.run.bare);
             let mut warm = FlowDecoder::new(&[], &code, f.run.cfg.clone());
             black_box(ours_on(&mut warm, &f.traces));
@@ -169,6 +169,12 @@ fn summary() {
             );
         }
     }
+}
+
+/// Whether `FLOW_BENCH_ONLY` (`only`) picks the row `name`: alternatives
+/// split by `|`, each a part of the name or, ending in `$`, all of it.
+fn picks(only: &str, name: &str) -> bool {
+    only.split('|').any(|p| p.strip_suffix('$').map_or(name.contains(p), |whole| name == whole))
 }
 
 /// `None` when the input is skipped: not the one `FLOW_BENCH_INPUT` names,
