@@ -127,6 +127,8 @@ fn summary() {
         row("ours, Static, blocks, PSB segments on 1 thread", &mut || (0, 0), &mut || timed_ours_parallel(f, 1));
         row("ours, Static, blocks, PSB segments on 2 threads", &mut || (0, 0), &mut || timed_ours_parallel(f, 2));
         let image = LibiptImage::new(&f.run, ImageKind::File);
+        row("ours, Static, blocks, a sink per PSB segment on 1 thread", &mut || (0, 0), &mut || timed_ours_segments(f, 1));
+        row("ours, Static, blocks, a sink per PSB segment on 2 threads", &mut || (0, 0), &mut || timed_ours_segments(f, 2));
         row("libipt file sections", &mut || libipt(f, &image), &mut || timed_libipt_file(f, &image));
         let image = LibiptImage::new(&f.run, ImageKind::Cached);
         row("libipt section cache", &mut || libipt(f, &image), &mut || timed_libipt_cached(f, &image));
@@ -213,6 +215,7 @@ fn make(name: &str, elf: Option<&std::path::Path>) -> Fixture {
     assert_eq!(ours_blocks(&f), (instructions, 0));
     for threads in [1, 2] {
         assert_eq!(ours_parallel(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads), (instructions, 0), "{threads} threads");
+        assert_eq!(ours_segments(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads), (instructions, 0), "{threads} threads, segment sinks");
     }
     for kind in [ImageKind::File, ImageKind::Cached, ImageKind::Callback] {
         let image = LibiptImage::new(&f.run, kind);
@@ -315,6 +318,22 @@ fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowC
     (sink.insns, sink.errors)
 }
 
+/// [`ours_parallel`] with a counting sink per segment (`run_segments`):
+/// nothing recorded and replayed.
+fn ours_segments<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
+    let par = ParallelFlow::new(code, cfg.clone());
+    let mut total = Count::default();
+    pool(threads).install(|| {
+        for t in traces {
+            par.run_segments(t, Count::default, |c| {
+                total.insns += c.insns;
+                total.errors += c.errors;
+            });
+        }
+    });
+    (total.insns, total.errors)
+}
+
 /// A rayon pool of 1 or 2 threads, built once.
 fn pool(threads: usize) -> &'static rayon::ThreadPool {
     static POOLS: [OnceLock<rayon::ThreadPool>; 2] = [OnceLock::new(), OnceLock::new()];
@@ -358,6 +377,11 @@ fn timed_ours_interval(f: &Fixture) -> (u64, u64) {
 fn timed_ours_parallel(f: &Fixture, threads: usize) -> (u64, u64) {
     ours_parallel(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads)
 }
+#[inline(never)]
+fn timed_ours_segments(f: &Fixture, threads: usize) -> (u64, u64) {
+    ours_segments(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads)
+}
+
 #[inline(never)]
 fn timed_libipt_file(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
     black_box(0); // not folded into its identical twins

@@ -124,8 +124,30 @@ impl Block {
     }
 
     /// Whether the instructions before the last are all in the entry.
-    fn inline(&self) -> bool {
+    #[inline(always)]
+    pub fn inline(&self) -> bool {
         self.targets == u32::MAX
+    }
+
+    /// Length bytes of the instructions before the last, and the targets of
+    /// the jumps and calls among them, in order: in the entry, or in the
+    /// arenas `spill` and `spill_targets` it was put in.
+    #[inline(always)]
+    pub fn insns<'c>(&'c self, spill: &'c [u8], spill_targets: &'c [u64]) -> (&'c [u8], &'c [u64]) {
+        let n = self.count as usize - 1;
+        if self.inline() {
+            (&self.lens[..n], &[])
+        } else {
+            let (at, t) = (self.spill as usize, self.targets as usize);
+            (&spill[at..at + n], &spill_targets[t..t + self.lens[0] as usize])
+        }
+    }
+
+    /// This spilled block with its lengths at `spill` and its targets at
+    /// `targets` in other arenas (which do not keep the return addresses).
+    pub fn moved(&self, spill: u32, targets: u32) -> Block {
+        debug_assert!(!self.inline());
+        Block { spill, targets, lens: { let mut l = self.lens; l[1] = 0; l }, ..*self }
     }
 }
 
@@ -175,13 +197,7 @@ impl BlockCache {
     /// the jumps and calls among them, in order.
     #[inline(always)]
     pub fn insns<'c>(&'c self, b: &'c Block) -> (&'c [u8], &'c [u64]) {
-        let n = b.count as usize - 1;
-        if b.inline() {
-            (&b.lens[..n], &[])
-        } else {
-            let t = b.targets as usize;
-            (&self.spill[b.spill as usize..b.spill as usize + n], &self.spill_targets[t..t + b.lens[0] as usize])
-        }
+        b.insns(&self.spill, &self.spill_targets)
     }
 
     /// The return addresses the calls among a block's instructions before

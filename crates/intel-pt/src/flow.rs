@@ -209,18 +209,23 @@ pub struct InsnBlock<'c> {
     /// The targets of the jumps and calls among them, in order.
     targets: &'c [u64],
     last: Insn,
+    /// The cache entry it comes from, which a recording copies.
+    entry: &'c Block,
 }
 
 impl<'c> InsnBlock<'c> {
-    /// A block from the parts [`InsnBlock::parts`] gave (a copy kept to be
-    /// handed out later).
-    pub(crate) fn from_parts(ip: u64, last_ip: u64, lo: Time, hi: Time, lens: &'c [u8], targets: &'c [u64], last: Insn) -> Self {
-        InsnBlock { ip, last_ip, lo, hi, lens, targets, last }
+    /// Block `entry` run within `[lo, hi]`, its instructions before the last
+    /// and their targets as `lens` and `targets` (from the arenas of the
+    /// cache or recording that holds it).
+    #[inline(always)]
+    pub(crate) fn new(entry: &'c Block, lo: Time, hi: Time, (lens, targets): (&'c [u8], &'c [u64])) -> Self {
+        InsnBlock { ip: entry.start, last_ip: entry.last_ip(), lo, hi, lens, targets, last: entry.last(), entry }
     }
 
-    /// The instruction bytes and targets, as the cache keeps them.
-    pub(crate) fn parts(&self) -> (&'c [u8], &'c [u64]) {
-        (self.lens, self.targets)
+    /// The cache entry, and the instruction bytes and targets it refers to.
+    #[inline(always)]
+    pub(crate) fn parts(&self) -> (&'c Block, &'c [u8], &'c [u64]) {
+        (self.entry, self.lens, self.targets)
     }
 
     /// How many instructions.
@@ -1667,8 +1672,8 @@ fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, ip: u64, l
     for &ret in cache.pushes(b) {
         stack.push(ret);
     }
-    let (lens, targets) = cache.insns(b);
-    sink.block(InsnBlock { ip, last_ip: b.last_ip(), lo, hi, lens, targets, last: b.last() });
+    debug_assert_eq!(ip, b.start);
+    sink.block(InsnBlock::new(b, lo, hi, cache.insns(b)));
 }
 
 /// Return addresses kept for return compression: the SDM's decoder keeps

@@ -8,21 +8,21 @@
 //! starts with the state its PSB+ gives, and ends where the walk would
 //! read the next PSB, after checking that PSB+'s FUP as the sequential walk
 //! does (an error if the walk does not reach it; else the segment walks up
-//! to it, where the next one starts). Segments go in windows of a few
-//! per thread, so memory stays bounded whatever the buffer's size (two
-//! windows of events); decoders (and their block caches) are reused from
-//! window to window and buffer to buffer. A segment's cached blocks are
-//! kept as blocks (a header, a byte per instruction, the targets of inner
-//! jumps and calls) and handed out as blocks, not as an event for each
-//! instruction.
+//! to it, where the next one starts). A few segments per thread decode
+//! ahead of the one handed out next, each started as soon as one is handed
+//! out (no barrier between groups), so memory stays bounded whatever the
+//! buffer's size; decoders (and their block caches) are reused from
+//! segment to segment and buffer to buffer. A segment's cached blocks are
+//! kept as copies of their cache entries (with the instruction bytes and
+//! inner targets that do not fit in one) and handed out as blocks, not as
+//! an event for each instruction.
 
 use std::sync::Mutex;
 
-use isa::{BranchClass, Insn};
-
+use crate::block_cache::Block;
 use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Time};
 
-/// Segments per thread in one window.
+/// Segments decoding ahead of the one handed out next, per thread.
 const PER_THREAD: usize = 4;
 
 /// Decodes buffers over one code source, PSB segments in parallel.
@@ -37,36 +37,19 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     spare: Mutex<Vec<Recording>>,
 }
 
-/// One segment's output, kept until its turn to be handed out: its blocks,
-/// and apart from them (an event is far larger than a block's record) its
-/// other events, each with how many blocks came before it.
+/// One segment's output, kept until its turn to be handed out: the cache
+/// entries of its blocks, copied whole (one aligned 64-byte write), the
+/// times they ran at where those change, and apart from them its other
+/// events; times and events with how many blocks came before them.
 #[derive(Default)]
 struct Recording {
-    blocks: Vec<BlockRec>,
+    blocks: Vec<Block>,
+    times: Vec<(usize, Time, Time)>,
     events: Vec<(usize, FlowEvent)>,
-    /// The instruction bytes of the blocks (as [`InsnBlock`] keeps them).
+    /// The instruction bytes of the blocks whose entries do not hold them.
     lens: Vec<u8>,
-    /// Their inner jumps' and calls' targets.
+    /// Those blocks' inner jumps' and calls' targets.
     targets: Vec<u64>,
-}
-
-/// An [`InsnBlock`] kept: its instructions before the last (at most 255:
-/// a block has at most 256 instructions), up to [`INLINE_LENS`] of them in
-/// `lens` itself, more at `lens` in the recording's arena; its targets at
-/// `targets_at` in theirs; its last instruction taken apart.
-struct BlockRec {
-    ip: u64,
-    last_ip: u64,
-    lo: Time,
-    hi: Time,
-    last_target: u64,
-    lens: u64,
-    targets_at: u32,
-    n: u8,
-    n_targets: u8,
-    last_len: u8,
-    last_class: BranchClass,
-    has_target: bool,
 }
 
 impl FlowSink for Recording {
@@ -76,63 +59,55 @@ impl FlowSink for Recording {
 
     #[inline(always)]
     fn block(&mut self, b: InsnBlock<'_>) {
-        let (lens, targets) = b.parts();
-        if self.targets.len() > u32::MAX as usize - 256 {
-            // Past what the offsets hold (a buffer of several GiB without
-            // a PSB): instruction by instruction.
+        let (entry, lens, targets) = b.parts();
+        if entry.inline() {
+            self.record_time(b.lo, b.hi);
+            self.blocks.push(*entry);
+            return;
+        }
+        if self.lens.len().max(self.targets.len()) > u32::MAX as usize - 256 {
+            // Past what an entry's offsets hold (a buffer of several GiB
+            // without a PSB): instruction by instruction.
             b.for_each_insn(|e| self.event(e));
             return;
         }
-        let packed = if lens.len() <= INLINE_LENS {
-            lens.iter().rev().fold(0u64, |w, &l| w << 8 | u64::from(l))
-        } else {
-            let at = self.lens.len() as u64;
-            self.lens.extend_from_slice(lens);
-            at
-        };
-        let last = b.last();
-        self.blocks.push(BlockRec {
-            ip: b.ip,
-            last_ip: b.last_ip,
-            lo: b.lo,
-            hi: b.hi,
-            last_target: last.target.unwrap_or(0),
-            lens: packed,
-            targets_at: self.targets.len() as u32,
-            n: lens.len() as u8,
-            n_targets: targets.len() as u8,
-            last_len: last.len,
-            last_class: last.class,
-            has_target: last.target.is_some(),
-        });
-        if !targets.is_empty() {
-            self.targets.extend_from_slice(targets);
-        }
+        self.record_time(b.lo, b.hi);
+        self.blocks.push(entry.moved(self.lens.len() as u32, self.targets.len() as u32));
+        self.lens.extend_from_slice(lens);
+        self.targets.extend_from_slice(targets);
     }
 }
 
-/// Instruction bytes a [`BlockRec`] holds itself.
-const INLINE_LENS: usize = 8;
-
 impl Recording {
+    /// Notes `[lo, hi]` for the block about to be recorded, when it differs
+    /// from the last block's.
+    #[inline(always)]
+    fn record_time(&mut self, lo: Time, hi: Time) {
+        if self.times.last().is_none_or(|&(_, l, h)| (l, h) != (lo, hi)) {
+            self.times.push((self.blocks.len(), lo, hi));
+        }
+    }
+
     /// Hands everything to `sink` in order, and empties itself.
     fn replay(&mut self, sink: &mut impl FlowSink) {
-        let mut events = 0;
-        for (i, r) in self.blocks.iter().enumerate() {
+        let (mut events, mut times) = (0, 0);
+        let (mut lo, mut hi) = (0, 0);
+        for (i, b) in self.blocks.iter().enumerate() {
             while let Some(&(_, e)) = self.events.get(events).filter(|(before, _)| *before == i) {
                 sink.event(e);
                 events += 1;
             }
-            let inline = r.lens.to_le_bytes();
-            let lens = if r.n as usize <= INLINE_LENS { &inline[..r.n as usize] } else { &self.lens[r.lens as usize..r.lens as usize + r.n as usize] };
-            let targets = &self.targets[r.targets_at as usize..r.targets_at as usize + r.n_targets as usize];
-            let last = Insn { len: r.last_len, class: r.last_class, target: r.has_target.then_some(r.last_target) };
-            sink.block(InsnBlock::from_parts(r.ip, r.last_ip, r.lo, r.hi, lens, targets, last));
+            if let Some(&(_, l, h)) = self.times.get(times).filter(|(before, ..)| *before == i) {
+                (lo, hi) = (l, h);
+                times += 1;
+            }
+            sink.block(InsnBlock::new(b, lo, hi, b.insns(&self.lens, &self.targets)));
         }
         for &(_, e) in &self.events[events..] {
             sink.event(e);
         }
         self.blocks.clear();
+        self.times.clear();
         self.events.clear();
         self.lens.clear();
         self.targets.clear();
@@ -164,41 +139,70 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     }
 
     /// Decodes `buf`, reporting every event to `sink` in order on the
-    /// calling thread, cached blocks whole ([`FlowSink::block`]): while one
-    /// window of segments is decoded on the pool, the window before is
-    /// handed out.
+    /// calling thread, cached blocks whole ([`FlowSink::block`]): each
+    /// segment is recorded on the pool ([`Self::run_segments`]) and replayed
+    /// into `sink` while the segments after it decode.
     pub fn run_with(&self, buf: &'a [u8], sink: &mut impl FlowSink) {
-        let cuts = segments(buf);
-        let window = rayon::current_num_threads().max(1) * PER_THREAD;
-        let mut ready: Vec<Recording> = Vec::new();
-        for group in cuts.chunks(window) {
-            let mut next: Vec<Recording> = (0..group.len()).map(|_| self.spare()).collect();
-            rayon::in_place_scope(|s| {
-                for (rec, &(start, end)) in next.iter_mut().zip(group) {
-                    s.spawn(move |_| self.decode(buf, start, end, rec));
-                }
-                self.hand_out(&mut ready, sink);
-            });
-            ready = next;
-        }
-        self.hand_out(&mut ready, sink);
+        self.run_segments(buf, || self.spare(), |mut rec: Recording| {
+            rec.replay(sink);
+            self.spare.lock().expect("no panic while held").push(rec);
+        });
     }
 
-    /// One segment's output into `rec`, on a decoder from the pool.
-    fn decode(&self, buf: &'a [u8], start: usize, end: usize, rec: &mut Recording) {
+    /// Decodes `buf` with a sink of its own for each PSB segment, made by
+    /// `make` and filled on the pool, then given to `done` in trace order on
+    /// the calling thread (while the segments after it decode; a calling
+    /// thread of the pool decodes some itself while it waits).
+    /// Nothing is recorded and replayed: the way to scale with cores when
+    /// what a segment's events become (counts, coverage, formatted lines)
+    /// can be worked out apart and put together in order.
+    pub fn run_segments<S: FlowSink + Send>(&self, buf: &'a [u8], mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
+        let cuts = segments(buf);
+        // Segments decoding (or decoded) from the next to hand out on: a
+        // new one starts as each is handed out, so no thread idles while
+        // another ends the last of a group. Segment `i` goes to slot
+        // `i % ahead`, free once segment `i - ahead` was handed out.
+        let ahead = (rayon::current_num_threads().max(1) * PER_THREAD).min(cuts.len());
+        // (A sink that panics on the pool ends the wait with its panic.)
+        let slots: Vec<Mutex<Option<std::thread::Result<S>>>> = (0..ahead).map(|_| Mutex::new(None)).collect();
+        rayon::in_place_scope_fifo(|s| {
+            let mut spawned = 0;
+            for next in 0..cuts.len() {
+                while spawned < cuts.len() && spawned < next + ahead {
+                    let (slot, (start, end), mut sink) = (&slots[spawned % ahead], cuts[spawned], make());
+                    s.spawn_fifo(move |_| {
+                        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.decode(buf, start, end, &mut sink);
+                            sink
+                        }));
+                        *slot.lock().expect("no panic while held") = Some(decoded);
+                    });
+                    spawned += 1;
+                }
+                let sink = loop {
+                    match slots[next % ahead].lock().expect("no panic while held").take() {
+                        Some(Ok(sink)) => break sink,
+                        Some(Err(panic)) => std::panic::resume_unwind(panic),
+                        None => {}
+                    }
+                    // Waiting: decode a segment here if one is waiting.
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::thread::yield_now();
+                    }
+                };
+                done(sink);
+            }
+        });
+    }
+
+    /// One segment's events into `sink`, on a decoder from the pool.
+    fn decode(&self, buf: &'a [u8], start: usize, end: usize, sink: &mut impl FlowSink) {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
             FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc)
         });
         dec.reset_segment(buf, start, end);
-        dec.run_with(rec);
+        dec.run_with(sink);
         self.decoders.lock().expect("no panic while held").push(dec);
-    }
-
-    fn hand_out(&self, ready: &mut Vec<Recording>, sink: &mut impl FlowSink) {
-        for mut rec in ready.drain(..) {
-            rec.replay(sink);
-            self.spare.lock().expect("no panic while held").push(rec);
-        }
     }
 
     fn spare(&self) -> Recording {

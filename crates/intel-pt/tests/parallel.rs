@@ -1,7 +1,8 @@
 //! PSB segments decoded in parallel give the events of one sequential
 //! decode, in order: on simulated runs with poked code (every source), with
 //! 1 and 3 threads, and with corrupt bytes inside segments (the error, then
-//! the next segment).
+//! the next segment); recorded and replayed into one sink, or into a sink
+//! per segment.
 
 #[path = "common/flow.rs"]
 mod common;
@@ -32,6 +33,16 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         pool.install(|| par.run_with(trace, &mut blocks));
         assert!(blocks.blocks > 0, "{what}: no blocks");
         assert!(blocks.events == want, "{what}, {threads} threads, cpu {cpu}: blocks expanded differ");
+        // A sink per segment, given back in order: the same, put together.
+        let (mut joined, mut parts) = (Vec::new(), 0);
+        pool.install(|| {
+            par.run_segments(trace, common::Blocks::default, |b| {
+                joined.extend(b.events);
+                parts += 1;
+            })
+        });
+        assert_eq!(parts, segments(trace).len(), "{what}: a sink per segment");
+        assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: segment sinks joined differ");
         n += got.len();
     }
     n
@@ -73,4 +84,24 @@ fn segments_cut_at_each_psb() {
     assert_eq!(segments(&trace), [(5, 25), (25, 43)]);
     assert_eq!(segments(&[0, 0, 0]), [(0, 3)]);
     assert_eq!(segments(&[]), [(0, 0)]);
+}
+
+/// A sink that panics on the pool: the panic reaches the caller (no wait
+/// for a segment that never comes).
+#[test]
+fn a_panicking_segment_sink_panics_the_caller() {
+    struct Boom;
+    impl intel_pt::flow::FlowSink for Boom {
+        fn event(&mut self, _: FlowEvent) {
+            panic!("boom");
+        }
+    }
+    let cfg = sim::SimConfig { cpus: 1, protocol: "none".into(), pokes: 0, instructions: 20_000, psb_period: 1024, ..sim::SimConfig::default() };
+    let (_, run) = common::simulate("parallel-panic", &cfg, None);
+    let code = Static(&run.bare);
+    let par = ParallelFlow::new(&code, run.cfg.clone());
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("thread pool");
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(|| par.run_segments(&run.aux[0], || Boom, |_| {}))));
+    let message = got.expect_err("the sink's panic").downcast::<&str>().map(|m| *m);
+    assert_eq!(message.ok(), Some("boom"));
 }
