@@ -312,8 +312,9 @@ fn pt_lines(
             let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &mut lines);
             match image {
                 "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(sink),
-                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(sink),
-                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(sink),
+                // The lines show no instruction's latest time: none is worked out.
+                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
+                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
             }
             lines
         })

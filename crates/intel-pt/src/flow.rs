@@ -116,6 +116,12 @@ pub trait CodeSource {
     fn admits(&self, _window: &Range<Time>, _lo: Time, _hi: Time) -> bool {
         false
     }
+
+    /// Whether what the source gives depends on `hi`, so the decoder must
+    /// work it out (true, the default, unless the source says otherwise).
+    fn reads_hi(&self) -> bool {
+        true
+    }
 }
 
 /// TSC to perf time, as perf converts it (AUXTRACE_INFO time_shift, time_mult, time_zero).
@@ -398,6 +404,8 @@ pub struct FlowDecoder<'a, C: CodeSource> {
     mtc: Option<MtcConv>,
     cyc: Option<CycConv>,
     recovery: Recovery,
+    /// Whether to find each instruction's `hi`, unless told otherwise.
+    upper_bounds: bool,
 }
 
 /// Where the walk goes on after a decode error that leaves the packets
@@ -565,7 +573,7 @@ fn scale(cycles: u64, step: u64, up: bool) -> Time {
 
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
-        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None, cyc: None, recovery: Recovery::default() }
+        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None, cyc: None, recovery: Recovery::default(), upper_bounds: true }
     }
 
     /// Times what runs between TSCs by the MTC packets too (after a TMA):
@@ -585,6 +593,18 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// until the first CBR, CYC packets change nothing.
     pub fn with_cyc(mut self, cyc: impl Into<Option<CycConv>>) -> Self {
         self.cyc = cyc.into().filter(|c| c.max_non_turbo_ratio != 0);
+        self
+    }
+
+    /// Whether events carry an upper bound on their time (`hi`: the next
+    /// TSC's, found by scanning the packets ahead at each TSC: a second pass
+    /// over them). On unless told. Off, `hi` is `Time::MAX` and the scan is
+    /// not made, when that changes nothing else: only TSC timing (no MTC or
+    /// CYC, whose times the next TSC caps) over a source that does not
+    /// read `hi` ([`CodeSource::reads_hi`]). libipt and perf give no such
+    /// bound.
+    pub fn with_upper_bounds(mut self, on: bool) -> Self {
+        self.upper_bounds = on;
         self
     }
 
@@ -659,6 +679,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             }
         }
         let mut st = self.st.clone();
+        if !self.upper_bounds && self.mtc.is_none() && self.cyc.is_none() && !self.code.reads_hi() {
+            // No scan for the next TSC (`hi` stays unbounded).
+            st.hi_at = usize::MAX;
+        }
         let mut cache = std::mem::take(&mut self.cache);
         loop {
             match self.step_cached(&mut st, &mut cache, sink) {

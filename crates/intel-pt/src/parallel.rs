@@ -31,6 +31,7 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     cfg: FlowConfig,
     mtc: Option<MtcConv>,
     cyc: Option<CycConv>,
+    upper_bounds: bool,
     /// Idle decoders, their block caches warm.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
     /// Segment recordings for reuse.
@@ -116,7 +117,7 @@ impl Recording {
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow { code, cfg, mtc: None, cyc: None, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
+        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
     }
 
     /// MTC timing, as [`FlowDecoder::with_mtc`].
@@ -129,6 +130,13 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// decoder when each PSB+ has a CBR, as hardware sends it).
     pub fn with_cyc(mut self, cyc: impl Into<Option<CycConv>>) -> Self {
         self.cyc = cyc.into();
+        self
+    }
+
+    /// Upper bounds on the events' times or not, as
+    /// [`FlowDecoder::with_upper_bounds`].
+    pub fn with_upper_bounds(mut self, on: bool) -> Self {
+        self.upper_bounds = on;
         self
     }
 
@@ -198,7 +206,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// One segment's events into `sink`, on a decoder from the pool.
     fn decode(&self, buf: &'a [u8], start: usize, end: usize, sink: &mut impl FlowSink) {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc)
+            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc).with_upper_bounds(self.upper_bounds)
         });
         dec.reset_segment(buf, start, end);
         dec.run_with(sink);

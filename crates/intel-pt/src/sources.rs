@@ -36,6 +36,10 @@ impl CodeSource for Static<'_> {
     fn admits(&self, _window: &Range<Time>, _lo: Time, _hi: Time) -> bool {
         true
     }
+
+    fn reads_hi(&self) -> bool {
+        false
+    }
 }
 
 impl CodeSource for PerfStyle<'_> {
@@ -55,6 +59,10 @@ impl CodeSource for PerfStyle<'_> {
 
     fn admits(&self, window: &Range<Time>, lo: Time, _hi: Time) -> bool {
         window.contains(&lo)
+    }
+
+    fn reads_hi(&self) -> bool {
+        false
     }
 }
 

@@ -409,3 +409,45 @@ fn bad_cyc_and_cbr_values_do_not_panic() {
         });
     }
 }
+
+#[path = "common/flow.rs"]
+mod common;
+
+/// Without upper bounds (`with_upper_bounds(false)`): over a source that
+/// does not read `hi` (Static, PerfStyle) each event is what it is with
+/// them, `hi` unbounded; over one that does (Interval), nothing changes.
+/// On a simulated run with pokes and a TSC every 200 ns.
+#[test]
+fn without_upper_bounds_only_hi_changes() {
+    use intel_pt::flow::CodeSource;
+    use intel_pt::sources::{Interval, PerfStyle};
+    fn events<C: CodeSource + Sync>(trace: &[u8], code: &C, cfg: &FlowConfig, bounds: bool) -> Vec<FlowEvent> {
+        let mut out = Vec::new();
+        FlowDecoder::new(trace, code, cfg.clone()).with_upper_bounds(bounds).run(|e| out.push(e));
+        let mut parallel = Vec::new();
+        ParallelFlow::new(code, cfg.clone()).with_upper_bounds(bounds).run(trace, |e| parallel.push(e));
+        assert!(parallel == out, "parallel and sequential differ (bounds {bounds})");
+        out
+    }
+    fn unbounded(e: &FlowEvent) -> FlowEvent {
+        match *e {
+            FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => FlowEvent::Insn { ip, len, class, lo, hi: Time::MAX, uncertain },
+            other => other,
+        }
+    }
+    let sim = sim::SimConfig { cpus: 1, protocol: "int3".into(), pokes: 50, instructions: 30_000, ..sim::SimConfig::default() };
+    let (_, run) = common::simulate("upper-bounds", &sim, None);
+    let trace = &run.aux[0];
+    for (what, with, without) in [
+        ("Static", events(trace, &Static(&run.bare), &run.cfg, true), events(trace, &Static(&run.bare), &run.cfg, false)),
+        ("PerfStyle", events(trace, &PerfStyle(&run.full), &run.cfg, true), events(trace, &PerfStyle(&run.full), &run.cfg, false)),
+    ] {
+        let bounded = with.iter().filter(|e| matches!(e, FlowEvent::Insn { hi, .. } if *hi != Time::MAX)).count();
+        assert!(bounded > with.len() / 2, "{what}: {bounded} of {} events bounded with bounds on", with.len());
+        assert!(without.iter().all(|e| !matches!(e, FlowEvent::Insn { hi, .. } if *hi != Time::MAX)), "{what}: a bound without bounds");
+        let want: Vec<FlowEvent> = with.iter().map(unbounded).collect();
+        assert!(without == want, "{what}: events other than hi differ without bounds");
+    }
+    let (with, without) = (events(trace, &Interval(&run.full), &run.cfg, true), events(trace, &Interval(&run.full), &run.cfg, false));
+    assert!(with == without && with.len() > 20_000, "Interval: upper bounds off changed its events");
+}
