@@ -16,7 +16,10 @@
 //!   (no pokes in these runs, so every read is exact: the cost of asking).
 //! - summary rows only: `ours, Static, blocks` (a `FlowSink` taking cached
 //!   blocks whole, as a libipt user takes `pt_block`s: the like-for-like
-//!   row), its PSB-segment rows, `ours, Static, warm` (one decoder kept
+//!   row), the same `no upper bounds` (`with_upper_bounds(false)`: no
+//!   look-ahead for the next TSC, which libipt does not make either), its
+//!   PSB-segment rows (recorded and replayed into one sink, or `a sink per
+//!   PSB segment`, `run_segments`), `ours, Static, warm` (one decoder kept
 //!   across runs, warm as libipt's image is) and `libipt section cache,
 //!   cold` (a new image each run), the reference of the last column.
 //! - `libipt_file`: code as file sections (`pt_image_add_file` on kcore's
