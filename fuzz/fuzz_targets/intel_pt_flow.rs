@@ -7,7 +7,10 @@
 //! nesting can make, is a bug; so is any difference between stepping
 //! instruction by instruction (the counting source offers no windows, so
 //! nothing is cached) and the cached decode handing out blocks whole to a
-//! `FlowSink`, expanded.
+//! `FlowSink`, expanded; or, without upper bounds on time, any difference
+//! but an unbounded `hi` (none at all over a source that reads `hi`); or a
+//! difference between the parallel decode replayed into one sink and into
+//! a sink per segment.
 //!
 //! Input: byte 0 is the configuration (bit 0 noretcomp; bits 2:1 the code
 //! source: static, perf-style, interval, interval; bits 5:3 trial_insns;
@@ -39,6 +42,7 @@ use std::cell::Cell;
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
 use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, Time, TimeConv};
+use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use libfuzzer_sys::fuzz_target;
 
@@ -90,7 +94,7 @@ fn mapped(ip: u64) -> bool {
     BASES.iter().any(|&b| PROGRAM.iter().any(|&(off, bytes)| (b + off..b + off + bytes.len() as u64).contains(&ip)))
 }
 
-fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, recovery: Recovery) {
+fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recovery: Recovery) {
     let src = Counting { inner: code, fetches: Cell::new(0) };
     let bound = (trace.len() as u64 * 6 + 2) * (cfg.max_walk + 1);
     let mut events = 0u64;
@@ -134,6 +138,34 @@ fn check(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, recovery: Recov
     if let Some(i) = (0..stepped.len().max(cached.0.len())).find(|&i| stepped.get(i) != cached.0.get(i)) {
         panic!("event {i}: stepped {:x?}, cached {:x?}", stepped.get(i), cached.0.get(i));
     }
+    // Without upper bounds only `hi` may change, and only over a source
+    // that does not read it.
+    let mut unbounded = Expanded(Vec::new());
+    FlowDecoder::new(trace, code, cfg.clone()).with_recovery(recovery).with_upper_bounds(false).run_with(&mut unbounded);
+    let want: Vec<FlowEvent> = if code.reads_hi() {
+        stepped
+    } else {
+        stepped
+            .iter()
+            .map(|e| match *e {
+                FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => FlowEvent::Insn { ip, len, class, lo, hi: Time::MAX, uncertain },
+                other => other,
+            })
+            .collect()
+    };
+    if let Some(i) = (0..want.len().max(unbounded.0.len())).find(|&i| want.get(i) != unbounded.0.get(i)) {
+        panic!("event {i}: with bounds {:x?}, without {:x?}", want.get(i), unbounded.0.get(i));
+    }
+    // PSB segments in parallel, recorded and replayed, and into a sink per
+    // segment: no panic, whole blocks (their order against the sequential
+    // walk may differ on damaged input, where a segment restarts at its
+    // PSB+ and the sequential walk may not).
+    let par = ParallelFlow::new(code, cfg.clone());
+    let mut replayed = Expanded(Vec::new());
+    par.run_with(trace, &mut replayed);
+    let mut joined = Vec::new();
+    par.run_segments(trace, || Expanded(Vec::new()), |s| joined.extend(s.0));
+    assert!(joined == replayed.0, "a sink per segment and the replay differ");
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -161,6 +161,12 @@ fn summary() {
             black_box(ours_on(&mut warm, &f.traces));
             rows.push(("ours, Static, warm", best(&mut || timed_ours_warm(&mut warm, &f.traces))));
         }
+        if picks(&only, "ours, Static, blocks, no upper bounds, warm") {
+            let code = Static(&f.run.bare);
+            let mut warm = FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(false);
+            black_box(blocks_on(&mut warm, &f.traces));
+            rows.push(("ours, Static, blocks, no upper bounds, warm", best(&mut || timed_ours_blocks_warm(&mut warm, &f.traces))));
+        }
         let libipt_best = rows.iter().filter(|(n, _)| n.starts_with("libipt") && !n.ends_with("callback") && !n.ends_with("cold")).map(|r| r.1).min().unwrap();
         let libipt_cold = rows.iter().find(|(n, _)| *n == "libipt section cache, cold").map(|r| r.1);
         for (name, d) in rows {
@@ -302,9 +308,14 @@ fn ours_blocks_unbounded(f: &Fixture) -> (u64, u64) {
 
 fn ours_blocks_bounded(f: &Fixture, bounds: bool) -> (u64, u64) {
     let code = Static(&f.run.bare);
-    let mut dec = FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(bounds);
+    blocks_on(&mut FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(bounds), &f.traces)
+}
+
+/// Every trace in turn on `dec` (whose block cache may be warm), blocks
+/// taken whole.
+fn blocks_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [Vec<u8>]) -> (u64, u64) {
     let mut sink = Count::default();
-    for t in &f.traces {
+    for t in traces {
         dec.reset(t);
         dec.run_with(&mut sink);
     }
@@ -383,6 +394,10 @@ fn timed_ours_warm<'a>(dec: &mut FlowDecoder<'a, Static<'a>>, traces: &'a [Vec<u
 #[inline(never)]
 fn timed_ours_blocks(f: &Fixture) -> (u64, u64) {
     ours_blocks(f)
+}
+#[inline(never)]
+fn timed_ours_blocks_warm<'a>(dec: &mut FlowDecoder<'a, Static<'a>>, traces: &'a [Vec<u8>]) -> (u64, u64) {
+    blocks_on(dec, traces)
 }
 #[inline(never)]
 fn timed_ours_blocks_unbounded(f: &Fixture) -> (u64, u64) {

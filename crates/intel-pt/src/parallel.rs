@@ -89,23 +89,28 @@ impl Recording {
         }
     }
 
-    /// Hands everything to `sink` in order, and empties itself.
+    /// Hands everything to `sink` in order, and empties itself: the blocks
+    /// in runs between the places where an event comes or the time changes.
     fn replay(&mut self, sink: &mut impl FlowSink) {
-        let (mut events, mut times) = (0, 0);
+        let (mut events, mut times) = (self.events.iter().peekable(), self.times.iter().peekable());
         let (mut lo, mut hi) = (0, 0);
-        for (i, b) in self.blocks.iter().enumerate() {
-            while let Some(&(_, e)) = self.events.get(events).filter(|(before, _)| *before == i) {
+        let mut at = 0;
+        loop {
+            while let Some(&(_, e)) = events.next_if(|(before, _)| *before == at) {
                 sink.event(e);
-                events += 1;
             }
-            if let Some(&(_, l, h)) = self.times.get(times).filter(|(before, ..)| *before == i) {
+            if let Some(&(_, l, h)) = times.next_if(|(before, ..)| *before == at) {
                 (lo, hi) = (l, h);
-                times += 1;
             }
-            sink.block(InsnBlock::new(b, lo, hi, b.insns(&self.lens, &self.targets)));
-        }
-        for &(_, e) in &self.events[events..] {
-            sink.event(e);
+            let next = events.peek().map_or(usize::MAX, |e| e.0).min(times.peek().map_or(usize::MAX, |t| t.0));
+            let end = next.min(self.blocks.len());
+            for b in &self.blocks[at..end] {
+                sink.block(InsnBlock::new(b, lo, hi, b.insns(&self.lens, &self.targets)));
+            }
+            if end == self.blocks.len() && next == usize::MAX {
+                break;
+            }
+            at = end;
         }
         self.blocks.clear();
         self.times.clear();
