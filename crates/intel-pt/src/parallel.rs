@@ -42,15 +42,25 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
 /// entries of its blocks, copied whole (one aligned 64-byte write), the
 /// times they ran at where those change, and apart from them its other
 /// events; times and events with how many blocks came before them.
-#[derive(Default)]
 struct Recording {
     blocks: Vec<Block>,
     times: Vec<(usize, Time, Time)>,
+    /// The last of `times`, or [`NO_TIME`].
+    time: (Time, Time),
     events: Vec<(usize, FlowEvent)>,
     /// The instruction bytes of the blocks whose entries do not hold them.
     lens: Vec<u8>,
     /// Those blocks' inner jumps' and calls' targets.
     targets: Vec<u64>,
+}
+
+/// No `[lo, hi]` a block runs in (`hi` is never below `lo`).
+const NO_TIME: (Time, Time) = (Time::MAX, 0);
+
+impl Default for Recording {
+    fn default() -> Self {
+        Recording { blocks: Vec::new(), times: Vec::new(), time: NO_TIME, events: Vec::new(), lens: Vec::new(), targets: Vec::new() }
+    }
 }
 
 impl FlowSink for Recording {
@@ -63,7 +73,8 @@ impl FlowSink for Recording {
         let (entry, lens, targets) = b.parts();
         if entry.inline() {
             self.record_time(b.lo, b.hi);
-            self.blocks.push(*entry);
+            // (Copied in place: `push(*entry)` moves it through the stack.)
+            self.blocks.extend_from_slice(std::slice::from_ref(entry));
             return;
         }
         if self.lens.len().max(self.targets.len()) > u32::MAX as usize - 256 {
@@ -84,7 +95,8 @@ impl Recording {
     /// from the last block's.
     #[inline(always)]
     fn record_time(&mut self, lo: Time, hi: Time) {
-        if self.times.last().is_none_or(|&(_, l, h)| (l, h) != (lo, hi)) {
+        if self.time != (lo, hi) {
+            self.time = (lo, hi);
             self.times.push((self.blocks.len(), lo, hi));
         }
     }
@@ -114,6 +126,7 @@ impl Recording {
         }
         self.blocks.clear();
         self.times.clear();
+        self.time = NO_TIME;
         self.events.clear();
         self.lens.clear();
         self.targets.clear();
