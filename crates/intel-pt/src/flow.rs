@@ -1297,7 +1297,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             return self.run_insn(st, ip, b.first(cache), false, sink, false);
         }
         st.walked += count - 1;
-        self.run_block(st, cache, b, ip, sink)?;
+        self.run_block(st, cache, b, sink)?;
         self.chain(st, cache, sink);
         Ok(true)
     }
@@ -1317,7 +1317,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             if !b.ends_in_jcc() || !self.code.admits(&b.window(), lo, hi) || walked + b.count as u64 > max_walk {
                 break;
             }
-            emit_block(&mut st.stack, cache, b, ip, lo, hi, sink);
+            emit_block(&mut st.stack, cache, b, lo, hi, sink);
             left -= 1;
             walked = 0;
             ip = if bits >> left & 1 == 1 { b.target() } else { b.fall };
@@ -1331,8 +1331,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Emits the instructions of block `b` at `ip`, and executes its last.
     #[inline(always)]
-    fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, ip: u64, sink: &mut impl FlowSink) -> Result<(), Failure> {
-        emit_block(&mut st.stack, cache, b, ip, st.lo, st.hi, sink);
+    fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, sink: &mut impl FlowSink) -> Result<(), Failure> {
+        emit_block(&mut st.stack, cache, b, st.lo, st.hi, sink);
         if b.ends_in_jcc() && st.tnt_count > 0 {
             // `execute`'s conditional branch, its bit at hand.
             st.tnt_count -= 1;
@@ -1689,14 +1689,13 @@ impl Packets<'_> {
     }
 }
 
-/// Hands block `b` at `ip` (run within `[lo, hi]`) to the sink, pushing the
+/// Hands block `b` (run within `[lo, hi]`) to the sink, pushing the
 /// return addresses of its calls.
 #[inline(always)]
-fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, ip: u64, lo: Time, hi: Time, sink: &mut impl FlowSink) {
+fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, lo: Time, hi: Time, sink: &mut impl FlowSink) {
     for &ret in cache.pushes(b) {
         stack.push(ret);
     }
-    debug_assert_eq!(ip, b.start);
     sink.block(InsnBlock::new(b, lo, hi, cache.insns(b)));
 }
 
