@@ -160,7 +160,7 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
     // segment: no panic, whole blocks (their order against the sequential
     // walk may differ on damaged input, where a segment restarts at its
     // PSB+ and the sequential walk may not).
-    let par = ParallelFlow::new(code, cfg.clone());
+    let par = ParallelFlow::new(code, cfg.clone()).with_recovery(recovery);
     let mut replayed = Expanded(Vec::new());
     par.run_with(trace, &mut replayed);
     let mut joined = Vec::new();

@@ -20,7 +20,7 @@
 use std::sync::Mutex;
 
 use crate::block_cache::Block;
-use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Time};
+use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Recovery, Time};
 
 /// Segments decoding ahead of the one handed out next, per thread.
 const PER_THREAD: usize = 4;
@@ -32,6 +32,7 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     mtc: Option<MtcConv>,
     cyc: Option<CycConv>,
     upper_bounds: bool,
+    recovery: Recovery,
     /// Idle decoders, their block caches warm.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
     /// Segment recordings for reuse.
@@ -135,7 +136,7 @@ impl Recording {
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
+        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, recovery: Recovery::default(), decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
     }
 
     /// MTC timing, as [`FlowDecoder::with_mtc`].
@@ -155,6 +156,13 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// [`FlowDecoder::with_upper_bounds`].
     pub fn with_upper_bounds(mut self, on: bool) -> Self {
         self.upper_bounds = on;
+        self
+    }
+
+    /// Where a segment's walk goes on after an error, as
+    /// [`FlowDecoder::with_recovery`].
+    pub fn with_recovery(mut self, recovery: Recovery) -> Self {
+        self.recovery = recovery;
         self
     }
 
@@ -224,7 +232,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// One segment's events into `sink`, on a decoder from the pool.
     fn decode(&self, buf: &'a [u8], start: usize, end: usize, sink: &mut impl FlowSink) {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc).with_upper_bounds(self.upper_bounds)
+            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc).with_upper_bounds(self.upper_bounds).with_recovery(self.recovery)
         });
         dec.reset_segment(buf, start, end);
         dec.run_with(sink);

@@ -7,7 +7,7 @@
 #[path = "common/flow.rs"]
 mod common;
 
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, Recovery};
 use intel_pt::parallel::{segments, ParallelFlow};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 
@@ -69,6 +69,16 @@ fn parallel_equals_sequential() {
             }
         }
         let events = same(&format!("{name} corrupt"), &bad, &Static(&run.bare), &run.cfg, 3);
+        // Resuming at the next PSB after an error, as told.
+        for (cpu, t) in bad.iter().enumerate() {
+            let code = Static(&run.bare);
+            let mut want = Vec::new();
+            FlowDecoder::new(t, &code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run(|e| want.push(e));
+            let mut got = Vec::new();
+            ParallelFlow::new(&code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run(t, |e| got.push(e));
+            assert!(got == want, "{name} corrupt, NextPsb, cpu {cpu}: parallel and sequential differ");
+            assert!(sequential(t, &code, &run.cfg) != want, "{name} corrupt, cpu {cpu}: NextPsb changed nothing");
+        }
         let errors = bad.iter().map(|t| sequential(t, &Static(&run.bare), &run.cfg).iter().filter(|e| matches!(e, FlowEvent::Error { .. })).count()).sum::<usize>();
         assert!(errors > 0 && events > 10_000, "{name}: {errors} errors in {events} events");
     }
