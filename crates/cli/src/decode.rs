@@ -235,16 +235,10 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     };
     let code = bare.as_ref().unwrap_or(tl);
     aux.sort_by_key(|q| (q.cpu, q.thread, q.idx));
-    let per_queue = match &info {
-        Trace::IntelPt(info) => pt_lines(&file, info, &aux, itrace, image, tl, code)?,
-        Trace::CoreSight(info) => crate::decode_cs::lines(info, time_conv.as_ref(), &aux, itrace, code)?,
-    };
-    let mut lines: Vec<Out> = per_queue.into_iter().flatten().collect();
-    // All buffers in time order, as perf merges its queues.
-    lines.sort_by_key(|l| (l.time, l.queue));
     threads.finish();
-    let mut errors = 0;
-    for l in &lines {
+    let (mut lines, mut errors) = (0usize, 0usize);
+    let mut emit = |l: &Out| -> Result<()> {
+        lines += 1;
         if matches!(l.kind, Kind::Error { .. }) {
             errors += 1;
         }
@@ -263,8 +257,18 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         } else {
             write_line(out, l, l.cpu, who, &symbols)?;
         }
+        Ok(())
+    };
+    // All buffers in time order, as perf merges its queues.
+    match &info {
+        Trace::IntelPt(info) => pt_lines(&file, info, &aux, itrace, image, tl, code, &mut emit)?,
+        Trace::CoreSight(info) => {
+            let mut all: Vec<Out> = crate::decode_cs::lines(info, time_conv.as_ref(), &aux, itrace, code)?.into_iter().flatten().collect();
+            all.sort_by_key(|l| (l.time, l.queue));
+            all.iter().try_for_each(&mut emit)?;
+        }
     }
-    eprintln!("poketrace decode: {} trace buffers, {} lines, {errors} decode errors, image {image}", aux.len(), lines.len());
+    eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {image}", aux.len());
     Ok(0)
 }
 
@@ -274,7 +278,11 @@ enum Trace {
     CoreSight(CsEtmInfo),
 }
 
-/// Intel PT: each buffer decoded on its own core over the chosen image.
+/// Intel PT: each buffer decoded on a thread of its own over the chosen
+/// image, its lines handed in batches (a few per buffer at most, so memory
+/// stays bounded whatever the trace's length) to `emit`, all buffers merged
+/// in time order (ties in buffer order) as they come.
+#[allow(clippy::too_many_arguments)]
 fn pt_lines(
     file: &PerfFile,
     info: &IntelPtInfo,
@@ -283,7 +291,8 @@ fn pt_lines(
     image: &str,
     tl: &CodeTimeline,
     code: &CodeTimeline,
-) -> Result<Vec<Vec<Out>>> {
+    emit: &mut impl FnMut(&Out) -> Result<()>,
+) -> Result<()> {
     let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
     let idioms = match file.kcore_dir() {
         Some(d) if d.join("kallsyms").is_file() => {
@@ -303,22 +312,71 @@ fn pt_lines(
         max_walk: 1 << 20,
         trial_insns: 256,
     };
-    use rayon::prelude::*;
-    Ok(aux
-        .par_iter()
-        .enumerate()
-        .map(|(queue, q)| {
-            let mut lines = Vec::new();
-            let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &mut lines);
-            match image {
-                "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).run_with(sink),
-                // The lines show no instruction's latest time: none is worked out.
-                "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg.clone()).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
-                _ => FlowDecoder::new(&q.trace, &Static(code), cfg.clone()).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
+    std::thread::scope(|s| {
+        let mut heads = Vec::with_capacity(aux.len());
+        for (queue, q) in aux.iter().enumerate() {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Out>>(BATCHES_AHEAD);
+            let cfg = cfg.clone();
+            s.spawn(move || {
+                let mut lines = Vec::with_capacity(BATCH);
+                let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &mut lines, Some(&tx));
+                match image {
+                    "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).run_with(sink),
+                    // The lines show no instruction's latest time: none is worked out.
+                    "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
+                    _ => FlowDecoder::new(&q.trace, &Static(code), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
+                }
+                // (A receiver gone means the output failed: nothing to do.)
+                let _ = tx.send(lines);
+            });
+            heads.push(Head { rx, batch: Vec::new().into_iter() });
+        }
+        merge(&mut heads, emit)
+    })
+}
+
+/// Lines a buffer's decoder hands over at once.
+const BATCH: usize = 4096;
+/// Batches a buffer's decoder may be ahead of the output by.
+const BATCHES_AHEAD: usize = 2;
+
+/// One buffer's lines as they come: the batch being taken apart, and where
+/// the next ones come from.
+struct Head {
+    rx: std::sync::mpsc::Receiver<Vec<Out>>,
+    batch: std::vec::IntoIter<Out>,
+}
+
+impl Head {
+    /// The buffer's next line; `None` once its decoder is done.
+    fn next(&mut self) -> Option<Out> {
+        loop {
+            if let Some(l) = self.batch.next() {
+                return Some(l);
             }
-            lines
-        })
-        .collect())
+            self.batch = self.rx.recv().ok()?.into_iter();
+        }
+    }
+}
+
+/// Every buffer's lines to `emit` in (time, buffer) order: each buffer's
+/// lines come in its own order, the earliest of the buffers' next lines
+/// first (so, lines in time order within each buffer, what sorting all of
+/// them by time and buffer gives).
+fn merge(heads: &mut [Head], emit: &mut impl FnMut(&Out) -> Result<()>) -> Result<()> {
+    use std::cmp::Reverse;
+    let mut next: Vec<Option<Out>> = heads.iter_mut().map(Head::next).collect();
+    let mut order: std::collections::BinaryHeap<Reverse<(u64, usize)>> =
+        next.iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| Reverse((l.time, i)))).collect();
+    while let Some(Reverse((_, i))) = order.pop() {
+        let line = next[i].take().expect("a line where the order has one");
+        emit(&line)?;
+        next[i] = heads[i].next();
+        if let Some(l) = &next[i] {
+            order.push(Reverse((l.time, i)));
+        }
+    }
+    Ok(())
 }
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
@@ -329,6 +387,8 @@ struct Collector<'a> {
     itrace: &'a Itrace,
     tl: &'a CodeTimeline,
     lines: &'a mut Vec<Out>,
+    /// Where full batches of lines go, if anywhere (else they gather).
+    tx: Option<&'a std::sync::mpsc::SyncSender<Vec<Out>>>,
     /// The last instruction: IP, length, class, time.
     prev: Option<(u64, u8, BranchClass, u64)>,
     tracing: bool,
@@ -337,8 +397,17 @@ struct Collector<'a> {
 }
 
 impl<'a> Collector<'a> {
-    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>) -> Self {
-        Collector { queue, cpu, itrace, tl, lines, prev: None, tracing: false, prev_line: None }
+    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>, tx: Option<&'a std::sync::mpsc::SyncSender<Vec<Out>>>) -> Self {
+        Collector { queue, cpu, itrace, tl, lines, tx, prev: None, tracing: false, prev_line: None }
+    }
+
+    /// Hands a full batch on; only between events, when no line waits to
+    /// learn where its instruction went.
+    fn flush(&mut self) {
+        if let Some(tx) = self.tx.filter(|_| self.lines.len() >= BATCH && self.prev_line.is_none()) {
+            // (A receiver gone means the output failed: the lines go nowhere.)
+            let _ = tx.send(std::mem::replace(self.lines, Vec::with_capacity(BATCH)));
+        }
     }
 
     fn is_taken(from: u64, len: u8, class: BranchClass, to: u64) -> bool {
@@ -378,6 +447,7 @@ impl FlowSink for Collector<'_> {
             b.for_each_insn(|e| self.event(e));
             return;
         }
+        self.flush();
         self.arrive(b.ip, b.lo);
         self.prev = Some((b.last_ip, b.last().len, b.last().class, b.lo));
     }
@@ -396,6 +466,7 @@ impl FlowSink for Collector<'_> {
                 *slot = Self::is_taken(from, len, class, to).then_some(to);
             }
         }
+        self.flush();
         match e {
             FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
                 self.arrive(ip, lo);
@@ -669,6 +740,56 @@ fn line_json(l: &Out, cpu: u32, symbols: &Symbolizer, tl: &CodeTimeline) -> serd
         }
         Kind::Error { offset, ip, code, reason } => {
             json!({"time": l.time, "cpu": cpu as i32, "ip": ip, "offset": offset, "error": reason, "code": code})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The streaming merge gives what sorting all lines by (time, buffer)
+    /// gives, for buffers whose lines come in time order, in batches of any
+    /// size (empty ones too), from decoders on other threads.
+    #[test]
+    fn merge_is_a_stable_sort_by_time_and_buffer() {
+        let mut rng = testkit::Rng(0x5eed);
+        for round in 0..50 {
+            let buffers = 1 + rng.below(6) as usize;
+            let mut all: Vec<(u64, usize, u64)> = Vec::new();
+            let mut heads = Vec::new();
+            std::thread::scope(|s| {
+                for queue in 0..buffers {
+                    let (mut time, n) = (rng.below(10), rng.below(300) as usize);
+                    let mut lines = Vec::new();
+                    for k in 0..n {
+                        time += rng.below(3); // ties within and across buffers
+                        lines.push((time, queue, k as u64));
+                    }
+                    all.extend(&lines);
+                    let cuts: Vec<usize> = (0..rng.below(5)).map(|_| rng.below(n as u64 + 1) as usize).collect();
+                    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Out>>(1);
+                    s.spawn(move || {
+                        let mut cuts = cuts;
+                        cuts.push(0);
+                        cuts.push(lines.len());
+                        cuts.sort();
+                        for w in cuts.windows(2) {
+                            let batch = lines[w[0]..w[1]].iter().map(|&(time, queue, k)| Out { time, queue, cpu: k as u32, kind: Kind::Branch { from: k, to: 0, flags: "jcc", from_len: None } });
+                            tx.send(batch.collect()).unwrap();
+                        }
+                    });
+                    heads.push(Head { rx, batch: Vec::new().into_iter() });
+                }
+                let mut got = Vec::new();
+                merge(&mut heads, &mut |l| {
+                    got.push((l.time, l.queue, u64::from(l.cpu)));
+                    Ok(())
+                })
+                .unwrap();
+                all.sort_by_key(|&(time, queue, _)| (time, queue));
+                assert_eq!(got, all, "round {round}");
+            });
         }
     }
 }
