@@ -319,7 +319,7 @@ fn pt_lines(
             let cfg = cfg.clone();
             s.spawn(move || {
                 let mut lines = Vec::with_capacity(BATCH);
-                let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &mut lines, Some(&tx));
+                let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &mut lines, &tx);
                 match image {
                     "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).run_with(sink),
                     // The lines show no instruction's latest time: none is worked out.
@@ -387,8 +387,8 @@ struct Collector<'a> {
     itrace: &'a Itrace,
     tl: &'a CodeTimeline,
     lines: &'a mut Vec<Out>,
-    /// Where full batches of lines go, if anywhere (else they gather).
-    tx: Option<&'a std::sync::mpsc::SyncSender<Vec<Out>>>,
+    /// Where full batches of lines go.
+    tx: &'a std::sync::mpsc::SyncSender<Vec<Out>>,
     /// The last instruction: IP, length, class, time.
     prev: Option<(u64, u8, BranchClass, u64)>,
     tracing: bool,
@@ -397,16 +397,16 @@ struct Collector<'a> {
 }
 
 impl<'a> Collector<'a> {
-    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>, tx: Option<&'a std::sync::mpsc::SyncSender<Vec<Out>>>) -> Self {
+    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>, tx: &'a std::sync::mpsc::SyncSender<Vec<Out>>) -> Self {
         Collector { queue, cpu, itrace, tl, lines, tx, prev: None, tracing: false, prev_line: None }
     }
 
     /// Hands a full batch on; only between events, when no line waits to
     /// learn where its instruction went.
     fn flush(&mut self) {
-        if let Some(tx) = self.tx.filter(|_| self.lines.len() >= BATCH && self.prev_line.is_none()) {
+        if self.lines.len() >= BATCH && self.prev_line.is_none() {
             // (A receiver gone means the output failed: the lines go nowhere.)
-            let _ = tx.send(std::mem::replace(self.lines, Vec::with_capacity(BATCH)));
+            let _ = self.tx.send(std::mem::replace(self.lines, Vec::with_capacity(BATCH)));
         }
     }
 
