@@ -11,7 +11,11 @@ use crate::flow::{CodeSource, Fetch, Time};
 pub struct Static<'a>(pub &'a CodeTimeline);
 
 /// One image, updated in timestamp order, read at the last timestamp seen:
-/// what perf does.
+/// perf's model. Not perf's exact reads: perf moves to a timing packet's
+/// time when it takes the flow packet after it, the walk here when it has
+/// read past it (for the instructions between the last branch before the
+/// packet and the next that needs one), so at a poke in that span the two
+/// can read different code.
 pub struct PerfStyle<'a>(pub &'a CodeTimeline);
 
 /// The code timeline asked for the whole interval the trace allows; every
