@@ -318,16 +318,14 @@ fn pt_lines(
             let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Out>>(BATCHES_AHEAD);
             let cfg = cfg.clone();
             s.spawn(move || {
-                let mut lines = Vec::with_capacity(BATCH);
-                let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &mut lines, &tx);
+                let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &tx);
                 match image {
                     "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).run_with(sink),
                     // The lines show no instruction's latest time: none is worked out.
                     "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
                     _ => FlowDecoder::new(&q.trace, &Static(code), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
                 }
-                // (A receiver gone means the output failed: nothing to do.)
-                let _ = tx.send(lines);
+                sink.finish();
             });
             heads.push(Head { rx, batch: Vec::new().into_iter() });
         }
@@ -386,7 +384,8 @@ struct Collector<'a> {
     cpu: u32,
     itrace: &'a Itrace,
     tl: &'a CodeTimeline,
-    lines: &'a mut Vec<Out>,
+    /// Lines not yet handed on.
+    lines: Vec<Out>,
     /// Where full batches of lines go.
     tx: &'a std::sync::mpsc::SyncSender<Vec<Out>>,
     /// The last instruction: IP, length, class, time.
@@ -397,8 +396,8 @@ struct Collector<'a> {
 }
 
 impl<'a> Collector<'a> {
-    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lines: &'a mut Vec<Out>, tx: &'a std::sync::mpsc::SyncSender<Vec<Out>>) -> Self {
-        Collector { queue, cpu, itrace, tl, lines, tx, prev: None, tracing: false, prev_line: None }
+    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, tx: &'a std::sync::mpsc::SyncSender<Vec<Out>>) -> Self {
+        Collector { queue, cpu, itrace, tl, lines: Vec::with_capacity(BATCH), tx, prev: None, tracing: false, prev_line: None }
     }
 
     /// Hands a full batch on; only between events, when no line waits to
@@ -406,8 +405,13 @@ impl<'a> Collector<'a> {
     fn flush(&mut self) {
         if self.lines.len() >= BATCH && self.prev_line.is_none() {
             // (A receiver gone means the output failed: the lines go nowhere.)
-            let _ = self.tx.send(std::mem::replace(self.lines, Vec::with_capacity(BATCH)));
+            let _ = self.tx.send(std::mem::replace(&mut self.lines, Vec::with_capacity(BATCH)));
         }
+    }
+
+    /// Hands the last lines on, at the end of the buffer.
+    fn finish(&mut self) {
+        let _ = self.tx.send(std::mem::take(&mut self.lines));
     }
 
     fn is_taken(from: u64, len: u8, class: BranchClass, to: u64) -> bool {
