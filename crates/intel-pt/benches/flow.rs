@@ -19,9 +19,10 @@
 //!   row), the same `no upper bounds` (`with_upper_bounds(false)`: no
 //!   look-ahead for the next TSC, which libipt does not make either), its
 //!   PSB-segment rows (recorded and replayed into one sink, or `a sink per
-//!   PSB segment`, `run_segments`), `ours, Static, warm` (one decoder kept
-//!   across runs, warm as libipt's image is) and `libipt section cache,
-//!   cold` (a new image each run), the reference of the last column.
+//!   PSB segment`, `run_segments`), `ours, Static, warm` and `ours,
+//!   Static, blocks, no upper bounds, warm` (one decoder kept across runs,
+//!   warm as libipt's image is) and `libipt section cache, cold` (a new
+//!   image each run), the reference of the last column.
 //! - `libipt_file`: code as file sections (`pt_image_add_file` on kcore's
 //!   PT_LOAD ranges or the program's MMAP2): libipt's block cache is on.
 //! - `libipt_cached`: the same sections through an image section cache
@@ -30,9 +31,9 @@
 //!   `CodeTimeline`: no section, so no block cache.
 //!
 //! libipt is counted in blocks' `ninsn` (what a block-decoder user gets);
-//! ours emits an event per instruction, or (`blocks`) is counted in blocks. The image and section cache are
-//! built outside the timed loop; libipt's block cache lives in the section
-//! and stays warm across samples.
+//! ours emits an event per instruction, or (`blocks`) is counted in blocks.
+//! The image and section cache are built outside the timed loop; libipt's
+//! block cache lives in the section and stays warm across samples.
 //!
 //! For callgrind, each decoder runs in a function of its own
 //! (`flow::timed_*`), apart from the start-up cross-check (`flow::check_*`);
@@ -130,9 +131,9 @@ fn summary() {
         row("ours, Static, blocks, no upper bounds", &mut || ours_blocks_unbounded(f), &mut || timed_ours_blocks_unbounded(f));
         row("ours, Static, blocks, PSB segments on 1 thread", &mut || (0, 0), &mut || timed_ours_parallel(f, 1));
         row("ours, Static, blocks, PSB segments on 2 threads", &mut || (0, 0), &mut || timed_ours_parallel(f, 2));
-        let image = LibiptImage::new(&f.run, ImageKind::File);
         row("ours, Static, blocks, a sink per PSB segment on 1 thread", &mut || (0, 0), &mut || timed_ours_segments(f, 1));
         row("ours, Static, blocks, a sink per PSB segment on 2 threads", &mut || (0, 0), &mut || timed_ours_segments(f, 2));
+        let image = LibiptImage::new(&f.run, ImageKind::File);
         row("libipt file sections", &mut || libipt(f, &image), &mut || timed_libipt_file(f, &image));
         let image = LibiptImage::new(&f.run, ImageKind::Cached);
         row("libipt section cache", &mut || libipt(f, &image), &mut || timed_libipt_cached(f, &image));

@@ -1329,7 +1329,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         ran
     }
 
-    /// Emits the instructions of block `b` at `ip`, and executes its last.
+    /// Emits the instructions of block `b`, and executes its last.
     #[inline(always)]
     fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, sink: &mut impl FlowSink) -> Result<(), Failure> {
         emit_block(&mut st.stack, cache, b, st.lo, st.hi, sink);

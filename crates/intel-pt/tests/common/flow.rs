@@ -203,7 +203,6 @@ impl FlowSink for Blocks {
     }
 }
 
-
 /// How libipt is given the code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ImageKind {
