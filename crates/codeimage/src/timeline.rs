@@ -403,6 +403,27 @@ impl SpanIndex {
         SpanIndex { lo, shift, first: idx, occupied }
     }
 
+    /// Where the first granule a span touches in `[start, end)` starts (at
+    /// or before `start` when it holds `start`): a word of the bitmap at a
+    /// time, so that long ranges cost little.
+    fn first_touched(&self, start: u64, end: u64) -> Option<u64> {
+        if self.first.is_empty() || end <= self.lo || start >= end {
+            return None;
+        }
+        let g0 = (start.max(self.lo) - self.lo) >> self.shift;
+        let g1 = ((end - 1 - self.lo) >> self.shift).min(self.first.len() as u64 - 1);
+        let mut g = g0;
+        while g <= g1 {
+            let word = self.occupied[(g / 64) as usize] >> (g % 64);
+            if word != 0 {
+                let hit = g + u64::from(word.trailing_zeros());
+                return (hit <= g1).then(|| self.lo + (hit << self.shift));
+            }
+            g = (g / 64 + 1) * 64;
+        }
+        None
+    }
+
     /// Whether some span may touch `[start, end)` (false: only base code there).
     fn touches(&self, start: u64, end: u64) -> bool {
         if self.first.is_empty() || end <= self.lo {
@@ -551,18 +572,19 @@ impl CodeTimeline {
         info
     }
 
-    /// The base code at `[addr, addr + len)`, cut at the end of its region,
-    /// when no recorded change touches that range: what a read gives at any
-    /// time, borrowed instead of copied (a decoder's block builder reads
-    /// whole runs of code this way). `None` when a change touches it, or
-    /// nothing is mapped at `addr`.
+    /// The base code from `addr` on, at most `len` bytes, cut at the end of
+    /// its region and before the first recorded change (to the granule of
+    /// the index): what a read gives at any time, borrowed instead of
+    /// copied (a decoder's block builder reads whole runs of code this
+    /// way). `None` when nothing is mapped at `addr`, or a change may touch
+    /// it.
     pub fn unchanging(&self, addr: u64, len: usize) -> Option<&[u8]> {
         let (r, off) = self.base.find(addr)?;
-        let n = len.min(r.bytes().len() - off);
-        if self.index.touches(addr, addr.saturating_add(n as u64)) {
-            return None;
+        let mut n = len.min(r.bytes().len() - off);
+        if let Some(at) = self.index.first_touched(addr, addr.saturating_add(n as u64)) {
+            n = at.saturating_sub(addr) as usize;
         }
-        Some(&r.bytes()[off..off + n])
+        (n > 0).then(|| &r.bytes()[off..off + n])
     }
 
     /// Copies base code only (no span touches the range); returns the bytes mapped.

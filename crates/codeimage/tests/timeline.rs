@@ -121,6 +121,46 @@ proptest! {
     }
 
     #[test]
+    fn unchanging_runs_hold_at_every_time(
+        base_bytes in prop::collection::vec(any::<u8>(), BASE_LEN),
+        ops in prop::collection::vec((1u64..60, op()), 0..12),
+        runs in prop::collection::vec((BASE - 4..BASE + BASE_LEN as u64 + 4, 1usize..300), 1..20),
+    ) {
+        let (tl, naive) = build(&base_bytes, &ops);
+        for (addr, len) in runs {
+            let got = tl.unchanging(addr, len);
+            let mapped = (BASE..BASE + BASE_LEN as u64).contains(&addr);
+            let rest = (BASE + BASE_LEN as u64).saturating_sub(addr) as usize;
+            // The first byte any poke touches at or after `addr`.
+            let first_poke = tl.pokes().iter().filter_map(|p| {
+                let n = tl.old_bytes(p).len().max(tl.new_bytes(p).len()) as u64;
+                (p.addr + n > addr).then_some(p.addr.max(addr))
+            }).min();
+            match got {
+                Some(run) => {
+                    prop_assert!(mapped && !run.is_empty() && run.len() <= len.min(rest));
+                    for t in [0, 1, 20, 40, 59, 70] {
+                        prop_assert_eq!(naive.read(addr, run.len(), t), run.to_vec(), "run {:#x}+{} at {}", addr, run.len(), t);
+                    }
+                    // Cut only at the region's end, the length asked, or within a granule of a poke.
+                    if run.len() < len.min(rest) {
+                        let cut = addr + run.len() as u64;
+                        prop_assert!(first_poke.is_some_and(|p| p >= cut && p < cut + 64), "cut at {:#x}, first poke {:x?}", cut, first_poke);
+                    }
+                }
+                None => {
+                    // Unmapped, or a poke within a granule (64 bytes here) of `addr`.
+                    let near = tl.pokes().iter().any(|p| {
+                        let n = tl.old_bytes(p).len().max(tl.new_bytes(p).len()) as u64;
+                        p.addr < addr + 64 && addr < p.addr + n + 64
+                    });
+                    prop_assert!(!mapped || near, "{:#x}: None, no poke near", addr);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn read_during_lists_every_content(
         base_bytes in prop::collection::vec(any::<u8>(), BASE_LEN),
         ops in prop::collection::vec((1u64..60, op()), 0..30),

@@ -156,17 +156,40 @@ pub(crate) struct BlockCache {
     used: usize,
     spill: Vec<u8>,
     spill_targets: Vec<u64>,
-    /// The block being built: its instructions before the last, the targets
-    /// of its jumps and calls, and the return addresses its calls push.
-    lens: Vec<u8>,
-    targets: Vec<u64>,
-    pushes: Vec<u64>,
+    building: Building,
+}
+
+/// The block being built: its instructions before the last, the targets of
+/// its jumps and calls, and the return addresses its calls push. Fewer than
+/// [`MAX_BLOCK_INSNS`] of each, in arrays, so that adding one is a store.
+struct Building {
+    lens: [u8; MAX_BLOCK_INSNS],
+    targets: [u64; MAX_BLOCK_INSNS],
+    pushes: [u64; MAX_BLOCK_INSNS],
+    n_lens: usize,
+    n_targets: usize,
+    n_pushes: usize,
+}
+
+impl Building {
+    fn lens(&self) -> &[u8] {
+        &self.lens[..self.n_lens]
+    }
+
+    fn targets(&self) -> &[u64] {
+        &self.targets[..self.n_targets]
+    }
+
+    fn pushes(&self) -> &[u64] {
+        &self.pushes[..self.n_pushes]
+    }
 }
 
 /// Empty, and allocates nothing until the first block.
 impl Default for BlockCache {
     fn default() -> Self {
-        BlockCache { table: Vec::new(), used: 0, spill: Vec::new(), spill_targets: Vec::new(), lens: Vec::new(), targets: Vec::new(), pushes: Vec::new() }
+        let building = Building { lens: [0; MAX_BLOCK_INSNS], targets: [0; MAX_BLOCK_INSNS], pushes: [0; MAX_BLOCK_INSNS], n_lens: 0, n_targets: 0, n_pushes: 0 };
+        BlockCache { table: Vec::new(), used: 0, spill: Vec::new(), spill_targets: Vec::new(), building }
     }
 }
 
@@ -221,12 +244,13 @@ impl BlockCache {
             self.discard();
             return false;
         };
-        let n = self.lens.len();
-        let inline = n <= INLINE && self.targets.is_empty();
+        let new = &self.building;
+        let n = new.n_lens;
+        let inline = n <= INLINE && new.n_targets == 0;
         if self.table.is_empty() {
             self.table = vec![EMPTY; MIN_ENTRIES];
         }
-        if !inline && (self.spill.len() + n > MAX_SPILL || self.spill_targets.len() + self.targets.len() + self.pushes.len() > MAX_SPILL) {
+        if !inline && (self.spill.len() + n > MAX_SPILL || self.spill_targets.len() + new.n_targets + new.n_pushes > MAX_SPILL) {
             self.clear();
         }
         if (self.used + 1) * 2 > self.table.len() {
@@ -250,17 +274,18 @@ impl BlockCache {
             has_target: last.target.is_some(),
             lens: [0; INLINE],
         };
+        let new = &self.building;
         if inline {
-            b.lens[..n].copy_from_slice(&self.lens);
+            b.lens[..n].copy_from_slice(new.lens());
         } else {
             b.spill = self.spill.len() as u32;
             b.targets = self.spill_targets.len() as u32;
             // (At most MAX_BLOCK_INSNS - 1 of each.)
-            b.lens[0] = self.targets.len() as u8;
-            b.lens[1] = self.pushes.len() as u8;
-            self.spill.extend_from_slice(&self.lens);
-            self.spill_targets.extend_from_slice(&self.targets);
-            self.spill_targets.extend_from_slice(&self.pushes);
+            b.lens[0] = new.n_targets as u8;
+            b.lens[1] = new.n_pushes as u8;
+            self.spill.extend_from_slice(new.lens());
+            self.spill_targets.extend_from_slice(new.targets());
+            self.spill_targets.extend_from_slice(new.pushes());
         }
         self.place(b);
         self.discard();
@@ -307,29 +332,33 @@ impl BlockCache {
     /// `ip`: one of class `None` or `Nop`, or a direct jump or call (with
     /// its target).
     pub fn push(&mut self, ip: u64, insn: &Insn) {
+        let new = &mut self.building;
         let kind = match (insn.class, insn.target) {
             (BranchClass::Nop, _) => NOP,
             (BranchClass::DirectJump, Some(t)) => {
-                self.targets.push(t);
+                new.targets[new.n_targets] = t;
+                new.n_targets += 1;
                 JUMP
             }
             (BranchClass::DirectCall, Some(t)) => {
-                self.targets.push(t);
+                new.targets[new.n_targets] = t;
+                new.n_targets += 1;
                 let next = ip.wrapping_add(insn.len as u64);
                 // A zero-length CALL (to the next IP) is not pushed (SDM).
                 if t != next {
-                    self.pushes.push(next);
+                    new.pushes[new.n_pushes] = next;
+                    new.n_pushes += 1;
                 }
                 CALL
             }
             _ => 0,
         };
-        self.lens.push(insn.len | kind);
+        new.lens[new.n_lens] = insn.len | kind;
+        new.n_lens += 1;
     }
 
     pub fn discard(&mut self) {
-        self.lens.clear();
-        self.targets.clear();
-        self.pushes.clear();
+        let new = &mut self.building;
+        (new.n_lens, new.n_targets, new.n_pushes) = (0, 0, 0);
     }
 }

@@ -53,6 +53,7 @@
 //! (perf, which resumes at the next packet with an IP, reports 15,203 on
 //! the same data: `perf script --itrace=e`).
 
+use std::cell::Cell;
 use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
@@ -406,6 +407,9 @@ pub struct FlowDecoder<'a, C: CodeSource> {
     recovery: Recovery,
     /// Whether to find each instruction's `hi`, unless told otherwise.
     upper_bounds: bool,
+    /// The last run of code [`CodeSource::code_run`] gave (its start, bytes
+    /// and window), which the next block built reads from if it can.
+    last_run: Cell<(u64, &'a [u8], Time, Time)>,
 }
 
 /// Where the walk goes on after a decode error that leaves the packets
@@ -573,7 +577,7 @@ fn scale(cycles: u64, step: u64, up: bool) -> Time {
 
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
-        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None, cyc: None, recovery: Recovery::default(), upper_bounds: true }
+        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None, cyc: None, recovery: Recovery::default(), upper_bounds: true, last_run: Cell::new((0, &[], 0, 0)) }
     }
 
     /// Times what runs between TSCs by the MTC packets too (after a TMA):
@@ -1359,16 +1363,20 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut at = ip;
         let mut last: Option<Insn> = None;
         let mut last_ip = ip;
-        let mut run: (u64, &[u8]) = (ip, &[]);
+        let code: &'a C = self.code;
+        // The last block's run of code, while its window holds.
+        let (start, bytes, from, to) = self.last_run.get();
+        let mut run = if code.admits(&(from..to), lo, hi) { (start, bytes, from..to) } else { (ip, &[][..], 0..Time::MAX) };
         let mut buf = [0u8; 16];
         for _ in 0..MAX_BLOCK_INSNS {
             // 16 bytes at `at`, as `fetch` would give them: from a borrowed
             // run of code while it lasts, else fetched.
             let off = at.wrapping_sub(run.0) as usize;
             let (bytes, w) = if off.checked_add(16).is_some_and(|end| end <= run.1.len()) {
-                (&run.1[off..off + 16], window.clone())
-            } else if let Some((r, w)) = self.code.code_run(at, lo, hi).filter(|(r, _)| r.len() >= 16) {
-                run = (at, r);
+                (&run.1[off..off + 16], run.2.clone())
+            } else if let Some((r, w)) = code.code_run(at, lo, hi).filter(|(r, _)| r.len() >= 16) {
+                self.last_run.set((at, r, w.start, w.end));
+                run = (at, r, w.clone());
                 (&r[..16], w)
             } else {
                 let Some((n, w)) = self.code.fetch_window(at, lo, hi, &mut buf) else { break };
