@@ -5,6 +5,9 @@
 use crate::packet::{IpCompression, Packet, PacketKind, PayloadSize, Tnt};
 use crate::{Ip, PSB};
 
+mod visit;
+pub use visit::PacketVisitor;
+
 /// The packets [`PacketDecoder::next_quick`] decodes, as the flow walk uses
 /// them (IPs resolved against the last IP; `None`: suppressed).
 #[derive(Clone, Copy, Debug)]
@@ -820,6 +823,45 @@ mod tests {
                     Err(_) => {
                         dec.sync_forward();
                     }
+                }
+            }
+        }
+        assert!(steps > 25_000, "{steps}");
+    }
+
+    /// `visit`, stopped after every packet, leaves the decoder where
+    /// `next_packet` does (position, last IP, open block), errors included.
+    #[test]
+    fn visit_steps_like_next_packet() {
+        use std::ops::ControlFlow;
+        struct One(Option<(usize, Packet)>);
+        impl PacketVisitor for One {
+            fn packet(&mut self, offset: usize, packet: Packet) -> ControlFlow<()> {
+                self.0 = Some((offset, packet));
+                ControlFlow::Break(())
+            }
+        }
+        let mut steps = 0;
+        for (n, trace) in (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces()).enumerate() {
+            let mut dec = PacketDecoder::new(&trace);
+            loop {
+                let mut by_next = dec.clone();
+                let want = by_next.next_packet();
+                let mut one = One(None);
+                let got = dec.visit(&mut one);
+                assert_eq!((dec.pos, dec.last_ip, dec.block), (by_next.pos, by_next.last_ip, by_next.block), "trace {n}");
+                steps += 1;
+                match (want, got) {
+                    (Ok(Some(p)), Ok(ControlFlow::Break(()))) => assert_eq!(one.0, Some(p), "trace {n}"),
+                    (Ok(None), Ok(ControlFlow::Continue(()))) => {
+                        assert_eq!(one.0, None);
+                        break;
+                    }
+                    (Err(a), Err(b)) => {
+                        assert_eq!((a, one.0), (b, None), "trace {n}");
+                        dec.sync_forward();
+                    }
+                    (a, b) => panic!("trace {n} at {}: {a:?} against {b:?}", by_next.pos),
                 }
             }
         }

@@ -1,0 +1,223 @@
+//! [`PacketDecoder::visit`]: the decoder calling a visitor from inside each
+//! packet's branch, instead of returning a [`Packet`] that the caller
+//! matches again.
+
+use std::ops::ControlFlow;
+
+use super::{cyc_fast, tnt8, Emit, Lead, PacketDecoder, PacketError, IP_LEN, LEAD};
+use crate::packet::{Ip, Packet, Tnt};
+
+/// What [`PacketDecoder::visit`] calls for each packet, with its offset.
+///
+/// Every packet reaches one method: its own, for the kinds that have one,
+/// else [`packet`](Self::packet); the own methods pass the packet on to
+/// `packet` unless overridden. Mark the methods you write `#[inline]` (or
+/// `#[inline(always)]`): inlined, `packet`'s match on the kind folds into
+/// the decoder's branch for it. Return `ControlFlow::Break(())` to stop.
+///
+/// ```
+/// use intel_pt::{Ip, Packet, PacketDecoder, PacketVisitor};
+/// use std::ops::ControlFlow;
+///
+/// /// Counts packets, and TIPs apart.
+/// struct Count {
+///     packets: usize,
+///     tips: usize,
+/// }
+///
+/// impl PacketVisitor for Count {
+///     #[inline]
+///     fn packet(&mut self, _offset: usize, _packet: Packet) -> ControlFlow<()> {
+///         self.packets += 1;
+///         ControlFlow::Continue(())
+///     }
+///     #[inline]
+///     fn tip(&mut self, _offset: usize, _ip: Ip) -> ControlFlow<()> {
+///         self.tips += 1;
+///         self.packets += 1;
+///         ControlFlow::Continue(())
+///     }
+/// }
+///
+/// let trace = [0x02, 0x82].repeat(8).into_iter().chain([0x02, 0x23, 0x2d, 0x34, 0x12]).collect::<Vec<u8>>();
+/// let mut count = Count { packets: 0, tips: 0 };
+/// assert!(PacketDecoder::new(&trace).visit(&mut count)?.is_continue());
+/// assert_eq!((count.packets, count.tips), (3, 1));
+/// # Ok::<(), intel_pt::PacketError>(())
+/// ```
+pub trait PacketVisitor {
+    /// Any packet without a method of its own here, or whose method is not
+    /// overridden. IPs are rebuilt from the last IP, as by
+    /// [`PacketDecoder::next_packet`].
+    fn packet(&mut self, offset: usize, packet: Packet) -> ControlFlow<()>;
+
+    /// PAD.
+    #[inline(always)]
+    fn pad(&mut self, offset: usize) -> ControlFlow<()> {
+        self.packet(offset, Packet::Pad)
+    }
+
+    /// A short TNT (a long one goes to [`packet`](Self::packet)).
+    #[inline(always)]
+    fn tnt_short(&mut self, offset: usize, tnt: Tnt) -> ControlFlow<()> {
+        self.packet(offset, Packet::TntShort(tnt))
+    }
+
+    /// TIP.
+    #[inline(always)]
+    fn tip(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
+        self.packet(offset, Packet::Tip(ip))
+    }
+
+    /// TIP.PGE.
+    #[inline(always)]
+    fn tip_pge(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
+        self.packet(offset, Packet::TipPge(ip))
+    }
+
+    /// TIP.PGD.
+    #[inline(always)]
+    fn tip_pgd(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
+        self.packet(offset, Packet::TipPgd(ip))
+    }
+
+    /// FUP.
+    #[inline(always)]
+    fn fup(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
+        self.packet(offset, Packet::Fup(ip))
+    }
+
+    /// TSC: its low 56 bits.
+    #[inline(always)]
+    fn tsc(&mut self, offset: usize, tsc: u64) -> ControlFlow<()> {
+        self.packet(offset, Packet::Tsc(tsc))
+    }
+
+    /// MTC: its CTC byte.
+    #[inline(always)]
+    fn mtc(&mut self, offset: usize, ctc: u8) -> ControlFlow<()> {
+        self.packet(offset, Packet::Mtc(ctc))
+    }
+
+    /// CYC: its cycle count.
+    #[inline(always)]
+    fn cyc(&mut self, offset: usize, cycles: u64) -> ControlFlow<()> {
+        self.packet(offset, Packet::Cyc(cycles))
+    }
+}
+
+/// `packet` to the visitor method for its kind.
+#[inline(always)]
+fn dispatch<V: PacketVisitor + ?Sized>(v: &mut V, offset: usize, packet: Packet) -> ControlFlow<()> {
+    match packet {
+        Packet::Pad => v.pad(offset),
+        Packet::TntShort(t) => v.tnt_short(offset, t),
+        Packet::Tip(ip) => v.tip(offset, ip),
+        Packet::TipPge(ip) => v.tip_pge(offset, ip),
+        Packet::TipPgd(ip) => v.tip_pgd(offset, ip),
+        Packet::Fup(ip) => v.fup(offset, ip),
+        Packet::Tsc(t) => v.tsc(offset, t),
+        Packet::Mtc(c) => v.mtc(offset, c),
+        Packet::Cyc(c) => v.cyc(offset, c),
+        p => v.packet(offset, p),
+    }
+}
+
+/// The full decoder's emitter for a visitor: the packet at `offset` to it.
+struct ToVisitor<'v, V: ?Sized> {
+    v: &'v mut V,
+    offset: usize,
+}
+
+impl<V: PacketVisitor + ?Sized> Emit for ToVisitor<'_, V> {
+    type Out = ControlFlow<()>;
+    #[inline(always)]
+    fn emit(self, packet: Packet) -> ControlFlow<()> {
+        dispatch(self.v, self.offset, packet)
+    }
+}
+
+impl PacketDecoder<'_> {
+    /// Decodes packets from the current position to the end of the buffer,
+    /// handing each with its offset to `v`: the same packets, offsets, IPs
+    /// and errors as repeated [`next_packet`](Self::next_packet), in one loop
+    /// with the visitor's methods inlined into it.
+    ///
+    /// Returns `Continue` at the end of the buffer, `Break` when the visitor
+    /// stopped (the decoder then stands after that packet). On error the
+    /// decoder stands at the bad packet, as after `next_packet`, so that
+    /// [`sync_forward`](Self::sync_forward) and another `visit` go on.
+    pub fn visit<V: PacketVisitor + ?Sized>(&mut self, v: &mut V) -> Result<ControlFlow<()>, PacketError> {
+        // On a copy that no call sees, so that its state lives in registers.
+        let mut dec = self.clone();
+        let r = dec.visit_all(v);
+        *self = dec;
+        r
+    }
+
+    #[inline(always)]
+    fn visit_all<V: PacketVisitor + ?Sized>(&mut self, v: &mut V) -> Result<ControlFlow<()>, PacketError> {
+        let buf = self.buf;
+        loop {
+            let offset = self.pos;
+            let rest = &buf[offset..];
+            let step = 'step: {
+                // With 9 bytes left and no PEBS block open, one jump on the
+                // first byte: the common packets from one 8-byte load, the
+                // `02` packets straight to their own decoder.
+                'full: {
+                    let (Some(w), None) = (rest.get(..9), self.block) else {
+                        break 'full;
+                    };
+                    let b0 = w[0];
+                    let after = u64::from_le_bytes(w[1..9].try_into().unwrap());
+                    let ip_ok = IP_LEN[usize::from(b0 >> 5)] != 0;
+                    break 'step Ok(match LEAD[usize::from(b0)] {
+                        Lead::Tnt => (1, v.tnt_short(offset, tnt8(b0))),
+                        Lead::Tip if ip_ok => {
+                            let (n, ip) = self.fast_ip(b0, after);
+                            (n, v.tip(offset, ip))
+                        }
+                        Lead::Fup if ip_ok => {
+                            let (n, ip) = self.fast_ip(b0, after);
+                            (n, v.fup(offset, ip))
+                        }
+                        Lead::TipPge if ip_ok => {
+                            let (n, ip) = self.fast_ip(b0, after);
+                            (n, v.tip_pge(offset, ip))
+                        }
+                        Lead::TipPgd if ip_ok => {
+                            let (n, ip) = self.fast_ip(b0, after);
+                            (n, v.tip_pgd(offset, ip))
+                        }
+                        Lead::Tsc => (8, v.tsc(offset, after & 0x00ff_ffff_ffff_ffff)),
+                        Lead::Mtc => (2, v.mtc(offset, after as u8)),
+                        Lead::Pad => (1, v.pad(offset)),
+                        Lead::Cyc => match cyc_fast(b0, after) {
+                            Some((n, cycles)) => (n, v.cyc(offset, cycles)),
+                            None => break 'full,
+                        },
+                        Lead::Ext => break 'step self.decode_ext(rest, ToVisitor { v: &mut *v, offset }),
+                        // MODE, bad opcodes, reserved IPBytes.
+                        _ => break 'full,
+                    });
+                }
+                // Near the end of the buffer, in a PEBS block, and the rest:
+                // the full decoder.
+                let Some(&b0) = rest.first() else {
+                    return Ok(ControlFlow::Continue(()));
+                };
+                self.decode(rest, b0, ToVisitor { v: &mut *v, offset })
+            };
+            match step {
+                Ok((len, flow)) => {
+                    self.pos = offset + len;
+                    if flow.is_break() {
+                        return Ok(flow);
+                    }
+                }
+                Err(kind) => return Err(PacketError { offset, kind }),
+            }
+        }
+    }
+}
