@@ -232,17 +232,21 @@ impl<'a> PacketDecoder<'a> {
     /// last IP updated.
     #[inline(always)]
     fn fast_ip(&mut self, b0: u8, after: u64) -> (usize, Ip) {
-        let ipbytes = usize::from(b0 >> 5);
-        let payload = after & IP_PAYLOAD_MASK[ipbytes];
+        let ipbytes = b0 >> 5;
+        let row = IP_ROWS[usize::from(ipbytes)];
+        let payload = after & row.payload_mask;
         let ip = if ipbytes == 0 {
             None
         } else {
-            let shift = IP_SEXT_SHIFT[ipbytes];
-            let ip = ((((self.last_ip & IP_KEEP_MASK[ipbytes]) | payload) << shift) as i64 >> shift) as u64;
+            let shift = row.sext_shift;
+            let ip = ((((self.last_ip & row.keep_mask) | payload) << shift) as i64 >> shift) as u64;
             self.last_ip = ip;
             Some(ip)
         };
-        (usize::from(IP_LEN[ipbytes]), Ip { compression: IP_COMPRESSION[ipbytes], payload, ip })
+        // The length from a table in a register, not in memory: the next
+        // packet's position waits for a shift instead of a load.
+        let len = (u64::from_le_bytes(IP_LEN) >> (8 * ipbytes)) as u8;
+        (usize::from(len), Ip { compression: row.compression, payload, ip })
     }
 
     /// The next packet if it is one of the [`Quick`] kinds and no check
@@ -649,6 +653,33 @@ const IP_COMPRESSION: [IpCompression; 8] = [
     IpCompression::Full,
     IpCompression::Suppressed,
 ];
+
+/// An IPBytes value's [`IP_PAYLOAD_MASK`], [`IP_KEEP_MASK`],
+/// [`IP_SEXT_SHIFT`] and [`IP_COMPRESSION`] side by side, for
+/// [`PacketDecoder::fast_ip`]: one look-up finds them all.
+#[derive(Clone, Copy)]
+struct IpRow {
+    payload_mask: u64,
+    keep_mask: u64,
+    sext_shift: u32,
+    compression: IpCompression,
+}
+
+/// [`IpRow`] of each IPBytes value.
+static IP_ROWS: [IpRow; 8] = {
+    let mut t = [IpRow { payload_mask: 0, keep_mask: 0, sext_shift: 0, compression: IpCompression::Suppressed }; 8];
+    let mut i = 0;
+    while i < 8 {
+        t[i] = IpRow {
+            payload_mask: IP_PAYLOAD_MASK[i],
+            keep_mask: IP_KEEP_MASK[i],
+            sext_shift: IP_SEXT_SHIFT[i],
+            compression: IP_COMPRESSION[i],
+        };
+        i += 1;
+    }
+    t
+};
 
 /// The length of each packet its first byte alone fixes, outside a PEBS
 /// block and when no check can fail but truncation (0: any other, which
