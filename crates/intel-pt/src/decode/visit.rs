@@ -123,6 +123,21 @@ fn dispatch<V: PacketVisitor + ?Sized>(v: &mut V, offset: usize, packet: Packet)
     }
 }
 
+/// The first bytes of TIP, TIP.PGE, TIP.PGD and FUP with valid IPBytes, as
+/// their [`Lead`]; `Bad` for every other: one look-up where the tests on
+/// the opcode bits and IPBytes would take a dozen instructions.
+static IP_KIND: [Lead; 256] = {
+    let mut t = [Lead::Bad; 256];
+    let mut b = 0;
+    while b < 256 {
+        if matches!(LEAD[b], Lead::Tip | Lead::TipPge | Lead::TipPgd | Lead::Fup) && IP_LEN[b >> 5] != 0 {
+            t[b] = LEAD[b];
+        }
+        b += 1;
+    }
+    t
+};
+
 /// The full decoder's emitter for a visitor: the packet at `offset` to it.
 struct ToVisitor<'v, V: ?Sized> {
     v: &'v mut V,
@@ -155,6 +170,7 @@ impl PacketDecoder<'_> {
         r
     }
 
+    /// [`visit`](Self::visit)'s loop, inlined into it.
     #[inline(always)]
     fn visit_all<V: PacketVisitor + ?Sized>(&mut self, v: &mut V) -> Result<ControlFlow<()>, PacketError> {
         let buf = self.buf;
@@ -162,45 +178,49 @@ impl PacketDecoder<'_> {
             let offset = self.pos;
             let rest = &buf[offset..];
             let step = 'step: {
-                // With 9 bytes left and no PEBS block open, one jump on the
-                // first byte: the common packets from one 8-byte load, the
-                // `02` packets straight to their own decoder.
+                // With 9 bytes left and no PEBS block open: the common
+                // packets from one 8-byte load after tests on the first
+                // byte, most common first (branches that predict better than
+                // one jump on it), and the `02` packets straight to their own
+                // decoder.
                 'full: {
                     let (Some(w), None) = (rest.get(..9), self.block) else {
                         break 'full;
                     };
                     let b0 = w[0];
                     let after = u64::from_le_bytes(w[1..9].try_into().unwrap());
-                    let ip_ok = IP_LEN[usize::from(b0 >> 5)] != 0;
-                    break 'step Ok(match LEAD[usize::from(b0)] {
-                        Lead::Tnt => (1, v.tnt_short(offset, tnt8(b0))),
-                        Lead::Tip if ip_ok => {
-                            let (n, ip) = self.fast_ip(b0, after);
-                            (n, v.tip(offset, ip))
+                    let (len, flow) = if b0 & 1 == 0 {
+                        match b0 {
+                            0 => (1, v.pad(offset)),
+                            2 => break 'step self.decode_ext(rest, ToVisitor { v: &mut *v, offset }),
+                            _ => (1, v.tnt_short(offset, tnt8(b0))),
                         }
-                        Lead::Fup if ip_ok => {
+                    } else {
+                        let ip_kind = IP_KIND[usize::from(b0)];
+                        if !matches!(ip_kind, Lead::Bad) {
                             let (n, ip) = self.fast_ip(b0, after);
-                            (n, v.fup(offset, ip))
+                            let flow = match ip_kind {
+                                Lead::Tip => v.tip(offset, ip),
+                                Lead::Fup => v.fup(offset, ip),
+                                Lead::TipPge => v.tip_pge(offset, ip),
+                                _ => v.tip_pgd(offset, ip),
+                            };
+                            (n, flow)
+                        } else if b0 & 3 == 3 {
+                            let Some((n, cycles)) = cyc_fast(b0, after) else {
+                                break 'full;
+                            };
+                            (n, v.cyc(offset, cycles))
+                        } else if b0 == 0x19 {
+                            (8, v.tsc(offset, after & 0x00ff_ffff_ffff_ffff))
+                        } else if b0 == 0x59 {
+                            (2, v.mtc(offset, after as u8))
+                        } else {
+                            // MODE, bad opcodes, reserved IPBytes.
+                            break 'full;
                         }
-                        Lead::TipPge if ip_ok => {
-                            let (n, ip) = self.fast_ip(b0, after);
-                            (n, v.tip_pge(offset, ip))
-                        }
-                        Lead::TipPgd if ip_ok => {
-                            let (n, ip) = self.fast_ip(b0, after);
-                            (n, v.tip_pgd(offset, ip))
-                        }
-                        Lead::Tsc => (8, v.tsc(offset, after & 0x00ff_ffff_ffff_ffff)),
-                        Lead::Mtc => (2, v.mtc(offset, after as u8)),
-                        Lead::Pad => (1, v.pad(offset)),
-                        Lead::Cyc => match cyc_fast(b0, after) {
-                            Some((n, cycles)) => (n, v.cyc(offset, cycles)),
-                            None => break 'full,
-                        },
-                        Lead::Ext => break 'step self.decode_ext(rest, ToVisitor { v: &mut *v, offset }),
-                        // MODE, bad opcodes, reserved IPBytes.
-                        _ => break 'full,
-                    });
+                    };
+                    break 'step Ok((len, flow));
                 }
                 // Near the end of the buffer, in a PEBS block, and the rest:
                 // the full decoder.
