@@ -873,7 +873,8 @@ mod tests {
             }
         }
         let mut steps = 0;
-        for (n, trace) in (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces()).enumerate() {
+        let traces = (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces());
+        for (n, trace) in traces.enumerate() {
             let mut dec = PacketDecoder::new(&trace);
             loop {
                 let mut by_next = dec.clone();

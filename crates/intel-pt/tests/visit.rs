@@ -56,6 +56,15 @@ impl Each {
     }
 }
 
+/// `Each`'s own methods: each records the packet its arguments make.
+macro_rules! rebuild {
+    ($($name:ident($($arg:ident: $ty:ty),*) => $packet:expr,)*) => {$(
+        fn $name(&mut self, offset: usize, $($arg: $ty),*) -> ControlFlow<()> {
+            self.push(offset, $packet)
+        }
+    )*};
+}
+
 impl PacketVisitor for Each {
     fn packet(&mut self, offset: usize, packet: Packet) -> ControlFlow<()> {
         assert!(
@@ -75,32 +84,16 @@ impl PacketVisitor for Each {
         );
         self.push(offset, packet)
     }
-    fn pad(&mut self, offset: usize) -> ControlFlow<()> {
-        self.push(offset, Packet::Pad)
-    }
-    fn tnt_short(&mut self, offset: usize, tnt: Tnt) -> ControlFlow<()> {
-        self.push(offset, Packet::TntShort(tnt))
-    }
-    fn tip(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.push(offset, Packet::Tip(ip))
-    }
-    fn tip_pge(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.push(offset, Packet::TipPge(ip))
-    }
-    fn tip_pgd(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.push(offset, Packet::TipPgd(ip))
-    }
-    fn fup(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.push(offset, Packet::Fup(ip))
-    }
-    fn tsc(&mut self, offset: usize, tsc: u64) -> ControlFlow<()> {
-        self.push(offset, Packet::Tsc(tsc))
-    }
-    fn mtc(&mut self, offset: usize, ctc: u8) -> ControlFlow<()> {
-        self.push(offset, Packet::Mtc(ctc))
-    }
-    fn cyc(&mut self, offset: usize, cycles: u64) -> ControlFlow<()> {
-        self.push(offset, Packet::Cyc(cycles))
+    rebuild! {
+        pad() => Packet::Pad,
+        tnt_short(tnt: Tnt) => Packet::TntShort(tnt),
+        tip(ip: Ip) => Packet::Tip(ip),
+        tip_pge(ip: Ip) => Packet::TipPge(ip),
+        tip_pgd(ip: Ip) => Packet::TipPgd(ip),
+        fup(ip: Ip) => Packet::Fup(ip),
+        tsc(tsc: u64) => Packet::Tsc(tsc),
+        mtc(ctc: u8) => Packet::Mtc(ctc),
+        cyc(cycles: u64) => Packet::Cyc(cycles),
     }
 }
 

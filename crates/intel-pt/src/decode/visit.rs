@@ -7,6 +7,18 @@ use std::ops::ControlFlow;
 use super::{cyc_fast, tnt8, Emit, Lead, PacketDecoder, PacketError, IP_LEN, LEAD};
 use crate::packet::{Ip, Packet, Tnt};
 
+/// The methods of the kinds that have their own, each passing its packet on
+/// to `packet` unless overridden.
+macro_rules! own_methods {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $packet:expr;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        fn $name(&mut self, offset: usize, $($arg: $ty),*) -> ControlFlow<()> {
+            self.packet(offset, $packet)
+        }
+    )*};
+}
+
 /// What [`PacketDecoder::visit`] calls for each packet, with its offset.
 ///
 /// Every packet reaches one method: its own, for the kinds that have one,
@@ -51,58 +63,25 @@ pub trait PacketVisitor {
     /// [`PacketDecoder::next_packet`].
     fn packet(&mut self, offset: usize, packet: Packet) -> ControlFlow<()>;
 
-    /// PAD.
-    #[inline(always)]
-    fn pad(&mut self, offset: usize) -> ControlFlow<()> {
-        self.packet(offset, Packet::Pad)
-    }
-
-    /// A short TNT (a long one goes to [`packet`](Self::packet)).
-    #[inline(always)]
-    fn tnt_short(&mut self, offset: usize, tnt: Tnt) -> ControlFlow<()> {
-        self.packet(offset, Packet::TntShort(tnt))
-    }
-
-    /// TIP.
-    #[inline(always)]
-    fn tip(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.packet(offset, Packet::Tip(ip))
-    }
-
-    /// TIP.PGE.
-    #[inline(always)]
-    fn tip_pge(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.packet(offset, Packet::TipPge(ip))
-    }
-
-    /// TIP.PGD.
-    #[inline(always)]
-    fn tip_pgd(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.packet(offset, Packet::TipPgd(ip))
-    }
-
-    /// FUP.
-    #[inline(always)]
-    fn fup(&mut self, offset: usize, ip: Ip) -> ControlFlow<()> {
-        self.packet(offset, Packet::Fup(ip))
-    }
-
-    /// TSC: its low 56 bits.
-    #[inline(always)]
-    fn tsc(&mut self, offset: usize, tsc: u64) -> ControlFlow<()> {
-        self.packet(offset, Packet::Tsc(tsc))
-    }
-
-    /// MTC: its CTC byte.
-    #[inline(always)]
-    fn mtc(&mut self, offset: usize, ctc: u8) -> ControlFlow<()> {
-        self.packet(offset, Packet::Mtc(ctc))
-    }
-
-    /// CYC: its cycle count.
-    #[inline(always)]
-    fn cyc(&mut self, offset: usize, cycles: u64) -> ControlFlow<()> {
-        self.packet(offset, Packet::Cyc(cycles))
+    own_methods! {
+        /// PAD.
+        pad() => Packet::Pad;
+        /// A short TNT (a long one goes to [`packet`](Self::packet)).
+        tnt_short(tnt: Tnt) => Packet::TntShort(tnt);
+        /// TIP.
+        tip(ip: Ip) => Packet::Tip(ip);
+        /// TIP.PGE.
+        tip_pge(ip: Ip) => Packet::TipPge(ip);
+        /// TIP.PGD.
+        tip_pgd(ip: Ip) => Packet::TipPgd(ip);
+        /// FUP.
+        fup(ip: Ip) => Packet::Fup(ip);
+        /// TSC: its low 56 bits.
+        tsc(tsc: u64) => Packet::Tsc(tsc);
+        /// MTC: its CTC byte.
+        mtc(ctc: u8) => Packet::Mtc(ctc);
+        /// CYC: its cycle count.
+        cyc(cycles: u64) => Packet::Cyc(cycles);
     }
 }
 
