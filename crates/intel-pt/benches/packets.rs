@@ -25,6 +25,8 @@
 //!
 //! - `ours` / `intel_pt`: `PacketDecoder::next_packet`, folding each
 //!   packet's main fields as a flow decoder would;
+//! - `ours_visit` / `intel_pt_visit`: `PacketDecoder::visit` with a visitor
+//!   that writes only `packet`, folding the same fields;
 //! - `intel_pt::__scan::quick`: the flow walk's way, `next_quick` for the
 //!   common packets (no `Packet` built), `next_packet` for the rest;
 //! - `intel_pt::__scan::skip`: packet boundaries only (`skip_packet`, the
@@ -39,13 +41,14 @@ mod common;
 use std::collections::BTreeMap;
 use std::mem::{size_of, zeroed};
 use std::num::NonZero;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
-use intel_pt::{find_psb, Packet, PacketDecoder, PacketKind, PSB};
+use intel_pt::{find_psb, Packet, PacketDecoder, PacketKind, PacketVisitor, PSB};
 use iptr_decoder::{DecoderContext, IpReconstructionPattern, PtwPayload};
 
 const SIZE: usize = 32 << 20;
@@ -92,6 +95,7 @@ fn fixture(input: &str) -> Option<&'static Fixture> {
             _ => unreachable!(),
         };
         let packets = ours(&trace);
+        assert_eq!(packets, ours_visit(&trace), "{input}: visit sees every packet");
         assert_eq!(packets, intel_pt::__scan::quick(&trace).unwrap().0, "{input}: next_quick sees every packet");
         assert_eq!(packets, intel_pt::__scan::skip(&trace).unwrap().0, "{input}: skip_packet sees every packet");
         assert_eq!(packets, libipt(&trace), "{input}: libipt sees every packet");
@@ -163,23 +167,52 @@ fn mix(trace: &[u8]) -> String {
     s.join(", ")
 }
 
+/// A packet's main fields, as a flow decoder would use them, folded into one
+/// number.
+#[inline(always)]
+fn fold(p: Packet) -> u64 {
+    match p {
+        Packet::TntShort(t) | Packet::TntLong(t) => t.bits ^ u64::from(t.count),
+        Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => ip.ip.unwrap_or(1),
+        Packet::Tsc(v) | Packet::Cyc(v) | Packet::Mnt(v) | Packet::Vmcs(v) => v,
+        Packet::Mtc(v) | Packet::Cbr(v) => u64::from(v),
+        _ => 1,
+    }
+}
+
 /// Decodes every packet and uses its main fields, as a flow decoder would.
 #[inline(never)]
 fn ours(trace: &[u8]) -> usize {
     let mut dec = PacketDecoder::new(trace);
     let (mut n, mut acc) = (0, 0u64);
     while let Some((_, p)) = dec.next_packet().unwrap() {
-        acc = acc.wrapping_add(match p {
-            Packet::TntShort(t) | Packet::TntLong(t) => t.bits ^ u64::from(t.count),
-            Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => ip.ip.unwrap_or(1),
-            Packet::Tsc(v) | Packet::Cyc(v) | Packet::Mnt(v) | Packet::Vmcs(v) => v,
-            Packet::Mtc(v) | Packet::Cbr(v) => u64::from(v),
-            _ => 1,
-        });
+        acc = acc.wrapping_add(fold(p));
         n += 1;
     }
     black_box(acc);
     n
+}
+
+/// [`ours`] through `PacketDecoder::visit`: the same fold, in a visitor that
+/// writes only `packet`.
+#[inline(never)]
+fn ours_visit(trace: &[u8]) -> usize {
+    struct Fold {
+        n: usize,
+        acc: u64,
+    }
+    impl PacketVisitor for Fold {
+        #[inline(always)]
+        fn packet(&mut self, _: usize, p: Packet) -> ControlFlow<()> {
+            self.acc = self.acc.wrapping_add(fold(p));
+            self.n += 1;
+            ControlFlow::Continue(())
+        }
+    }
+    let mut f = Fold { n: 0, acc: 0 };
+    assert!(PacketDecoder::new(trace).visit(&mut f).unwrap().is_continue());
+    black_box(f.acc);
+    f.n
 }
 
 #[inline(never)]
@@ -281,8 +314,9 @@ fn iptr(trace: &[u8]) -> usize {
 type Decode = fn(&[u8]) -> usize;
 
 /// The decoders, by the names the summary gives them.
-const DECODERS: [(&str, Decode); 5] = [
+const DECODERS: [(&str, Decode); 6] = [
     ("intel-pt next_packet", ours),
+    ("intel-pt visit", ours_visit),
     ("intel-pt next_quick (flow walk)", ours_quick),
     ("intel-pt skip_packet (boundaries)", ours_skip),
     ("libipt pt_pkt_next", libipt),
@@ -300,6 +334,11 @@ fn run(b: Bencher, input: &str, decode: Decode) {
 #[divan::bench(args = INPUTS)]
 fn intel_pt(b: Bencher, input: &str) {
     run(b, input, ours);
+}
+
+#[divan::bench(args = INPUTS)]
+fn intel_pt_visit(b: Bencher, input: &str) {
+    run(b, input, ours_visit);
 }
 
 #[divan::bench(args = INPUTS)]
@@ -357,7 +396,7 @@ fn summary() {
                 best[i] = best[i].min(t.elapsed());
             }
         }
-        let (iptr_t, libipt_t) = (best[4].as_secs_f64(), best[3].as_secs_f64());
+        let (iptr_t, libipt_t) = (best[5].as_secs_f64(), best[4].as_secs_f64());
         for (i, (name, _)) in DECODERS.iter().enumerate() {
             let secs = best[i].as_secs_f64();
             println!(

@@ -5,6 +5,9 @@
 use crate::packet::{IpCompression, Packet, PacketKind, PayloadSize, Tnt};
 use crate::{Ip, PSB};
 
+mod visit;
+pub use visit::PacketVisitor;
+
 /// The packets [`PacketDecoder::next_quick`] decodes, as the flow walk uses
 /// them (IPs resolved against the last IP; `None`: suppressed).
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +76,25 @@ pub struct Resync {
     pub start: usize,
     pub end: usize,
     pub psb_found: bool,
+}
+
+/// Where the full decoder hands a packet it decoded, from inside that
+/// packet's own branch: [`Keep`] returns it, a visitor's emitter calls the
+/// visitor there, so that the visitor's match on the packet folds away.
+trait Emit {
+    type Out;
+    fn emit(self, packet: Packet) -> Self::Out;
+}
+
+/// The packet itself, for [`PacketDecoder::next_packet`].
+struct Keep;
+
+impl Emit for Keep {
+    type Out = Packet;
+    #[inline(always)]
+    fn emit(self, packet: Packet) -> Packet {
+        packet
+    }
 }
 
 /// Decodes Intel PT packets from a byte buffer, in order.
@@ -196,7 +218,7 @@ impl<'a> PacketDecoder<'a> {
         let Some(&b0) = rest.first() else {
             return Ok(None);
         };
-        match self.decode(rest, b0) {
+        match self.decode(rest, b0, Keep) {
             Ok((len, packet)) => {
                 self.pos = offset + len;
                 Ok(Some((offset, packet)))
@@ -210,17 +232,21 @@ impl<'a> PacketDecoder<'a> {
     /// last IP updated.
     #[inline(always)]
     fn fast_ip(&mut self, b0: u8, after: u64) -> (usize, Ip) {
-        let ipbytes = usize::from(b0 >> 5);
-        let payload = after & IP_PAYLOAD_MASK[ipbytes];
+        let ipbytes = b0 >> 5;
+        let row = IP_ROWS[usize::from(ipbytes)];
+        let payload = after & row.payload_mask;
         let ip = if ipbytes == 0 {
             None
         } else {
-            let shift = IP_SEXT_SHIFT[ipbytes];
-            let ip = ((((self.last_ip & IP_KEEP_MASK[ipbytes]) | payload) << shift) as i64 >> shift) as u64;
+            let shift = row.sext_shift;
+            let ip = ((((self.last_ip & row.keep_mask) | payload) << shift) as i64 >> shift) as u64;
             self.last_ip = ip;
             Some(ip)
         };
-        (usize::from(IP_LEN[ipbytes]), Ip { compression: IP_COMPRESSION[ipbytes], payload, ip })
+        // The length from a table in a register, not in memory: the next
+        // packet's position waits for a shift instead of a load.
+        let len = (u64::from_le_bytes(IP_LEN) >> (8 * ipbytes)) as u8;
+        (usize::from(len), Ip { compression: row.compression, payload, ip })
     }
 
     /// The next packet if it is one of the [`Quick`] kinds and no check
@@ -312,45 +338,63 @@ impl<'a> PacketDecoder<'a> {
         Resync { start, end: self.pos, psb_found: found.is_some() }
     }
 
+    /// The packet at the start of `rest` (whose first byte is `b0`), handed
+    /// to `e` from inside its own branch, and its length; the decoder's
+    /// state updated. On error nothing has changed.
     #[inline(always)]
-    fn decode(&mut self, rest: &[u8], b0: u8) -> Result<(usize, Packet), PacketErrorKind> {
+    fn decode<E: Emit>(&mut self, rest: &[u8], b0: u8, e: E) -> Result<(usize, E::Out), PacketErrorKind> {
         if let Some(size) = self.block {
             if b0 & 7 == 4 {
                 let n = 1 + size.bytes();
                 let p = need(rest, n, PacketKind::Bip)?;
-                return Ok((n, Packet::Bip { id: b0 >> 3, payload: le(&p[1..]), size }));
+                return Ok((n, e.emit(Packet::Bip { id: b0 >> 3, payload: le(&p[1..]), size })));
             }
         }
-        let (len, packet) = match LEAD[usize::from(b0)] {
-            Lead::Pad => (1, Packet::Pad),
-            Lead::Ext => self.decode_ext(rest)?,
-            Lead::Tnt => (1, Packet::TntShort(tnt8(b0))),
-            Lead::Cyc => decode_cyc(rest, b0)?,
-            Lead::Tsc => (8, Packet::Tsc(le(&need(rest, 8, PacketKind::Tsc)?[1..]))),
-            Lead::Mtc => (2, Packet::Mtc(need(rest, 2, PacketKind::Mtc)?[1])),
+        match LEAD[usize::from(b0)] {
+            Lead::Pad => self.emit(e, 1, Packet::Pad),
+            Lead::Ext => self.decode_ext(rest, e),
+            Lead::Tnt => self.emit(e, 1, Packet::TntShort(tnt8(b0))),
+            Lead::Cyc => {
+                let (n, p) = decode_cyc(rest, b0)?;
+                self.emit(e, n, p)
+            }
+            Lead::Tsc => self.emit(e, 8, Packet::Tsc(le(&need(rest, 8, PacketKind::Tsc)?[1..]))),
+            Lead::Mtc => self.emit(e, 2, Packet::Mtc(need(rest, 2, PacketKind::Mtc)?[1])),
             Lead::Mode => {
                 // The leaf, and so the packet's name, is in the byte that may be missing.
                 let Some(&mode) = rest.get(1) else {
                     return Err(PacketErrorKind::Truncated { packet: None, needed: 2, available: rest.len() });
                 };
                 let bit = |n: u8| mode & (1 << n) != 0;
-                let packet = match mode >> 5 {
-                    0 => Packet::ModeExec { csl: bit(0), csd: bit(1), if_flag: bit(2) },
-                    1 => Packet::ModeTsx { intx: bit(0), abort: bit(1) },
-                    leaf => return Err(PacketErrorKind::BadModeLeaf(leaf)),
-                };
-                (2, packet)
+                match mode >> 5 {
+                    0 => self.emit(e, 2, Packet::ModeExec { csl: bit(0), csd: bit(1), if_flag: bit(2) }),
+                    1 => self.emit(e, 2, Packet::ModeTsx { intx: bit(0), abort: bit(1) }),
+                    leaf => Err(PacketErrorKind::BadModeLeaf(leaf)),
+                }
             }
-            Lead::Tip => self.decode_ip(rest, b0, PacketKind::Tip)?,
-            Lead::TipPge => self.decode_ip(rest, b0, PacketKind::TipPge)?,
-            Lead::TipPgd => self.decode_ip(rest, b0, PacketKind::TipPgd)?,
-            Lead::Fup => self.decode_ip(rest, b0, PacketKind::Fup)?,
-            Lead::Bad => return Err(PacketErrorKind::BadOpcode(b0)),
-        };
+            Lead::Tip => self.emit_ip(rest, b0, PacketKind::Tip, e),
+            Lead::TipPge => self.emit_ip(rest, b0, PacketKind::TipPge, e),
+            Lead::TipPgd => self.emit_ip(rest, b0, PacketKind::TipPgd, e),
+            Lead::Fup => self.emit_ip(rest, b0, PacketKind::Fup, e),
+            Lead::Bad => Err(PacketErrorKind::BadOpcode(b0)),
+        }
+    }
+
+    /// A decoded packet of `len` bytes to `e`, closing an open PEBS block
+    /// first if the packet ends it.
+    #[inline(always)]
+    fn emit<E: Emit>(&mut self, e: E, len: usize, packet: Packet) -> Result<(usize, E::Out), PacketErrorKind> {
         if self.block.is_some() && ends_block(&packet) {
             self.block = None;
         }
-        Ok((len, packet))
+        Ok((len, e.emit(packet)))
+    }
+
+    /// [`decode_ip`](Self::decode_ip), emitted.
+    #[inline(always)]
+    fn emit_ip<E: Emit>(&mut self, rest: &[u8], b0: u8, kind: PacketKind, e: E) -> Result<(usize, E::Out), PacketErrorKind> {
+        let (n, p) = self.decode_ip(rest, b0, kind)?;
+        self.emit(e, n, p)
     }
 
     /// TIP, TIP.PGE, TIP.PGD, FUP: IPBytes over the opcode, then the payload.
@@ -378,11 +422,13 @@ impl<'a> PacketDecoder<'a> {
         Ok((n, packet))
     }
 
-    fn decode_ext(&mut self, rest: &[u8]) -> Result<(usize, Packet), PacketErrorKind> {
+    /// The packets that start with `02`, emitted as [`decode`](Self::decode) does.
+    #[inline(always)]
+    fn decode_ext<E: Emit>(&mut self, rest: &[u8], e: E) -> Result<(usize, E::Out), PacketErrorKind> {
         let Some(&b1) = rest.get(1) else {
             return Err(PacketErrorKind::Truncated { packet: None, needed: 2, available: rest.len() });
         };
-        Ok(match b1 {
+        match b1 {
             0x82 => {
                 let p = need(rest, PSB.len(), PacketKind::Psb)?;
                 if p[..PSB.len()] != PSB {
@@ -390,31 +436,31 @@ impl<'a> PacketDecoder<'a> {
                 }
                 self.last_ip = 0;
                 self.block = None;
-                (PSB.len(), Packet::Psb)
+                self.emit(e, PSB.len(), Packet::Psb)
             }
-            0x23 => (2, Packet::PsbEnd),
-            0xf3 => (2, Packet::Ovf),
-            0x83 => (2, Packet::Stop),
+            0x23 => self.emit(e, 2, Packet::PsbEnd),
+            0xf3 => self.emit(e, 2, Packet::Ovf),
+            0x83 => self.emit(e, 2, Packet::Stop),
             0xa3 => {
                 let payload = le(&need(rest, 8, PacketKind::TntLong)?[2..]);
                 if payload <= 1 {
                     return Err(PacketErrorKind::EmptyTnt);
                 }
                 let count = 63 - payload.leading_zeros() as u8;
-                (8, Packet::TntLong(Tnt { bits: payload & !(1 << count), count }))
+                self.emit(e, 8, Packet::TntLong(Tnt { bits: payload & !(1 << count), count }))
             }
             0x43 => {
                 let payload = le(&need(rest, 8, PacketKind::Pip)?[2..]);
-                (8, Packet::Pip { cr3: payload >> 1 << 5, nr: payload & 1 != 0 })
+                self.emit(e, 8, Packet::Pip { cr3: payload >> 1 << 5, nr: payload & 1 != 0 })
             }
-            0x03 => (4, Packet::Cbr(need(rest, 4, PacketKind::Cbr)?[2])),
+            0x03 => self.emit(e, 4, Packet::Cbr(need(rest, 4, PacketKind::Cbr)?[2])),
             0x73 => {
                 let p = need(rest, 7, PacketKind::Tma)?;
                 let ctc = u16::from_le_bytes([p[2], p[3]]);
                 let fast_counter = u16::from_le_bytes([p[5], p[6] & 1]);
-                (7, Packet::Tma { ctc, fast_counter })
+                self.emit(e, 7, Packet::Tma { ctc, fast_counter })
             }
-            0xc8 => (7, Packet::Vmcs(le(&need(rest, 7, PacketKind::Vmcs)?[2..]) << 12)),
+            0xc8 => self.emit(e, 7, Packet::Vmcs(le(&need(rest, 7, PacketKind::Vmcs)?[2..]) << 12)),
             0xc3 => {
                 let Some(&b2) = rest.get(2) else {
                     return Err(PacketErrorKind::Truncated { packet: None, needed: 3, available: rest.len() });
@@ -422,36 +468,36 @@ impl<'a> PacketDecoder<'a> {
                 if b2 != 0x88 {
                     return Err(PacketErrorKind::BadExt2Opcode(b2));
                 }
-                (11, Packet::Mnt(le(&need(rest, 11, PacketKind::Mnt)?[3..])))
+                self.emit(e, 11, Packet::Mnt(le(&need(rest, 11, PacketKind::Mnt)?[3..])))
             }
-            0x62 | 0xe2 => (2, Packet::Exstop { ip: b1 & 0x80 != 0 }),
+            0x62 | 0xe2 => self.emit(e, 2, Packet::Exstop { ip: b1 & 0x80 != 0 }),
             0xc2 => {
                 let p = need(rest, 10, PacketKind::Mwait)?;
-                (10, Packet::Mwait { hints: p[2], ext: p[6] & 3 })
+                self.emit(e, 10, Packet::Mwait { hints: p[2], ext: p[6] & 3 })
             }
             0x22 => {
                 let p = need(rest, 4, PacketKind::Pwre)?;
-                (4, Packet::Pwre { hw: p[2] & 0x80 != 0, cstate: p[3] >> 4, sub_cstate: p[3] & 0xf })
+                self.emit(e, 4, Packet::Pwre { hw: p[2] & 0x80 != 0, cstate: p[3] >> 4, sub_cstate: p[3] & 0xf })
             }
             0xa2 => {
                 let p = need(rest, 7, PacketKind::Pwrx)?;
-                (7, Packet::Pwrx { last_cstate: p[2] >> 4, deepest_cstate: p[2] & 0xf, wake_reason: p[3] & 0xf })
+                self.emit(e, 7, Packet::Pwrx { last_cstate: p[2] >> 4, deepest_cstate: p[2] & 0xf, wake_reason: p[3] & 0xf })
             }
             0x13 => {
                 let p = need(rest, 4, PacketKind::Cfe)?;
-                (4, Packet::Cfe { ip: p[2] & 0x80 != 0, event_type: p[2] & 0x1f, vector: p[3] })
+                self.emit(e, 4, Packet::Cfe { ip: p[2] & 0x80 != 0, event_type: p[2] & 0x1f, vector: p[3] })
             }
             0x53 => {
                 let p = need(rest, 11, PacketKind::Evd)?;
-                (11, Packet::Evd { event_type: p[2] & 0x3f, payload: le(&p[3..]) })
+                self.emit(e, 11, Packet::Evd { event_type: p[2] & 0x3f, payload: le(&p[3..]) })
             }
             0x63 => {
                 let b2 = need(rest, 3, PacketKind::Bbp)?[2];
                 let size = if b2 & 0x80 != 0 { PayloadSize::Four } else { PayloadSize::Eight };
                 self.block = Some(size);
-                return Ok((3, Packet::Bbp { block_type: b2 & 0x1f, size }));
+                self.emit(e, 3, Packet::Bbp { block_type: b2 & 0x1f, size })
             }
-            0x33 | 0xb3 => (2, Packet::Bep { ip: b1 & 0x80 != 0 }),
+            0x33 | 0xb3 => self.emit(e, 2, Packet::Bep { ip: b1 & 0x80 != 0 }),
             _ if b1 & 0x1f == 0x12 => {
                 let size = match (b1 >> 5) & 3 {
                     0 => PayloadSize::Four,
@@ -459,10 +505,10 @@ impl<'a> PacketDecoder<'a> {
                     n => return Err(PacketErrorKind::BadPtwSize(n)),
                 };
                 let n = 2 + size.bytes();
-                (n, Packet::Ptw { payload: le(&need(rest, n, PacketKind::Ptw)?[2..]), size, ip: b1 & 0x80 != 0 })
+                self.emit(e, n, Packet::Ptw { payload: le(&need(rest, n, PacketKind::Ptw)?[2..]), size, ip: b1 & 0x80 != 0 })
             }
-            _ => return Err(PacketErrorKind::BadExtOpcode(b1)),
-        })
+            _ => Err(PacketErrorKind::BadExtOpcode(b1)),
+        }
     }
 }
 
@@ -607,6 +653,33 @@ const IP_COMPRESSION: [IpCompression; 8] = [
     IpCompression::Full,
     IpCompression::Suppressed,
 ];
+
+/// An IPBytes value's [`IP_PAYLOAD_MASK`], [`IP_KEEP_MASK`],
+/// [`IP_SEXT_SHIFT`] and [`IP_COMPRESSION`] side by side, for
+/// [`PacketDecoder::fast_ip`]: one look-up finds them all.
+#[derive(Clone, Copy)]
+struct IpRow {
+    payload_mask: u64,
+    keep_mask: u64,
+    sext_shift: u32,
+    compression: IpCompression,
+}
+
+/// [`IpRow`] of each IPBytes value.
+static IP_ROWS: [IpRow; 8] = {
+    let mut t = [IpRow { payload_mask: 0, keep_mask: 0, sext_shift: 0, compression: IpCompression::Suppressed }; 8];
+    let mut i = 0;
+    while i < 8 {
+        t[i] = IpRow {
+            payload_mask: IP_PAYLOAD_MASK[i],
+            keep_mask: IP_KEEP_MASK[i],
+            sext_shift: IP_SEXT_SHIFT[i],
+            compression: IP_COMPRESSION[i],
+        };
+        i += 1;
+    }
+    t
+};
 
 /// The length of each packet its first byte alone fixes, outside a PEBS
 /// block and when no check can fail but truncation (0: any other, which
@@ -781,6 +854,46 @@ mod tests {
                     Err(_) => {
                         dec.sync_forward();
                     }
+                }
+            }
+        }
+        assert!(steps > 25_000, "{steps}");
+    }
+
+    /// `visit`, stopped after every packet, leaves the decoder where
+    /// `next_packet` does (position, last IP, open block), errors included.
+    #[test]
+    fn visit_steps_like_next_packet() {
+        use std::ops::ControlFlow;
+        struct One(Option<(usize, Packet)>);
+        impl PacketVisitor for One {
+            fn packet(&mut self, offset: usize, packet: Packet) -> ControlFlow<()> {
+                self.0 = Some((offset, packet));
+                ControlFlow::Break(())
+            }
+        }
+        let mut steps = 0;
+        let traces = (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces());
+        for (n, trace) in traces.enumerate() {
+            let mut dec = PacketDecoder::new(&trace);
+            loop {
+                let mut by_next = dec.clone();
+                let want = by_next.next_packet();
+                let mut one = One(None);
+                let got = dec.visit(&mut one);
+                assert_eq!((dec.pos, dec.last_ip, dec.block), (by_next.pos, by_next.last_ip, by_next.block), "trace {n}");
+                steps += 1;
+                match (want, got) {
+                    (Ok(Some(p)), Ok(ControlFlow::Break(()))) => assert_eq!(one.0, Some(p), "trace {n}"),
+                    (Ok(None), Ok(ControlFlow::Continue(()))) => {
+                        assert_eq!(one.0, None);
+                        break;
+                    }
+                    (Err(a), Err(b)) => {
+                        assert_eq!((a, one.0), (b, None), "trace {n}");
+                        dec.sync_forward();
+                    }
+                    (a, b) => panic!("trace {n} at {}: {a:?} against {b:?}", by_next.pos),
                 }
             }
         }

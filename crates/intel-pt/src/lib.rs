@@ -13,6 +13,10 @@
 //!   [`PacketDecoder::sync_forward`] moves to the next PSB and reports the
 //!   bytes skipped; [`find_psb`] is the same vectorised search on its own,
 //!   for cutting a buffer into segments to decode in parallel.
+//! - [`PacketDecoder::visit`] decodes the same packets in one loop, calling a
+//!   [`PacketVisitor`]'s method for each from inside the packet's own branch:
+//!   the faster way to scan a whole buffer, as no `Packet` is returned and
+//!   matched again.
 //! - [`encode`] and [`Encoder`] are the mirror image, for tests and the
 //!   simulator: `decode(encode(p)) == p`, with [`compress_ip`] choosing the
 //!   shortest IP compression after the last IP.
@@ -43,7 +47,7 @@ mod packet;
 
 #[doc(hidden)]
 pub use decode::scan as __scan;
-pub use decode::{find_psb, PacketDecoder, PacketError, PacketErrorKind, Resync};
+pub use decode::{find_psb, PacketDecoder, PacketError, PacketErrorKind, PacketVisitor, Resync};
 pub use encode::{encode, EncodeError, Encoder};
 pub use packet::{compress_ip, Ip, IpCompression, Packet, PacketKind, PayloadSize, Tnt};
 
