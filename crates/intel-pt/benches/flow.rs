@@ -75,7 +75,7 @@ fn vmlinux() -> Option<std::path::PathBuf> {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-test-kernels.sh");
     let out = std::process::Command::new("bash").arg(&script).output().ok().filter(|o| o.status.success())?;
     let path = std::path::Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("vmlinux-x86_64");
-    let walkable = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("vmlinux-walkable.elf");
+    let walkable = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("vmlinux-walkable-2.elf");
     path.is_file().then(|| kernel_elf::walkable_vmlinux(&path, &walkable))
 }
 

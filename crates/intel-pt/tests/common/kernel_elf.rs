@@ -9,6 +9,7 @@
 //! - every retpoline thunk (the targets of the `.retpoline_sites` calls)
 //!   rewritten to `jmp *%reg`, what the kernel's boot-time alternatives make
 //!   of them on CPUs that need no retpoline;
+//! - every HLT an INT3 (see below);
 //! - a function symbol at every `call __fentry__` (the ftrace call that
 //!   starts each traceable function; `__fentry__` is the most frequent direct
 //!   call target).
@@ -94,6 +95,17 @@ pub fn walkable_vmlinux(vmlinux: &Path, out: &Path) -> PathBuf {
         }
     }
     assert!(spins < 1000, "{spins} spin loops");
+
+    // HLT waits for an interrupt: each becomes INT3, which ends a walk's
+    // path with an interrupt to a random function. As HLT (to the walk an
+    // instruction like any other) the idle loop, whose every branch leads
+    // back into it, kept three of four CPUs for the rest of their trace.
+    let mut decoder = Decoder::with_ip(64, &text, base, DecoderOptions::NONE);
+    let halts: Vec<u64> = decoder.iter().filter(|i| i.mnemonic() == Mnemonic::Hlt).map(|i| i.ip()).collect();
+    for ip in &halts {
+        text[at(*ip).expect("in .text")] = 0xcc;
+    }
+    assert!(halts.len() < 1000, "{} HLTs", halts.len());
 
     // Function entries: the `call __fentry__` sites.
     let mut targets: HashMap<u64, Vec<u64>> = HashMap::new();
