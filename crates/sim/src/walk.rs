@@ -47,7 +47,11 @@ impl RealCode {
             let bytes = data.get(off as usize..(off + size) as usize).unwrap_or_default().to_vec();
             segments.push(Segment { addr: seg.address() + bias, file_offset: off, bytes });
         }
-        // Function symbols; a stripped file still has its dynamic ones, and its entry point.
+        // Function symbols; a stripped file still has its dynamic ones, and
+        // its entry point. Those are few (24 in Debian's /usr/bin/perf), and
+        // walks among so few stay in a few hundred blocks: a stripped file's
+        // functions are also the targets of its direct calls.
+        let stripped = file.symbols().next().is_none();
         let mut functions: Vec<u64> = file
             .symbols()
             .chain(file.dynamic_symbols())
@@ -55,6 +59,7 @@ impl RealCode {
             .map(|s| s.address())
             .chain(std::iter::once(file.entry()).filter(|&e| e != 0))
             .map(|a| a + bias)
+            .chain(segments.iter().filter(|_| stripped).flat_map(call_targets))
             .filter(|&a| segments.iter().any(|g| a >= g.addr && a < g.addr + g.bytes.len() as u64))
             .collect();
         functions.sort_unstable();
@@ -73,6 +78,16 @@ impl RealCode {
         }
         &[]
     }
+}
+
+/// The targets of the direct calls in `seg`'s code, decoded from its start.
+fn call_targets(seg: &Segment) -> Vec<u64> {
+    let mut decoder = iced_x86::Decoder::with_ip(64, &seg.bytes, seg.addr, iced_x86::DecoderOptions::NONE);
+    decoder
+        .iter()
+        .filter(|i| i.flow_control() == iced_x86::FlowControl::Call && i.op0_kind() == iced_x86::OpKind::NearBranch64)
+        .map(|i| i.near_branch_target())
+        .collect()
 }
 
 /// Runs `cpus` CPUs through `code` for `instructions` each (on average).
