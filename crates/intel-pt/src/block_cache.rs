@@ -193,6 +193,26 @@ impl Default for BlockCache {
     }
 }
 
+/// A table of `n` empty entries, asked to be backed by huge pages (before
+/// any is touched) where the system allows it: look-ups land anywhere in
+/// it, and with 4 KiB pages each would be a TLB miss.
+fn table(n: usize) -> Vec<Block> {
+    let mut t: Vec<Block> = Vec::with_capacity(n);
+    #[cfg(target_os = "linux")]
+    {
+        // madvise takes whole pages: those inside the allocation.
+        let (start, end) = (t.as_ptr() as usize, t.as_ptr() as usize + n * std::mem::size_of::<Block>());
+        let (from, to) = (start.next_multiple_of(4096), end & !4095);
+        if from < to {
+            // SAFETY: advice on pages of memory this vector owns; it
+            // changes no content.
+            unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE) };
+        }
+    }
+    t.resize(n, EMPTY);
+    t
+}
+
 #[inline(always)]
 fn hash(ip: u64) -> usize {
     (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize
@@ -248,7 +268,7 @@ impl BlockCache {
         let n = new.n_lens;
         let inline = n <= INLINE && new.n_targets == 0;
         if self.table.is_empty() {
-            self.table = vec![EMPTY; MIN_ENTRIES];
+            self.table = table(MIN_ENTRIES);
         }
         if !inline && (self.spill.len() + n > MAX_SPILL || self.spill_targets.len() + new.n_targets + new.n_pushes > MAX_SPILL) {
             self.clear();
@@ -313,7 +333,7 @@ impl BlockCache {
     }
 
     fn grow(&mut self) {
-        let bigger = vec![EMPTY; self.table.len() * 2];
+        let bigger = table(self.table.len() * 2);
         let old = std::mem::replace(&mut self.table, bigger);
         self.used = 0;
         for b in old.into_iter().filter(|b| b.count != 0) {
