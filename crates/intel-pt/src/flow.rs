@@ -1379,7 +1379,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 run = (at, r, w.clone());
                 (&r[..16], w)
             } else {
-                let Some((n, w)) = self.code.fetch_window(at, lo, hi, &mut buf) else { break };
+                let Some((n, w)) = code.fetch_window(at, lo, hi, &mut buf) else { break };
                 (&buf[..n], w)
             };
             let Ok(insn) = isa::classify_x86_64(at, bytes, &self.cfg.idioms) else { break };

@@ -166,10 +166,10 @@ impl Interval<'_> {
     }
 }
 
-/// Code no change touches: the same at every time (for `hi` unbounded too,
-/// as `Interval::fetch` then finds one content).
-/// The code from `addr` to the end of its region or the first change: a
-/// decoder builds most of its blocks from the last such run it was given.
+/// Code no change touches, from `addr` to the end of its region or the
+/// first change: the same at every time (for `hi` unbounded too, as
+/// `Interval::fetch` then finds one content). Long, so that a decoder
+/// builds most of its blocks from the last such run it was given.
 fn unchanging(code: &CodeTimeline, addr: u64) -> Option<(&[u8], Range<Time>)> {
     code.unchanging(addr, usize::MAX).map(|r| (r, 0..Time::MAX))
 }

@@ -79,12 +79,16 @@ pub fn walkable_vmlinux(vmlinux: &Path, out: &Path) -> PathBuf {
     // Spin loops (`1: pause; jmp 1b`, halt loops): a random walk that enters
     // one never leaves, and the rest of that CPU's trace would be empty. The
     // jump that closes such a loop becomes `ud2`, which ends the walk's path.
-    let mut decoder = Decoder::with_ip(64, &text, base, DecoderOptions::NONE);
-    let jumps: Vec<(u64, u64, usize)> = decoder
-        .iter()
-        .filter(|i| i.flow_control() == FlowControl::UnconditionalBranch && i.op0_kind() != OpKind::Memory && i.near_branch_target() != 0)
-        .map(|i| (i.ip(), i.near_branch_target(), i.len()))
-        .collect();
+    // (One pass finds these jumps and the HLTs below; a jump rewritten
+    // keeps its length, so the pass after it would find the same HLTs.)
+    let (mut jumps, mut halts): (Vec<(u64, u64, usize)>, Vec<u64>) = (Vec::new(), Vec::new());
+    for i in Decoder::with_ip(64, &text, base, DecoderOptions::NONE).iter() {
+        if i.flow_control() == FlowControl::UnconditionalBranch && i.op0_kind() != OpKind::Memory && i.near_branch_target() != 0 {
+            jumps.push((i.ip(), i.near_branch_target(), i.len()));
+        } else if i.mnemonic() == Mnemonic::Hlt {
+            halts.push(i.ip());
+        }
+    }
     let mut spins = 0;
     for (ip, target, len) in jumps {
         if spins_back(&text, base, target, ip) {
@@ -100,8 +104,7 @@ pub fn walkable_vmlinux(vmlinux: &Path, out: &Path) -> PathBuf {
     // path with an interrupt to a random function. As HLT (to the walk an
     // instruction like any other) the idle loop, whose every branch leads
     // back into it, kept three of four CPUs for the rest of their trace.
-    let mut decoder = Decoder::with_ip(64, &text, base, DecoderOptions::NONE);
-    let halts: Vec<u64> = decoder.iter().filter(|i| i.mnemonic() == Mnemonic::Hlt).map(|i| i.ip()).collect();
+    // (After the jumps: a loop closed through a HLT is a spin loop too.)
     for ip in &halts {
         text[at(*ip).expect("in .text")] = 0xcc;
     }
