@@ -12,10 +12,16 @@
 //! blocks keep them, and the targets of their jumps and calls, in side
 //! arenas. Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
 //! and the arenas hold at most [`MAX_SPILL`] lengths and as many targets
-//! (36 MB), about 100 MB in all (130 MB while the table doubles); past that
-//! everything is dropped and refilled, without allocating.
+//! (36 MB, reserved up front, touched as used), about 100 MB in all (130 MB
+//! while the table doubles); past that an empty table and arenas replace
+//! them. The caches of a [`crate::ParallelFlow`]'s decoders share one table
+//! ([`SharedBlocks`]), so each block is built once, not once a thread.
 
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use isa::{BranchClass, Insn};
 
@@ -23,12 +29,17 @@ use crate::flow::Time;
 
 /// Entries at first; the table doubles while more than half full.
 const MIN_ENTRIES: usize = 1 << 12;
-/// Entries at most.
-const MAX_ENTRIES: usize = 1 << 20;
+/// Entries at most (fewer in unit tests, to reach the bound).
+const MAX_ENTRIES: usize = if cfg!(test) { 1 << 13 } else { 1 << 20 };
 /// Entries looked at for one address.
 const PROBES: usize = 8;
-/// Bytes of spilled instruction lengths at most (and as many targets).
-const MAX_SPILL: usize = 1 << 22;
+/// Bytes of spilled instruction lengths at most (and as many targets;
+/// fewer in unit tests).
+const MAX_SPILL: usize = if cfg!(test) { 1 << 16 } else { 1 << 22 };
+/// Arena items a cache reserves at a time in a shared table's arenas.
+const ARENA_CHUNK: usize = 1 << 12;
+/// Blocks a cache adds to a shared table before counting them there.
+const UNSAID: usize = 32;
 /// Instructions in one block at most: longer straight runs are cut.
 pub(crate) const MAX_BLOCK_INSNS: usize = 256;
 /// Lengths of instructions before the last kept in the entry itself.
@@ -69,21 +80,6 @@ pub(crate) struct Block {
     /// targets and the return addresses after them in the target arena.
     lens: [u8; INLINE],
 }
-
-const EMPTY: Block = Block {
-    start: 0,
-    window_start: 0,
-    window_end: 0,
-    fall: 0,
-    spill: 0,
-    targets: 0,
-    target_rel: 0,
-    count: 0,
-    last_len: 0,
-    last_class: BranchClass::None,
-    has_target: false,
-    lens: [0; INLINE],
-};
 
 const _: () = assert!(std::mem::size_of::<Block>() == 64);
 
@@ -152,12 +148,78 @@ impl Block {
 }
 
 pub(crate) struct BlockCache {
-    table: Vec<Block>,
-    used: usize,
-    spill: Vec<u8>,
-    spill_targets: Vec<u64>,
+    /// The table looked in; while no other cache shares it, it is changed
+    /// in place (replacing blocks), else only added to.
+    table: Arc<Table>,
+    /// `table`'s entries, their number less one, and its arenas, here so
+    /// that a look-up reads no line that others write (`Table::used`).
+    slots: *const UnsafeCell<Block>,
+    mask: usize,
+    lens: *const u8,
+    targets: *const u64,
+    /// Room this cache reserved in the arenas of a shared table.
+    lens_room: Range<usize>,
+    targets_room: Range<usize>,
+    /// Blocks this cache added to a shared table and has not yet counted
+    /// in its `used`, which is counted [`UNSAID`] at a time.
+    unsaid: usize,
+    /// The table this cache shares with others, if it does, and which of
+    /// its tables `table` is.
+    home: Option<Arc<SharedBlocks>>,
+    generation: u64,
     building: Building,
 }
+
+/// A block table that the block caches of several decoders share (the
+/// threads of [`crate::ParallelFlow`]), so that a block is built once
+/// whichever thread meets it first. Entries are added, never changed; a
+/// full table is replaced by a new one (bigger, with the old one's blocks,
+/// or empty when at its bound), which each cache takes at its next insert
+/// or segment, so with `n` caches up to `n + 1` tables may be alive.
+#[derive(Default)]
+pub(crate) struct SharedBlocks {
+    current: Mutex<Option<Arc<Table>>>,
+    generation: AtomicU64,
+}
+
+/// Entries (a power of two of them, or none) and the arenas their spilled
+/// blocks' instructions are in.
+///
+/// An entry's `count` is 0 until the block is published (stored with
+/// release ordering once all else is written) and its `start` 0 until a
+/// writer claims it; both are read and written atomically, and nothing
+/// else in an entry is written once published unless the table is not
+/// shared (its one `Arc`), so readers of a published entry see it whole.
+struct Table {
+    slots: Box<[UnsafeCell<Block>]>,
+    arenas: Arc<Arenas>,
+    used: Padded<AtomicUsize>,
+}
+
+/// A value on cache lines of its own, so that writing it slows no reader
+/// of what is next to it.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// Spilled blocks' instruction bytes (`lens`) and their targets and return
+/// addresses (`targets`), each written once, in a range its writer reserves.
+struct Arenas {
+    lens: Box<[UnsafeCell<MaybeUninit<u8>>]>,
+    targets: Box<[UnsafeCell<MaybeUninit<u64>>]>,
+    lens_used: Padded<AtomicUsize>,
+    targets_used: Padded<AtomicUsize>,
+}
+
+// SAFETY: entries and arena ranges are written only before they are
+// published (claimed by one writer: a compare-and-swap of `start`, or a
+// range reserved with `fetch_add`), or with the table unshared; readers
+// read only published ones (see `Table`).
+unsafe impl Sync for Table {}
+// SAFETY: the pointers are into `table`, which the cache keeps alive.
+unsafe impl Send for BlockCache {}
+unsafe impl Send for Table {}
+unsafe impl Sync for Arenas {}
+unsafe impl Send for Arenas {}
 
 /// The block being built: its instructions before the last, the targets of
 /// its jumps and calls, and the return addresses its calls push. Fewer than
@@ -189,28 +251,190 @@ impl Building {
 impl Default for BlockCache {
     fn default() -> Self {
         let building = Building { lens: [0; MAX_BLOCK_INSNS], targets: [0; MAX_BLOCK_INSNS], pushes: [0; MAX_BLOCK_INSNS], n_lens: 0, n_targets: 0, n_pushes: 0 };
-        BlockCache { table: Vec::new(), used: 0, spill: Vec::new(), spill_targets: Vec::new(), building }
+        let mut c = BlockCache { table: Table::none(), slots: std::ptr::null(), mask: 0, lens: std::ptr::null(), targets: std::ptr::null(), lens_room: 0..0, targets_room: 0..0, unsaid: 0, home: None, generation: 0, building };
+        c.adopt(Table::none());
+        c
     }
 }
 
-/// A table of `n` empty entries, asked to be backed by huge pages (before
-/// any is touched) where the system allows it: look-ups land anywhere in
-/// it, and with 4 KiB pages each would be a TLB miss.
-fn table(n: usize) -> Vec<Block> {
-    let mut t: Vec<Block> = Vec::with_capacity(n);
-    #[cfg(target_os = "linux")]
-    {
-        // madvise takes whole pages: those inside the allocation.
-        let (start, end) = (t.as_ptr() as usize, t.as_ptr() as usize + n * std::mem::size_of::<Block>());
-        let (from, to) = (start.next_multiple_of(4096), end & !4095);
-        if from < to {
-            // SAFETY: advice on pages of memory this vector owns; it
-            // changes no content.
-            unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE) };
-        }
+impl Table {
+    /// The table of one empty entry (always full), shared by every cache
+    /// that has no other yet.
+    fn none() -> Arc<Table> {
+        static NONE: OnceLock<Arc<Table>> = OnceLock::new();
+        NONE.get_or_init(|| Arc::new(Table::new(1, Arc::new(Arenas::new(0))))).clone()
     }
-    t.resize(n, EMPTY);
-    t
+
+    /// `n` empty entries over `arenas`, asked to be backed by huge pages
+    /// (before any is touched) where the system allows it: look-ups land
+    /// anywhere in the table, and with 4 KiB pages each would be a TLB miss.
+    fn new(n: usize, arenas: Arc<Arenas>) -> Table {
+        let mut slots: Box<[MaybeUninit<UnsafeCell<Block>>]> = Box::new_uninit_slice(n);
+        #[cfg(all(target_os = "linux", not(miri)))]
+        {
+            // madvise takes whole pages: those inside the allocation.
+            let (start, end) = (slots.as_ptr() as usize, slots.as_ptr() as usize + n * std::mem::size_of::<Block>());
+            let (from, to) = (start.next_multiple_of(4096), end & !4095);
+            if from < to {
+                // SAFETY: advice on pages of memory this table owns; it
+                // changes no content.
+                unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE) };
+            }
+        }
+        // All-zero is an empty entry (`count == 0`, `start == 0`), written
+        // after the advice (a zeroed allocation this aligned is written
+        // before it, in small pages).
+        // SAFETY: every field of `Block` is valid all-zero (`BranchClass`'s
+        // variant 0 is `None`), and all are written.
+        let slots = unsafe {
+            std::ptr::write_bytes(slots.as_mut_ptr(), 0, n);
+            slots.assume_init()
+        };
+        Table { slots, arenas, used: Padded(AtomicUsize::new(0)) }
+    }
+
+    /// A table of `n` entries holding this one's published blocks (those
+    /// that fit their probes), over the same arenas.
+    fn grown(&self, n: usize) -> Table {
+        let new = Table::new(n, self.arenas.clone());
+        for slot in self.slots.iter() {
+            // SAFETY: only published entries are read (see `Table`).
+            if let Some(b) = unsafe { published(slot.get()) } {
+                new.place(*b);
+            }
+        }
+        new
+    }
+
+    /// Puts `b` in a table no one else reads: in the entry of an older
+    /// block at its start, else the first empty one, else (all probed
+    /// entries taken) the first probed.
+    fn place(&self, b: Block) {
+        let mask = self.slots.len() - 1;
+        let h = hash(b.start);
+        let mut at = h & mask;
+        for i in 0..PROBES {
+            let e = (h + i) & mask;
+            // SAFETY: no one else reads or writes this table.
+            let old = unsafe { &*self.slots[e].get() };
+            if old.count == 0 || old.start == b.start {
+                if old.count == 0 {
+                    self.used.0.fetch_add(1, Ordering::Relaxed);
+                }
+                at = e;
+                break;
+            }
+        }
+        // SAFETY: as above; no borrow of an entry is left.
+        unsafe { *self.slots[at].get() = b };
+    }
+
+    /// Adds `b` to a table others may be reading and adding to: in the
+    /// first entry of its probes no one has claimed, unless one holds the
+    /// same block already. False when all are taken by other blocks. The
+    /// caller counts it in `used`.
+    fn add(&self, b: &Block) -> bool {
+        let mask = self.slots.len() - 1;
+        let h = hash(b.start);
+        for i in 0..PROBES {
+            let p = self.slots[(h + i) & mask].get();
+            // SAFETY: `start` of a live entry, accessed atomically only.
+            let start = unsafe { AtomicU64::from_ptr(&raw mut (*p).start) };
+            // (Claimed ones are passed over without a compare-and-swap,
+            // which would take their line from the readers' caches.)
+            let claimed = match start.load(Ordering::Relaxed) {
+                0 => start.compare_exchange(0, b.start, Ordering::Relaxed, Ordering::Relaxed),
+                s => Err(s),
+            };
+            match claimed {
+                Ok(_) => {
+                    // SAFETY: this entry is ours alone until published: no
+                    // one else writes it, and readers read `count` only.
+                    unsafe {
+                        let e = &raw mut *p;
+                        (&raw mut (*e).window_start).write(b.window_start);
+                        (&raw mut (*e).window_end).write(b.window_end);
+                        (&raw mut (*e).fall).write(b.fall);
+                        (&raw mut (*e).spill).write(b.spill);
+                        (&raw mut (*e).targets).write(b.targets);
+                        (&raw mut (*e).target_rel).write(b.target_rel);
+                        (&raw mut (*e).last_len).write(b.last_len);
+                        (&raw mut (*e).last_class).write(b.last_class);
+                        (&raw mut (*e).has_target).write(b.has_target);
+                        (&raw mut (*e).lens).write(b.lens);
+                        AtomicU16::from_ptr(&raw mut (*e).count).store(b.count, Ordering::Release);
+                    }
+                    return true;
+                }
+                Err(s) if s == b.start => {
+                    // SAFETY: only a published entry is read (see `Table`).
+                    if unsafe { published(p) }.is_some_and(|old| old.window() == b.window()) {
+                        return true;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        false
+    }
+
+    fn full(&self) -> bool {
+        (self.used.0.load(Ordering::Relaxed) + 1) * 2 > self.slots.len()
+    }
+}
+
+/// The entry at `p` if it is published: then it is never written again
+/// while others may read it.
+///
+/// # Safety
+/// `p` points into a live table.
+#[inline(always)]
+unsafe fn published<'t>(p: *mut Block) -> Option<&'t Block> {
+    // SAFETY: `count` is accessed atomically while others may write it; a
+    // non-zero count was stored last, with release ordering (see `Table`).
+    let count = unsafe { AtomicU16::from_ptr(&raw mut (*p).count) }.load(Ordering::Acquire);
+    // SAFETY: published, so not written while this borrow lives.
+    (count != 0).then(|| unsafe { &*p })
+}
+
+impl Arenas {
+    /// Arenas of `n` lengths and `n` targets, none touched yet.
+    fn new(n: usize) -> Arenas {
+        Arenas { lens: uninit(n), targets: uninit(n), lens_used: Padded(AtomicUsize::new(0)), targets_used: Padded(AtomicUsize::new(0)) }
+    }
+
+    /// `data` copied to a range of `arena` no one else writes or reads
+    /// until it is published, and where the range starts; `None` when the
+    /// arena has no room for it. The range is taken from `room`, a range
+    /// this cache reserved (with [`ARENA_CHUNK`] more), so that caches
+    /// sharing an arena seldom write the line of `used`.
+    fn put<T: Copy>(arena: &[UnsafeCell<MaybeUninit<T>>], used: &Padded<AtomicUsize>, room: &mut Range<usize>, data: &[&[T]]) -> Option<u32> {
+        let n: usize = data.iter().map(|d| d.len()).sum();
+        if room.len() < n {
+            let size = n.max(ARENA_CHUNK);
+            let at = used.0.fetch_add(size, Ordering::Relaxed);
+            *room = at..at.checked_add(size).filter(|&end| end <= arena.len())?;
+        }
+        let at = room.start;
+        room.start += n;
+        let mut to = at;
+        for d in data {
+            for &x in *d {
+                // SAFETY: `to` is in the range this call reserved.
+                unsafe { (*arena[to].get()).write(x) };
+                to += 1;
+            }
+        }
+        Some(at as u32)
+    }
+
+}
+
+/// `n` items of room, not touched.
+fn uninit<T>(n: usize) -> Box<[UnsafeCell<MaybeUninit<T>>]> {
+    let b: Box<[MaybeUninit<T>]> = Box::new_uninit_slice(n);
+    // SAFETY: `UnsafeCell<X>` has the layout of `X`.
+    unsafe { Box::from_raw(Box::into_raw(b) as *mut [UnsafeCell<MaybeUninit<T>>]) }
 }
 
 #[inline(always)]
@@ -219,18 +443,41 @@ fn hash(ip: u64) -> usize {
 }
 
 impl BlockCache {
-    /// The block starting at `ip`, if one is cached (valid at some time).
+    /// A cache that shares its blocks with the others made from `home`.
+    pub fn shared(home: Arc<SharedBlocks>) -> Self {
+        let mut c = BlockCache { home: Some(home), ..BlockCache::default() };
+        c.refresh();
+        c
+    }
+
+    /// Takes the shared table in use now, if this cache shares one.
+    pub fn refresh(&mut self) {
+        let Some(home) = &self.home else { return };
+        let generation = home.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            let current = home.current.lock().expect("no panic while held").clone();
+            if let Some(t) = current {
+                self.adopt(t);
+            }
+            self.generation = generation;
+        }
+    }
+
+    /// The block starting at `ip` for which `valid` holds, if one is cached.
     #[inline(always)]
-    pub fn get(&self, ip: u64) -> Option<&Block> {
-        let mask = self.table.len().wrapping_sub(1);
+    pub fn get(&self, ip: u64, valid: impl Fn(&Block) -> bool) -> Option<&Block> {
         let h = hash(ip);
         for i in 0..PROBES {
-            let b = self.table.get((h + i) & mask)?;
-            if b.count == 0 {
-                return None;
-            }
-            if b.start == ip {
-                return Some(b);
+            // SAFETY: an entry of the live table (`mask` is its length less 1).
+            let p = unsafe { (*self.slots.add((h + i) & self.mask)).get() };
+            // SAFETY: an entry of this live table.
+            match unsafe { published(p) } {
+                Some(b) if b.start == ip && valid(b) => return Some(b),
+                Some(_) => {}
+                // An entry being written is passed over; an empty one ends
+                // the probes. SAFETY: `start` is accessed atomically.
+                None if unsafe { AtomicU64::from_ptr(&raw mut (*p).start) }.load(Ordering::Relaxed) == 0 => return None,
+                None => {}
             }
         }
         None
@@ -240,7 +487,13 @@ impl BlockCache {
     /// the jumps and calls among them, in order.
     #[inline(always)]
     pub fn insns<'c>(&'c self, b: &'c Block) -> (&'c [u8], &'c [u64]) {
-        b.insns(&self.spill, &self.spill_targets)
+        let n = b.count as usize - 1;
+        if b.inline() {
+            return (&b.lens[..n], &[]);
+        }
+        // SAFETY: the ranges of a published block: written before it was
+        // published, and not since.
+        unsafe { (std::slice::from_raw_parts(self.lens.add(b.spill as usize), n), std::slice::from_raw_parts(self.targets.add(b.targets as usize), b.lens[0] as usize)) }
     }
 
     /// The return addresses the calls among a block's instructions before
@@ -250,36 +503,33 @@ impl BlockCache {
         if b.inline() {
             return &[];
         }
-        let at = b.targets as usize + b.lens[0] as usize;
-        &self.spill_targets[at..at + b.lens[1] as usize]
+        // SAFETY: the range of a published block (see `insns`).
+        unsafe { std::slice::from_raw_parts(self.targets.add(b.targets as usize + b.lens[0] as usize), b.lens[1] as usize) }
     }
 
     /// Adds the block `start` whose instructions before the last were pushed
-    /// ([`BlockCache::push`]), replacing an older block at `start`; its last
-    /// instruction is at `last_ip`. False (nothing added) when the last's
-    /// target is more than 2 GiB from where it falls through.
+    /// ([`BlockCache::push`]); its last instruction is at `last_ip`. In a
+    /// table no other cache shares, it replaces an older block at `start`.
+    /// False (nothing added) when the last's target is more than 2 GiB from
+    /// where it falls through, when `start` is 0, or when a shared table
+    /// has no room in its probes.
     pub fn insert(&mut self, start: u64, window: Range<Time>, last_ip: u64, last: Insn) -> bool {
+        let added = self.try_insert(start, window, last_ip, last);
+        self.discard();
+        added
+    }
+
+    fn try_insert(&mut self, start: u64, window: Range<Time>, last_ip: u64, last: Insn) -> bool {
         let fall = last_ip.wrapping_add(last.len as u64);
         let Ok(target_rel) = i32::try_from(last.target.map_or(0, |t| t.wrapping_sub(fall) as i64)) else {
-            self.discard();
             return false;
         };
+        if start == 0 {
+            return false;
+        }
+        self.refresh();
         let new = &self.building;
         let n = new.n_lens;
-        let inline = n <= INLINE && new.n_targets == 0;
-        if self.table.is_empty() {
-            self.table = table(MIN_ENTRIES);
-        }
-        if !inline && (self.spill.len() + n > MAX_SPILL || self.spill_targets.len() + new.n_targets + new.n_pushes > MAX_SPILL) {
-            self.clear();
-        }
-        if (self.used + 1) * 2 > self.table.len() {
-            if self.table.len() < MAX_ENTRIES {
-                self.grow();
-            } else {
-                self.clear();
-            }
-        }
         let mut b = Block {
             start,
             window_start: window.start,
@@ -294,58 +544,84 @@ impl BlockCache {
             has_target: last.target.is_some(),
             lens: [0; INLINE],
         };
-        let new = &self.building;
+        let inline = n <= INLINE && new.n_targets == 0;
         if inline {
             b.lens[..n].copy_from_slice(new.lens());
         } else {
-            b.spill = self.spill.len() as u32;
-            b.targets = self.spill_targets.len() as u32;
             // (At most MAX_BLOCK_INSNS - 1 of each.)
             b.lens[0] = new.n_targets as u8;
             b.lens[1] = new.n_pushes as u8;
-            self.spill.extend_from_slice(new.lens());
-            self.spill_targets.extend_from_slice(new.targets());
-            self.spill_targets.extend_from_slice(new.pushes());
         }
-        self.place(b);
-        self.discard();
-        true
-    }
-
-    /// Puts `b` in the entry of an older block at its start, else the first
-    /// empty one, else (all probed entries taken) the first probed.
-    fn place(&mut self, b: Block) {
-        let mask = self.table.len() - 1;
-        let h = hash(b.start);
-        let mut at = h & mask;
-        for i in 0..PROBES {
-            let e = (h + i) & mask;
-            let old = &self.table[e];
-            if old.count == 0 || old.start == b.start {
-                if old.count == 0 {
-                    self.used += 1;
-                }
-                at = e;
-                break;
+        // Twice at most: the table or its arenas may be full, and replaced.
+        for _ in 0..2 {
+            if self.table.full() {
+                self.replace(false);
             }
+            if !inline {
+                let (new, a) = (&self.building, &self.table.arenas);
+                let spilled = Arenas::put(&a.lens, &a.lens_used, &mut self.lens_room, &[new.lens()]).zip(Arenas::put(&a.targets, &a.targets_used, &mut self.targets_room, &[new.targets(), new.pushes()]));
+                let Some((spill, targets)) = spilled else {
+                    self.replace(true);
+                    continue;
+                };
+                (b.spill, b.targets) = (spill, targets);
+            }
+            // Only this cache holds the table: it is read and written here
+            // alone (the cache is not `Sync`).
+            if Arc::strong_count(&self.table) == 1 {
+                self.table.place(b);
+                return true;
+            }
+            if !self.table.add(&b) {
+                return false;
+            }
+            self.unsaid += 1;
+            if self.unsaid == UNSAID {
+                self.table.used.0.fetch_add(UNSAID, Ordering::Relaxed);
+                self.unsaid = 0;
+            }
+            return true;
         }
-        self.table[at] = b;
+        false
     }
 
-    fn grow(&mut self) {
-        let bigger = table(self.table.len() * 2);
-        let old = std::mem::replace(&mut self.table, bigger);
-        self.used = 0;
-        for b in old.into_iter().filter(|b| b.count != 0) {
-            self.place(b);
+    /// Puts a new table in place of the one in use: twice as big with its
+    /// blocks, or (at [`MAX_ENTRIES`], or when its `arenas_full`) an empty
+    /// one. In a shared table, only the first cache to find it full makes
+    /// the new one; the others take that.
+    fn replace(&mut self, arenas_full: bool) {
+        let make = |old: &Table| {
+            let n = old.slots.len();
+            if n < MIN_ENTRIES || arenas_full || n >= MAX_ENTRIES {
+                Table::new(n.max(MIN_ENTRIES), Arc::new(Arenas::new(MAX_SPILL)))
+            } else {
+                old.grown(n * 2)
+            }
+        };
+        let Some(home) = self.home.clone() else {
+            let new = Arc::new(make(&self.table));
+            self.adopt(new);
+            return;
+        };
+        let mut current = home.current.lock().expect("no panic while held");
+        if current.as_ref().is_none_or(|t| Arc::ptr_eq(t, &self.table)) {
+            *current = Some(Arc::new(make(&self.table)));
+            home.generation.fetch_add(1, Ordering::Release);
         }
+        let new = current.as_ref().expect("just set").clone();
+        drop(current);
+        self.adopt(new);
+        self.generation = home.generation.load(Ordering::Acquire);
     }
 
-    fn clear(&mut self) {
-        self.table.fill(EMPTY);
-        self.used = 0;
-        self.spill.clear();
-        self.spill_targets.clear();
+    /// Looks in `table` from now on.
+    fn adopt(&mut self, table: Arc<Table>) {
+        self.slots = table.slots.as_ptr();
+        self.mask = table.slots.len() - 1;
+        self.lens = table.arenas.lens.as_ptr() as *const u8;
+        self.targets = table.arenas.targets.as_ptr() as *const u64;
+        (self.lens_room, self.targets_room, self.unsaid) = (0..0, 0..0, 0);
+        self.table = table;
     }
 
     /// Adds an instruction before the last to the block being built, at
@@ -380,5 +656,137 @@ impl BlockCache {
     pub fn discard(&mut self) {
         let new = &mut self.building;
         (new.n_lens, new.n_targets, new.n_pushes) = (0, 0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The block made up for `start`: up to 40 instructions before a
+    /// conditional branch, some of them direct calls (so spilled), its
+    /// window depending on `version`.
+    fn made_up(start: u64, version: u64) -> (Vec<Insn>, Range<Time>) {
+        let n = (start >> 4) as usize % 41;
+        let calls = start % 3 == 0;
+        let insns = (0..n)
+            .map(|i| match i % 4 {
+                1 if calls => Insn { len: 5, class: BranchClass::DirectCall, target: Some(start ^ (i as u64) << 20) },
+                _ => Insn { len: 1 + (start as usize + i) as u8 % 15, class: BranchClass::None, target: None },
+            })
+            .collect();
+        (insns, version * 100..version * 100 + 50)
+    }
+
+    fn add(cache: &mut BlockCache, start: u64, version: u64) -> bool {
+        let (insns, window) = made_up(start, version);
+        let mut ip = start;
+        for insn in &insns {
+            cache.push(ip, insn);
+            ip = insn.target.unwrap_or(ip + insn.len as u64);
+        }
+        cache.insert(start, window, ip, Insn { len: 2, class: BranchClass::CondBranch, target: Some(ip + 2 + (start & 0x7f)) })
+    }
+
+    /// Whether the cached block at `start` for `version` is the made-up
+    /// one, instruction for instruction; `None` when not cached.
+    fn check(cache: &BlockCache, start: u64, version: u64) -> Option<()> {
+        let (insns, window) = made_up(start, version);
+        let b = cache.get(start, |b| b.window() == window)?;
+        let (lens, targets) = cache.insns(b);
+        assert_eq!(b.count as usize, insns.len() + 1, "{start:#x}");
+        let want_lens: Vec<u8> = insns.iter().map(|i| i.len | if i.class == BranchClass::DirectCall { CALL } else { 0 }).collect();
+        assert_eq!(lens, want_lens, "{start:#x}: lengths");
+        let want_targets: Vec<u64> = insns.iter().filter_map(|i| i.target).collect();
+        assert_eq!(targets, want_targets, "{start:#x}: targets");
+        let mut ip = start;
+        let mut want_pushes = Vec::new();
+        for i in &insns {
+            if i.class == BranchClass::DirectCall {
+                want_pushes.push(ip + 5);
+            }
+            ip = i.target.unwrap_or(ip + i.len as u64);
+        }
+        assert_eq!(cache.pushes(b), want_pushes, "{start:#x}: pushes");
+        assert_eq!((b.last_ip(), b.target()), (ip, ip + 2 + (start & 0x7f)), "{start:#x}: last");
+        Some(())
+    }
+
+    /// Threads sharing a table add and read the same blocks, in different
+    /// orders, through growth and past the table's and the arenas' bounds
+    /// (replaced while others read): whatever a look-up finds is the block
+    /// added for it, and a block just added is found.
+    #[test]
+    fn shared_caches_find_what_was_added() {
+        let home = Arc::new(SharedBlocks::default());
+        // (Fewer under Miri, which is slow; then the bounds are not reached.)
+        let n = if cfg!(miri) { 1_000 } else { 20_000 };
+        let starts: Vec<u64> = (1..n).map(|i| 0xffff_ffff_8100_0000 + i * 37).collect();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (home, starts) = (home.clone(), &starts);
+                s.spawn(move || {
+                    let mut cache = BlockCache::shared(home);
+                    let (mut found, mut added) = (0, 0);
+                    // Chunks of 500 starts, each visited 4 times in turn,
+                    // the chunks in an order of the thread's own.
+                    for k in 0..4 * starts.len() {
+                        let (chunk, j) = (k / 2000, k % 500);
+                        let start = starts[((chunk * (2 * t + 1) + t) * 500 + j * 7) % starts.len()];
+                        let version = (k / 500 % 2) as u64;
+                        if check(&cache, start, version).is_some() {
+                            found += 1;
+                        } else if add(&mut cache, start, version) {
+                            added += 1;
+                            check(&cache, start, version).expect("just added");
+                        }
+                    }
+                    assert!(found > n / 20 && added > n / 20, "thread {t}: {found} found, {added} added");
+                });
+            }
+        });
+        if !cfg!(miri) {
+            let current = home.current.lock().unwrap().clone().expect("a table");
+            assert_eq!(current.slots.len(), MAX_ENTRIES, "grown to the bound");
+            assert!(home.generation.load(Ordering::Relaxed) > 8, "replaced at the bound");
+        }
+    }
+
+    /// A table no one shares replaces an older block at the same start; a
+    /// shared one keeps both, each found at its own time.
+    #[test]
+    fn versions_replace_only_when_unshared() {
+        let start = 0x40_1000;
+        let mut own = BlockCache::default();
+        assert!(add(&mut own, start, 0) && add(&mut own, start, 1));
+        assert!(check(&own, start, 1).is_some() && check(&own, start, 0).is_none());
+        let home = Arc::new(SharedBlocks::default());
+        let (mut a, b) = (BlockCache::shared(home.clone()), BlockCache::shared(home));
+        assert!(add(&mut a, start, 0) && add(&mut a, start, 1));
+        assert!(check(&a, start, 0).is_some() && check(&a, start, 1).is_some());
+        let mut b = b;
+        b.refresh();
+        assert!(check(&b, start, 0).is_some() && check(&b, start, 1).is_some(), "seen by the other cache");
+    }
+
+    /// An entry claimed but not yet published is passed over by look-ups
+    /// and by adds, not taken as the end of the probes.
+    #[test]
+    fn entries_being_written_are_passed_over() {
+        let home = Arc::new(SharedBlocks::default());
+        let mut cache = BlockCache::shared(home);
+        assert!(add(&mut cache, 0x1000, 0));
+        let mask = cache.mask;
+        let first = 0x2000u64;
+        let second = (first + 1..).find(|&ip| hash(ip) & mask == hash(first) & mask).unwrap();
+        // `first`'s entry claimed by a writer that has written all but its
+        // count (so it is not published yet).
+        let p = unsafe { (*cache.slots.add(hash(first) & mask)).get() };
+        unsafe { AtomicU64::from_ptr(&raw mut (*p).start) }.store(first, Ordering::Relaxed);
+        let window = made_up(first, 0).1;
+        unsafe { ((*p).window_start, (*p).window_end) = (window.start, window.end) };
+        assert!(check(&cache, first, 0).is_none());
+        assert!(add(&mut cache, second, 0), "added past the claimed entry");
+        assert!(check(&cache, second, 0).is_some(), "found past the claimed entry");
     }
 }

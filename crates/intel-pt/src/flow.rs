@@ -58,7 +58,7 @@ use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
 
-use crate::block_cache::{Block, BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
+use crate::block_cache::{Block, BlockCache, SharedBlocks, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
 use crate::decode::Quick;
 use crate::{Packet, PacketDecoder, PacketError};
 
@@ -635,6 +635,13 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self.st = State::new(self.buf);
         self.st.stop_at = if end >= whole.len() { usize::MAX } else { end - start };
         self.base = start;
+        self.cache.refresh();
+    }
+
+    /// Shares the decoded-block cache with the other decoders given `home`.
+    pub(crate) fn with_shared_blocks(mut self, home: std::sync::Arc<SharedBlocks>) -> Self {
+        self.cache = BlockCache::shared(home);
+        self
     }
 }
 
@@ -1268,13 +1275,13 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             return Ok(true);
         }
         let Some(ip) = st.ip else { return self.step(st, sink, false) };
-        let b = match cache.get(ip) {
-            Some(b) if self.code.admits(&b.window(), st.lo, st.hi) => b,
-            _ => {
-                if !self.build(cache, ip, st.lo, st.hi) {
+        let b = match cache.get(ip, |b| self.code.admits(&b.window(), st.lo, st.hi)) {
+            Some(b) => b,
+            None => {
+                let Some(window) = self.build(cache, ip, st.lo, st.hi) else {
                     return self.step(st, sink, false);
-                }
-                cache.get(ip).expect("just built")
+                };
+                cache.get(ip, |b| b.window() == window).expect("just built")
             }
         };
         let count = b.count as u64;
@@ -1317,8 +1324,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let (lo, hi, bits, max_walk) = (st.lo, st.hi, st.tnt_bits, self.cfg.max_walk);
         let mut walked = st.walked;
         while left > 0 {
-            let Some(b) = cache.get(ip) else { break };
-            if !b.ends_in_jcc() || !self.code.admits(&b.window(), lo, hi) || walked + b.count as u64 > max_walk {
+            let Some(b) = cache.get(ip, |b| self.code.admits(&b.window(), lo, hi)) else { break };
+            if !b.ends_in_jcc() || walked + b.count as u64 > max_walk {
                 break;
             }
             emit_block(&mut st.stack, cache, b, lo, hi, sink);
@@ -1354,11 +1361,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         Ok(())
     }
 
-    /// Decodes and caches the block at `ip` for `[lo, hi]`; false when its
-    /// first instruction's code is not exact or not an instruction.
+    /// Decodes and caches the block at `ip` for `[lo, hi]`, and gives its
+    /// window; `None` when its first instruction's code is not exact or not
+    /// an instruction, or the cache did not take it.
     #[cold]
     #[inline(never)]
-    fn build(&self, cache: &mut BlockCache, ip: u64, lo: Time, hi: Time) -> bool {
+    fn build(&self, cache: &mut BlockCache, ip: u64, lo: Time, hi: Time) -> Option<Range<Time>> {
         let mut window = 0..Time::MAX;
         let mut at = ip;
         let mut last: Option<Insn> = None;
@@ -1398,9 +1406,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         let Some(last) = last else {
             cache.discard();
-            return false;
+            return None;
         };
-        cache.insert(ip, window, last_ip, last)
+        cache.insert(ip, window.clone(), last_ip, last).then_some(window)
     }
 
     /// One instruction (or one event). `Ok(false)` at the end of the trace.

@@ -11,15 +11,16 @@
 //! to it, where the next one starts). A few segments per thread decode
 //! ahead of the one handed out next, each started as soon as one is handed
 //! out (no barrier between groups), so memory stays bounded whatever the
-//! buffer's size; decoders (and their block caches) are reused from
-//! segment to segment and buffer to buffer. A segment's cached blocks are
+//! buffer's size; decoders are reused from segment to segment and buffer
+//! to buffer, and their block caches share one table, so a block is built
+//! once, by whichever thread meets it first. A segment's cached blocks are
 //! kept as copies of their cache entries (with the instruction bytes and
 //! inner targets that do not fit in one) and handed out as blocks, not as
 //! an event for each instruction.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use crate::block_cache::Block;
+use crate::block_cache::{Block, SharedBlocks};
 use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Recovery, Time};
 
 /// Segments decoding ahead of the one handed out next, per thread.
@@ -33,8 +34,10 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     cyc: Option<CycConv>,
     upper_bounds: bool,
     recovery: Recovery,
-    /// Idle decoders, their block caches warm.
+    /// Idle decoders.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
+    /// The decoded blocks all decoders share, kept from buffer to buffer.
+    blocks: Arc<SharedBlocks>,
     /// Segment recordings for reuse.
     spare: Mutex<Vec<Recording>>,
 }
@@ -136,7 +139,7 @@ impl Recording {
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, recovery: Recovery::default(), decoders: Mutex::new(Vec::new()), spare: Mutex::new(Vec::new()) }
+        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, recovery: Recovery::default(), decoders: Mutex::new(Vec::new()), blocks: Arc::default(), spare: Mutex::new(Vec::new()) }
     }
 
     /// MTC timing, as [`FlowDecoder::with_mtc`].
@@ -232,7 +235,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// One segment's events into `sink`, on a decoder from the pool.
     fn decode(&self, buf: &'a [u8], start: usize, end: usize, sink: &mut impl FlowSink) {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc).with_upper_bounds(self.upper_bounds).with_recovery(self.recovery)
+            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc).with_upper_bounds(self.upper_bounds).with_recovery(self.recovery).with_shared_blocks(self.blocks.clone())
         });
         dec.reset_segment(buf, start, end);
         dec.run_with(sink);
