@@ -668,7 +668,7 @@ mod tests {
     /// window depending on `version`.
     fn made_up(start: u64, version: u64) -> (Vec<Insn>, Range<Time>) {
         let n = (start >> 4) as usize % 41;
-        let calls = start % 3 == 0;
+        let calls = start.is_multiple_of(3);
         let insns = (0..n)
             .map(|i| match i % 4 {
                 1 if calls => Insn { len: 5, class: BranchClass::DirectCall, target: Some(start ^ (i as u64) << 20) },
