@@ -3,10 +3,11 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use codeimage::{BaseImage, CodeTimeline};
-use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, MtcConv, TimeConv};
+use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, MtcConv, SharedBlocks, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use isa::{BranchClass, KernelIdioms};
 use perfdata::abi::auxtrace_type;
@@ -312,18 +313,21 @@ fn pt_lines(
         max_walk: 1 << 20,
         trial_insns: 256,
     };
+    // The buffers' decoders build each block once between them (one table
+    // for all: they decode over the same image).
+    let blocks = Arc::new(SharedBlocks::default());
     std::thread::scope(|s| {
         let mut heads = Vec::with_capacity(aux.len());
         for (queue, q) in aux.iter().enumerate() {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Out>>(BATCHES_AHEAD);
-            let cfg = cfg.clone();
+            let (cfg, blocks) = (cfg.clone(), blocks.clone());
             s.spawn(move || {
                 let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &tx);
                 match image {
-                    "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).run_with(sink),
+                    "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink),
                     // The lines show no instruction's latest time: none is worked out.
-                    "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
-                    _ => FlowDecoder::new(&q.trace, &Static(code), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).run_with(sink),
+                    "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).with_shared_blocks(blocks).run_with(sink),
+                    _ => FlowDecoder::new(&q.trace, &Static(code), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).with_shared_blocks(blocks).run_with(sink),
                 }
                 sink.finish();
             });

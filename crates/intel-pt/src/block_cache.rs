@@ -14,7 +14,7 @@
 //! and the arenas hold at most [`MAX_SPILL`] lengths and as many targets
 //! (36 MB, reserved up front, touched as used), about 100 MB in all (130 MB
 //! while the table doubles); past that an empty table and arenas replace
-//! them. The caches of a [`crate::ParallelFlow`]'s decoders share one table
+//! them. The caches of a [`crate::parallel::ParallelFlow`]'s decoders share one table
 //! ([`SharedBlocks`]), so each block is built once, not once a thread.
 
 use std::cell::UnsafeCell;
@@ -170,14 +170,16 @@ pub(crate) struct BlockCache {
     building: Building,
 }
 
-/// A block table that the block caches of several decoders share (the
-/// threads of [`crate::ParallelFlow`]), so that a block is built once
-/// whichever thread meets it first. Entries are added, never changed; a
-/// full table is replaced by a new one (bigger, with the old one's blocks,
-/// or empty when at its bound), which each cache takes at its next insert
-/// or segment, so with `n` caches up to `n + 1` tables may be alive.
+/// A block table that the decoded-block caches of several decoders share
+/// (those of a [`crate::parallel::ParallelFlow`], or decoders of the CPUs'
+/// buffers of one trace, [`crate::flow::FlowDecoder::with_shared_blocks`]),
+/// so that a block is built once, by whichever thread meets it first.
+/// Entries are added, never changed; a full table is replaced by a new one
+/// (bigger, with the old one's blocks, or empty when at its bound), which
+/// each cache takes at its next insert or segment, so with `n` caches up to
+/// `n + 1` tables may be alive.
 #[derive(Default)]
-pub(crate) struct SharedBlocks {
+pub struct SharedBlocks {
     current: Mutex<Option<Arc<Table>>>,
     generation: AtomicU64,
 }

@@ -58,7 +58,8 @@ use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
 
-use crate::block_cache::{Block, BlockCache, SharedBlocks, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
+use crate::block_cache::{Block, BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
+pub use crate::block_cache::SharedBlocks;
 use crate::decode::Quick;
 use crate::{Packet, PacketDecoder, PacketError};
 
@@ -638,8 +639,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self.cache.refresh();
     }
 
-    /// Shares the decoded-block cache with the other decoders given `home`.
-    pub(crate) fn with_shared_blocks(mut self, home: std::sync::Arc<SharedBlocks>) -> Self {
+    /// Shares the decoded-block cache with the other decoders given `home`
+    /// (on other threads, say, for the other CPUs' buffers of one trace), so
+    /// each block is built once for all of them. Every decoder sharing one
+    /// must read the same code source with the same configuration: a block
+    /// is kept for the window of time that source gave for its bytes.
+    pub fn with_shared_blocks(mut self, home: std::sync::Arc<SharedBlocks>) -> Self {
         self.cache = BlockCache::shared(home);
         self
     }

@@ -20,8 +20,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::block_cache::{Block, SharedBlocks};
-use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Recovery, Time};
+use crate::block_cache::Block;
+use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Recovery, SharedBlocks, Time};
 
 /// Segments decoding ahead of the one handed out next, per thread.
 const PER_THREAD: usize = 4;
