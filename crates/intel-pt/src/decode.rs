@@ -299,6 +299,27 @@ impl<'a> PacketDecoder<'a> {
         Some((offset, quick))
     }
 
+    /// Moves past packets as [`skip_packet`](Self::skip_packet) would, in
+    /// one tight loop, up to the first that starts with one of `stop`'s
+    /// bytes, starts past `limit`, or is not one the length table alone
+    /// fixes (each left for `skip_packet`). For scans ahead.
+    #[inline(always)]
+    pub(crate) fn skip_until(&mut self, stop: [u8; 2], limit: usize) {
+        if self.block.is_some() {
+            return;
+        }
+        let buf = self.buf;
+        let mut pos = self.pos;
+        while let Some(&b0) = buf.get(pos) {
+            let n = usize::from(SKIP[usize::from(b0)]);
+            if n == 0 || b0 == stop[0] || b0 == stop[1] || pos > limit || n > buf.len() - pos {
+                break;
+            }
+            pos += n;
+        }
+        self.pos = pos;
+    }
+
     /// Moves past the next packet as [`next_packet`](Self::next_packet)
     /// would, giving its offset and bytes without building it (for scans
     /// ahead: the common packets take one table look-up; the last IP is not
@@ -831,6 +852,69 @@ mod tests {
             }
         }
         out
+    }
+
+    /// `skip_until` then `skip_packet`, as a scan ahead uses them, stop at
+    /// the packet `next_packet` would stop at: the first TSC (or MTC), the
+    /// first past the limit, or the first bad one; from every packet.
+    #[test]
+    fn skip_until_stops_where_next_packet_would() {
+        #[derive(Debug, PartialEq)]
+        enum Stop {
+            Found(usize),
+            Past(usize),
+            Bad(usize),
+            End,
+        }
+        let mut stops = [0usize; 3];
+        for (n, trace) in (0..300).map(|seed| random_trace(seed, 600)).chain(cyc_traces()).enumerate() {
+            for (mtc, limit) in [(false, usize::MAX), (true, usize::MAX), (false, trace.len() / 2), (true, trace.len() / 3)] {
+                let mut from = PacketDecoder::new(&trace);
+                loop {
+                    match from.clone().next_packet() {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(_) => {
+                            // On past a bad packet, as a decode goes on.
+                            if !from.sync_forward().psb_found {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                    let mut want_dec = from.clone();
+                    let want = loop {
+                        match want_dec.next_packet() {
+                            Ok(Some((off, Packet::Tsc(_)))) => break Stop::Found(off),
+                            Ok(Some((off, Packet::Mtc(_)))) if mtc => break Stop::Found(off),
+                            Ok(Some((off, _))) if off > limit => break Stop::Past(off),
+                            Ok(Some(_)) => {}
+                            Ok(None) => break Stop::End,
+                            Err(e) => break Stop::Bad(e.offset),
+                        }
+                    };
+                    let mut dec = from.clone();
+                    let got = loop {
+                        dec.skip_until([0x19, if mtc { 0x59 } else { 0x19 }], limit);
+                        match dec.skip_packet() {
+                            Ok(Some((off, bytes))) if bytes[0] == 0x19 || (mtc && bytes[0] == 0x59) => break Stop::Found(off),
+                            Ok(Some((off, _))) if off > limit => break Stop::Past(off),
+                            Ok(Some(_)) => {}
+                            Ok(None) => break Stop::End,
+                            Err(e) => break Stop::Bad(e.offset),
+                        }
+                    };
+                    assert_eq!(got, want, "trace {n}, mtc {mtc}, limit {limit}, from {}", from.pos);
+                    stops[match want {
+                        Stop::Found(_) => 0,
+                        Stop::Past(_) => 1,
+                        _ => 2,
+                    }] += 1;
+                    from.next_packet().unwrap();
+                }
+            }
+        }
+        assert!(stops.iter().all(|&k| k > 100), "each kind of stop met: {stops:?}");
     }
 
     /// The fast path of `next_packet` (9 bytes left, no block) decodes

@@ -1695,7 +1695,9 @@ impl Packets<'_> {
     /// past `limit`, or a bad one, stops the scan there.
     fn scan_to_tsc(&self, limit: usize, mtc: bool) -> Scan {
         let mut dec = self.dec.clone();
+        let stop = [0x19, if mtc { 0x59 } else { 0x19 }];
         loop {
+            dec.skip_until(stop, limit);
             match dec.skip_packet() {
                 Ok(Some((off, bytes))) => match bytes[0] {
                     0x19 => return Scan::Tsc(off, crate::decode::le(&bytes[1..8])),
