@@ -167,6 +167,11 @@ pub(crate) struct BlockCache {
     /// its tables `table` is.
     home: Option<Arc<SharedBlocks>>,
     generation: u64,
+    /// A table of this cache's own for the blocks a shared table does not
+    /// take: later versions of a block (in code that changes, where each
+    /// thread's walk needs its own time's, and replacing one in place is
+    /// what keeps them few), and blocks whose probes are full.
+    own: Option<Box<BlockCache>>,
     building: Building,
 }
 
@@ -174,7 +179,9 @@ pub(crate) struct BlockCache {
 /// (those of a [`crate::parallel::ParallelFlow`], or decoders of the CPUs'
 /// buffers of one trace, [`crate::flow::FlowDecoder::with_shared_blocks`]),
 /// so that a block is built once, by whichever thread meets it first.
-/// Entries are added, never changed; a full table is replaced by a new one
+/// Entries are added, never changed: a later version of a block (after a
+/// poke) goes to a table of the cache's own, which replaces it in place as
+/// a cache alone does. A full shared table is replaced by a new one
 /// (bigger, with the old one's blocks, or empty when at its bound), which
 /// each cache takes at its next insert or segment, so with `n` caches up to
 /// `n + 1` tables may be alive.
@@ -226,6 +233,7 @@ unsafe impl Send for Arenas {}
 /// The block being built: its instructions before the last, the targets of
 /// its jumps and calls, and the return addresses its calls push. Fewer than
 /// [`MAX_BLOCK_INSNS`] of each, in arrays, so that adding one is a store.
+#[derive(Clone)]
 struct Building {
     lens: [u8; MAX_BLOCK_INSNS],
     targets: [u64; MAX_BLOCK_INSNS],
@@ -253,7 +261,7 @@ impl Building {
 impl Default for BlockCache {
     fn default() -> Self {
         let building = Building { lens: [0; MAX_BLOCK_INSNS], targets: [0; MAX_BLOCK_INSNS], pushes: [0; MAX_BLOCK_INSNS], n_lens: 0, n_targets: 0, n_pushes: 0 };
-        let mut c = BlockCache { table: Table::none(), slots: std::ptr::null(), mask: 0, lens: std::ptr::null(), targets: std::ptr::null(), lens_room: 0..0, targets_room: 0..0, unsaid: 0, home: None, generation: 0, building };
+        let mut c = BlockCache { table: Table::none(), slots: std::ptr::null(), mask: 0, lens: std::ptr::null(), targets: std::ptr::null(), lens_room: 0..0, targets_room: 0..0, unsaid: 0, home: None, generation: 0, own: None, building };
         c.adopt(Table::none());
         c
     }
@@ -468,6 +476,20 @@ impl BlockCache {
     /// The block starting at `ip` for which `valid` holds, if one is cached.
     #[inline(always)]
     pub fn get(&self, ip: u64, valid: impl Fn(&Block) -> bool) -> Option<&Block> {
+        match self.probe(ip, &valid) {
+            None if self.own.is_some() => self.get_own(ip, valid),
+            found => found,
+        }
+    }
+
+    #[inline(never)]
+    fn get_own(&self, ip: u64, valid: impl Fn(&Block) -> bool) -> Option<&Block> {
+        self.own.as_ref()?.probe(ip, &valid)
+    }
+
+    /// [`Self::get`] in `table` alone.
+    #[inline(always)]
+    fn probe(&self, ip: u64, valid: &impl Fn(&Block) -> bool) -> Option<&Block> {
         let h = hash(ip);
         for i in 0..PROBES {
             // SAFETY: an entry of the live table (`mask` is its length less 1).
@@ -493,6 +515,9 @@ impl BlockCache {
         if b.inline() {
             return (&b.lens[..n], &[]);
         }
+        if !self.holds(b) {
+            return self.own.as_ref().expect("a block of this cache's own table").insns(b);
+        }
         // SAFETY: the ranges of a published block: written before it was
         // published, and not since.
         unsafe { (std::slice::from_raw_parts(self.lens.add(b.spill as usize), n), std::slice::from_raw_parts(self.targets.add(b.targets as usize), b.lens[0] as usize)) }
@@ -505,16 +530,26 @@ impl BlockCache {
         if b.inline() {
             return &[];
         }
+        if !self.holds(b) {
+            return self.own.as_ref().expect("a block of this cache's own table").pushes(b);
+        }
         // SAFETY: the range of a published block (see `insns`).
         unsafe { std::slice::from_raw_parts(self.targets.add(b.targets as usize + b.lens[0] as usize), b.lens[1] as usize) }
     }
 
+    /// Whether `b` is an entry of `table` (else of `own`'s).
+    #[inline(always)]
+    fn holds(&self, b: &Block) -> bool {
+        (b as *const Block as usize).wrapping_sub(self.slots as usize) < (self.mask + 1) * std::mem::size_of::<Block>()
+    }
+
     /// Adds the block `start` whose instructions before the last were pushed
     /// ([`BlockCache::push`]); its last instruction is at `last_ip`. In a
-    /// table no other cache shares, it replaces an older block at `start`.
+    /// table no other cache shares, it replaces an older block at `start`;
+    /// a shared table takes only the first version of a block, the others
+    /// go to this cache's own table (as do blocks whose probes are full).
     /// False (nothing added) when the last's target is more than 2 GiB from
-    /// where it falls through, when `start` is 0, or when a shared table
-    /// has no room in its probes.
+    /// where it falls through, or when `start` is 0.
     pub fn insert(&mut self, start: u64, window: Range<Time>, last_ip: u64, last: Insn) -> bool {
         let added = self.try_insert(start, window, last_ip, last);
         self.discard();
@@ -559,6 +594,15 @@ impl BlockCache {
             if self.table.full() {
                 self.replace(false);
             }
+            if Arc::strong_count(&self.table) > 1 {
+                // Another version of the block is shared already: this one
+                // is this cache's own (or it is the same block, there).
+                match self.probe(start, &|_| true) {
+                    Some(old) if old.window() == b.window() => return true,
+                    Some(_) => return self.insert_own(start, window, last_ip, last),
+                    None => {}
+                }
+            }
             if !inline {
                 let (new, a) = (&self.building, &self.table.arenas);
                 let spilled = Arenas::put(&a.lens, &a.lens_used, &mut self.lens_room, &[new.lens()]).zip(Arenas::put(&a.targets, &a.targets_used, &mut self.targets_room, &[new.targets(), new.pushes()]));
@@ -575,7 +619,7 @@ impl BlockCache {
                 return true;
             }
             if !self.table.add(&b) {
-                return false;
+                return self.insert_own(start, window, last_ip, last);
             }
             self.unsaid += 1;
             if self.unsaid == UNSAID {
@@ -585,6 +629,14 @@ impl BlockCache {
             return true;
         }
         false
+    }
+
+    /// [`Self::insert`] into this cache's own table (made at the first).
+    #[cold]
+    fn insert_own(&mut self, start: u64, window: Range<Time>, last_ip: u64, last: Insn) -> bool {
+        let own = self.own.get_or_insert_with(Box::default);
+        own.building.clone_from(&self.building);
+        own.insert(start, window, last_ip, last)
     }
 
     /// Puts a new table in place of the one in use: twice as big with its
@@ -755,20 +807,30 @@ mod tests {
     }
 
     /// A table no one shares replaces an older block at the same start; a
-    /// shared one keeps both, each found at its own time.
+    /// shared one keeps the first version for all, and each cache keeps
+    /// the later ones in its own table, replaced there as versions change.
     #[test]
-    fn versions_replace_only_when_unshared() {
+    fn later_versions_go_to_a_table_of_the_caches_own() {
         let start = 0x40_1000;
-        let mut own = BlockCache::default();
-        assert!(add(&mut own, start, 0) && add(&mut own, start, 1));
-        assert!(check(&own, start, 1).is_some() && check(&own, start, 0).is_none());
+        let mut alone = BlockCache::default();
+        assert!(add(&mut alone, start, 0) && add(&mut alone, start, 1));
+        assert!(check(&alone, start, 1).is_some() && check(&alone, start, 0).is_none());
+        assert!(alone.own.is_none());
         let home = Arc::new(SharedBlocks::default());
-        let (mut a, b) = (BlockCache::shared(home.clone()), BlockCache::shared(home));
-        assert!(add(&mut a, start, 0) && add(&mut a, start, 1));
-        assert!(check(&a, start, 0).is_some() && check(&a, start, 1).is_some());
-        let mut b = b;
-        b.refresh();
-        assert!(check(&b, start, 0).is_some() && check(&b, start, 1).is_some(), "seen by the other cache");
+        let (mut a, mut b) = (BlockCache::shared(home.clone()), BlockCache::shared(home));
+        // A block kept in its entry, and one spilled to the arenas.
+        let inline = (start..).find(|s| !s.is_multiple_of(3) && (3..10).contains(&((s >> 4) % 41))).unwrap();
+        let spilled = (start..).find(|s| s.is_multiple_of(3) && (s >> 4) % 41 > 20).unwrap();
+        for start in [inline, spilled] {
+            assert!(add(&mut a, start, 0) && add(&mut a, start, 1) && add(&mut a, start, 2));
+            assert!(check(&a, start, 0).is_some() && check(&a, start, 2).is_some(), "{start:#x}: the first version shared, the last own");
+            assert!(check(&a, start, 1).is_none(), "{start:#x}: replaced in the own table");
+            b.refresh();
+            assert!(check(&b, start, 0).is_some() && check(&b, start, 2).is_none(), "{start:#x}: the other cache sees the shared one only");
+            assert!(add(&mut b, start, 2) && check(&b, start, 2).is_some());
+            assert_eq!(b.get(start, |_| true).unwrap().inline(), start == inline);
+        }
+        assert!(a.own.is_some() && b.own.is_some());
     }
 
     /// An entry claimed but not yet published is passed over by look-ups
