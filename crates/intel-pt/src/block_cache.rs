@@ -482,6 +482,8 @@ impl BlockCache {
         }
     }
 
+    /// [`Self::get`] in this cache's own table.
+    #[cold]
     #[inline(never)]
     fn get_own(&self, ip: u64, valid: impl Fn(&Block) -> bool) -> Option<&Block> {
         self.own.as_ref()?.probe(ip, &valid)
@@ -516,11 +518,24 @@ impl BlockCache {
             return (&b.lens[..n], &[]);
         }
         if !self.holds(b) {
-            return self.own.as_ref().expect("a block of this cache's own table").insns(b);
+            return self.own_insns(b);
         }
+        self.spilled_insns(b)
+    }
+
+    /// [`Self::insns`] of a spilled block of this cache's own table.
+    #[cold]
+    #[inline(never)]
+    fn own_insns<'c>(&'c self, b: &'c Block) -> (&'c [u8], &'c [u64]) {
+        self.own.as_ref().expect("a block of this cache's own table").spilled_insns(b)
+    }
+
+    /// [`Self::insns`] of a spilled block of `table`.
+    #[inline(always)]
+    fn spilled_insns<'c>(&'c self, b: &'c Block) -> (&'c [u8], &'c [u64]) {
         // SAFETY: the ranges of a published block: written before it was
         // published, and not since.
-        unsafe { (std::slice::from_raw_parts(self.lens.add(b.spill as usize), n), std::slice::from_raw_parts(self.targets.add(b.targets as usize), b.lens[0] as usize)) }
+        unsafe { (std::slice::from_raw_parts(self.lens.add(b.spill as usize), b.count as usize - 1), std::slice::from_raw_parts(self.targets.add(b.targets as usize), b.lens[0] as usize)) }
     }
 
     /// The return addresses the calls among a block's instructions before
@@ -531,8 +546,21 @@ impl BlockCache {
             return &[];
         }
         if !self.holds(b) {
-            return self.own.as_ref().expect("a block of this cache's own table").pushes(b);
+            return self.own_pushes(b);
         }
+        self.spilled_pushes(b)
+    }
+
+    /// [`Self::pushes`] of a spilled block of this cache's own table.
+    #[cold]
+    #[inline(never)]
+    fn own_pushes(&self, b: &Block) -> &[u64] {
+        self.own.as_ref().expect("a block of this cache's own table").spilled_pushes(b)
+    }
+
+    /// [`Self::pushes`] of a spilled block of `table`.
+    #[inline(always)]
+    fn spilled_pushes(&self, b: &Block) -> &[u64] {
         // SAFETY: the range of a published block (see `insns`).
         unsafe { std::slice::from_raw_parts(self.targets.add(b.targets as usize + b.lens[0] as usize), b.lens[1] as usize) }
     }
