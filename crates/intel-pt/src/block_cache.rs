@@ -191,8 +191,8 @@ pub struct SharedBlocks {
     generation: AtomicU64,
 }
 
-/// Entries (a power of two of them, or none) and the arenas their spilled
-/// blocks' instructions are in.
+/// Entries (a power of two of them) and the arenas their spilled blocks'
+/// instructions are in.
 ///
 /// An entry's `count` is 0 until the block is published (stored with
 /// release ordering once all else is written) and its `start` 0 until a
@@ -224,11 +224,10 @@ struct Arenas {
 // range reserved with `fetch_add`), or with the table unshared; readers
 // read only published ones (see `Table`).
 unsafe impl Sync for Table {}
+// SAFETY: as for `Table`, whose arenas these are.
+unsafe impl Sync for Arenas {}
 // SAFETY: the pointers are into `table`, which the cache keeps alive.
 unsafe impl Send for BlockCache {}
-unsafe impl Send for Table {}
-unsafe impl Sync for Arenas {}
-unsafe impl Send for Arenas {}
 
 /// The block being built: its instructions before the last, the targets of
 /// its jumps and calls, and the return addresses its calls push. Fewer than
@@ -437,7 +436,6 @@ impl Arenas {
         }
         Some(at as u32)
     }
-
 }
 
 /// `n` items of room, not touched.
