@@ -107,14 +107,9 @@ fn main() {
     for (name, cyc, run) in ROWS {
         let f = fixture(cyc);
         black_box(run(f));
-        let best = (0..reps.max(1))
-            .map(|_| {
-                let t = std::time::Instant::now();
-                black_box(run(black_box(f)));
-                t.elapsed()
-            })
-            .min()
-            .unwrap();
+        let best = common::fastest(reps, &mut || {
+            black_box(run(black_box(f)));
+        });
         let base = *first.get_or_insert(best);
         println!("| {name} | {:.1} ms | {:.1} | {:.3}x |", best.as_secs_f64() * 1e3, f.instructions as f64 / best.as_secs_f64() / 1e6, best.as_secs_f64() / base.as_secs_f64());
     }

@@ -46,10 +46,10 @@ mod kernel_elf;
 
 use std::sync::OnceLock;
 
-use common::{ImageKind, LibiptImage, Run};
+use common::{blocks_on, fastest, ours_segments, pool, Count, ImageKind, LibiptImage, Run};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
-use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock};
+use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, FlowSink};
 use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::{Interval, Static};
 
@@ -102,16 +102,9 @@ fn main() {
 /// rows `FLOW_BENCH_ONLY` picks (see [`picks`]), and libipt's section cache.
 fn summary() {
     let reps: usize = std::env::var("FLOW_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let best = |run: &mut dyn FnMut() -> (u64, u64)| {
-        (0..reps.max(1))
-            .map(|_| {
-                let t = std::time::Instant::now();
-                black_box(run());
-                t.elapsed()
-            })
-            .min()
-            .unwrap()
-    };
+    let best = |run: &mut dyn FnMut() -> (u64, u64)| fastest(reps, &mut || {
+        black_box(run());
+    });
     println!("\n| input | decoder | time (fastest of {reps}) | M instructions/s | MB/s of trace | vs libipt (warm) | vs libipt cold |\n|---|---|---|---|---|---|---|");
     for input in INPUTS {
         let Some(f) = fixture(input) else { continue };
@@ -275,28 +268,6 @@ fn ours_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [Vec<u8>
     (count.insns, count.errors)
 }
 
-/// Instructions and errors. As a sink it takes cached blocks whole (as
-/// libipt's block decoder hands out blocks) and counts their instructions.
-#[derive(Default)]
-struct Count {
-    insns: u64,
-    errors: u64,
-}
-
-impl FlowSink for Count {
-    fn event(&mut self, e: FlowEvent) {
-        match e {
-            FlowEvent::Insn { .. } => self.insns += 1,
-            FlowEvent::Error { .. } => self.errors += 1,
-            _ => {}
-        }
-    }
-
-    fn block(&mut self, b: InsnBlock<'_>) {
-        self.insns += b.len() as u64;
-    }
-}
-
 fn ours_blocks(f: &Fixture) -> (u64, u64) {
     ours_blocks_bounded(f, true)
 }
@@ -310,17 +281,6 @@ fn ours_blocks_unbounded(f: &Fixture) -> (u64, u64) {
 fn ours_blocks_bounded(f: &Fixture, bounds: bool) -> (u64, u64) {
     let code = Static(&f.run.bare);
     blocks_on(&mut FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(bounds), &f.traces)
-}
-
-/// Every trace in turn on `dec` (whose block cache may be warm), blocks
-/// taken whole.
-fn blocks_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [Vec<u8>]) -> (u64, u64) {
-    let mut sink = Count::default();
-    for t in traces {
-        dec.reset(t);
-        dec.run_with(&mut sink);
-    }
-    (sink.insns, sink.errors)
 }
 
 fn ours_static(f: &Fixture) -> (u64, u64) {
@@ -343,28 +303,6 @@ fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowC
         }
     });
     (sink.insns, sink.errors)
-}
-
-/// [`ours_parallel`] with a counting sink per segment (`run_segments`):
-/// nothing recorded and replayed.
-fn ours_segments<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
-    let par = ParallelFlow::new(code, cfg.clone());
-    let mut total = Count::default();
-    pool(threads).install(|| {
-        for t in traces {
-            par.run_segments(t, Count::default, |c| {
-                total.insns += c.insns;
-                total.errors += c.errors;
-            });
-        }
-    });
-    (total.insns, total.errors)
-}
-
-/// A rayon pool of 1 or 2 threads, built once.
-fn pool(threads: usize) -> &'static rayon::ThreadPool {
-    static POOLS: [OnceLock<rayon::ThreadPool>; 2] = [OnceLock::new(), OnceLock::new()];
-    POOLS[threads - 1].get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool"))
 }
 
 fn libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {

@@ -21,8 +21,7 @@ use std::sync::OnceLock;
 use common::Run;
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
-use intel_pt::flow::{FlowDecoder, FlowEvent, FlowSink, InsnBlock};
-use intel_pt::parallel::ParallelFlow;
+use intel_pt::flow::FlowDecoder;
 use intel_pt::sources::Interval;
 
 struct Fixture {
@@ -50,55 +49,15 @@ fn fixture() -> &'static Fixture {
     })
 }
 
-/// Instructions (of blocks and single events) and errors.
-#[derive(Default)]
-struct Count {
-    insns: u64,
-    errors: u64,
-}
-
-impl FlowSink for Count {
-    fn event(&mut self, e: FlowEvent) {
-        match e {
-            FlowEvent::Insn { .. } => self.insns += 1,
-            FlowEvent::Error { .. } => self.errors += 1,
-            _ => {}
-        }
-    }
-
-    fn block(&mut self, b: InsnBlock<'_>) {
-        self.insns += b.len() as u64;
-    }
-}
-
 /// Each CPU's buffer in turn, one decoder for all.
 fn sequential(f: &Fixture) -> (u64, u64) {
     let code = Interval(&f.run.full);
-    let mut dec = FlowDecoder::new(&[], &code, f.run.cfg.clone());
-    let mut count = Count::default();
-    for t in &f.run.aux {
-        dec.reset(t);
-        dec.run_with(&mut count);
-    }
-    (count.insns, count.errors)
+    common::blocks_on(&mut FlowDecoder::new(&[], &code, f.run.cfg.clone()), &f.run.aux)
 }
 
 /// Each CPU's buffer in turn, its PSB segments on `threads` threads.
 fn segments(f: &Fixture, threads: usize) -> (u64, u64) {
-    static POOLS: [OnceLock<rayon::ThreadPool>; 2] = [OnceLock::new(), OnceLock::new()];
-    let pool = POOLS[threads - 1].get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool"));
-    let code = Interval(&f.run.full);
-    let par = ParallelFlow::new(&code, f.run.cfg.clone());
-    let mut total = Count::default();
-    pool.install(|| {
-        for t in &f.run.aux {
-            par.run_segments(t, Count::default, |c| {
-                total.insns += c.insns;
-                total.errors += c.errors;
-            });
-        }
-    });
-    (total.insns, total.errors)
+    common::ours_segments(&f.run.aux, &Interval(&f.run.full), &f.run.cfg, threads)
 }
 
 #[inline(never)]
@@ -133,14 +92,9 @@ fn main() {
     let mut first = None;
     for (name, run) in ROWS {
         black_box(run(f));
-        let best = (0..reps.max(1))
-            .map(|_| {
-                let t = std::time::Instant::now();
-                black_box(run(black_box(f)));
-                t.elapsed()
-            })
-            .min()
-            .unwrap();
+        let best = common::fastest(reps, &mut || {
+            black_box(run(black_box(f)));
+        });
         let base = *first.get_or_insert(best);
         println!("| {name} | {:.1} ms | {:.1} | {:.2}x |", best.as_secs_f64() * 1e3, f.instructions as f64 / best.as_secs_f64() / 1e6, base.as_secs_f64() / best.as_secs_f64());
     }

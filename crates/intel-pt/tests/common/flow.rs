@@ -1,6 +1,7 @@
-//! Shared by `tests/libipt_flow.rs` and `benches/flow.rs`: a simulated run's
+//! Shared by `tests/libipt_flow.rs` and the flow benches: a simulated run's
 //! per-CPU Intel PT and code, decoded by our flow decoder and by libipt's
-//! block decoder (through `libipt-sys`) into events that compare one to one.
+//! block decoder (through `libipt-sys`) into events that compare one to one;
+//! the benches' counting decodes and timing.
 //!
 //! Included with `#[path]` (not through `common/mod.rs`), so each user gets
 //! only this file.
@@ -10,9 +11,11 @@
 use std::ffi::{c_int, c_void, CString};
 use std::mem::{size_of, zeroed};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, TimeConv};
+use intel_pt::parallel::ParallelFlow;
 use libipt_sys::*;
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{PerfFile, RecordBody};
@@ -462,4 +465,73 @@ fn next_in_block(code: &CodeTimeline, ip: u64) -> u64 {
         FlowControl::Next => insn.next_ip(),
         f => panic!("{f:?} at {ip:#x} inside a libipt block"),
     }
+}
+
+/// Instructions and errors. As a sink it takes cached blocks whole (as
+/// libipt's block decoder hands out blocks) and counts their instructions.
+#[derive(Default)]
+pub struct Count {
+    pub insns: u64,
+    pub errors: u64,
+}
+
+impl FlowSink for Count {
+    fn event(&mut self, e: FlowEvent) {
+        match e {
+            FlowEvent::Insn { .. } => self.insns += 1,
+            FlowEvent::Error { .. } => self.errors += 1,
+            _ => {}
+        }
+    }
+
+    fn block(&mut self, b: InsnBlock<'_>) {
+        self.insns += b.len() as u64;
+    }
+}
+
+/// Every trace in turn on `dec` (whose block cache may be warm), blocks
+/// taken whole.
+pub fn blocks_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [Vec<u8>]) -> (u64, u64) {
+    let mut sink = Count::default();
+    for t in traces {
+        dec.reset(t);
+        dec.run_with(&mut sink);
+    }
+    (sink.insns, sink.errors)
+}
+
+/// Ours with each CPU's trace cut at its PSBs, the segments decoded on
+/// `threads` threads (a pool of its own) into a counting sink each
+/// (`run_segments`), the counts added in trace order: nothing recorded
+/// and replayed.
+pub fn ours_segments<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
+    let par = ParallelFlow::new(code, cfg.clone());
+    let mut total = Count::default();
+    pool(threads).install(|| {
+        for t in traces {
+            par.run_segments(t, Count::default, |c| {
+                total.insns += c.insns;
+                total.errors += c.errors;
+            });
+        }
+    });
+    (total.insns, total.errors)
+}
+
+/// A rayon pool of 1 or 2 threads, built once.
+pub fn pool(threads: usize) -> &'static rayon::ThreadPool {
+    static POOLS: [OnceLock<rayon::ThreadPool>; 2] = [OnceLock::new(), OnceLock::new()];
+    POOLS[threads - 1].get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool"))
+}
+
+/// The fastest of `reps` timed runs of `run` (at least one).
+pub fn fastest(reps: usize, run: &mut dyn FnMut()) -> std::time::Duration {
+    (0..reps.max(1))
+        .map(|_| {
+            let t = std::time::Instant::now();
+            run();
+            t.elapsed()
+        })
+        .min()
+        .expect("one run at least")
 }
