@@ -4,11 +4,14 @@
 //! The decoder walks the code from the last known IP. A conditional branch
 //! takes the next TNT bit, an indirect branch, far transfer or uncompressed
 //! return the next TIP, a trap the FUP at its address and the TIP of its
-//! handler. TSC packets bound the time of what is walked: everything walked
-//! between TSC(a) and the next TSC(b) ran within `[a, b]`, and the code is
-//! asked for that interval. When a change lands inside it, the candidates
-//! are tried in turn against the packets that follow; the one that fits is
-//! taken, and if several fit the instruction is reported as uncertain.
+//! handler. TSC packets bound the time of what is walked: what runs between
+//! two flow packets ran after the last TSC before the first, `a`, and
+//! before the first TSC after the second, `b` (the walk cannot tell on
+//! which side of a timing packet between them an instruction that needs no
+//! packet ran), and the code is asked for `[a, b]`. When a change lands
+//! inside it, the candidates are tried in turn against the packets that
+//! follow; the one that fits is taken, and if several fit the instruction
+//! is reported as uncertain.
 //! With [`FlowDecoder::with_mtc`], MTC packets (after a TSC and its TMA)
 //! raise the start of that interval between TSCs; with
 //! [`FlowDecoder::with_cyc`], CYC packets (after a CBR) narrow it to the
@@ -344,7 +347,13 @@ struct State<'a> {
     tnt_bits: u64,
     tnt_count: u8,
     stack: ReturnStack,
+    /// The earliest the instructions from here ran: the time known at the
+    /// last flow packet taken. What runs up to the next flow packet may
+    /// have run before the timing packets ahead of it, so those raise this
+    /// only once that packet is taken (to `lo_after`).
     lo: Time,
+    /// The time known at the peeked flow packet: `lo` once it is taken.
+    lo_after: Time,
     /// The latest the instructions from here ran: the next TSC's time, or
     /// sooner the end of the period the next MTC names.
     hi: Time,
@@ -651,6 +660,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 }
 
 impl<'a> State<'a> {
+    /// Takes the peeked flow packet: what follows it ran after the timing
+    /// packets before it.
+    #[inline(always)]
+    fn take_peeked(&mut self) -> Option<(usize, Flow)> {
+        let p = self.peeked.take();
+        if p.is_some() {
+            self.lo = self.lo_after;
+        }
+        p
+    }
+
     fn new(buf: &'a [u8]) -> Self {
         State {
             packets: Packets { dec: PacketDecoder::new(buf) },
@@ -659,6 +679,7 @@ impl<'a> State<'a> {
             tnt_count: 0,
             stack: ReturnStack::default(),
             lo: 0,
+            lo_after: 0,
             hi: Time::MAX,
             tsc_hi: Time::MAX,
             hi_at: 0,
@@ -779,15 +800,36 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn peek_flow(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
         match st.peeked {
             Some(p) => Ok(Some(p)),
-            None => self.next_flow(st),
+            None => self.next_flow::<false>(st),
         }
     }
 
-    /// [`Self::peek_flow`] with nothing peeked yet.
-    fn next_flow(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
+    /// [`Self::peek_flow`] before the walk reads the code at its IP, so that
+    /// the code is read for the time up to the next flow packet (the timing
+    /// packets before it raise `hi`). Stops before a PSB (also the segment's
+    /// end), with `None`: its PSB+ is read where the walk would read it, so
+    /// that its FUP is checked in the trial of each candidate content.
+    #[inline(always)]
+    fn peek_before_fetch(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
+        match st.peeked {
+            Some(p) => Ok(Some(p)),
+            None => self.next_flow::<true>(st),
+        }
+    }
+
+    /// [`Self::peek_flow`] with nothing peeked yet; with `BEFORE_PSB`,
+    /// [`Self::peek_before_fetch`]. The timing packets on the way leave `lo`
+    /// where it was (see [`State::lo`]); a TIP.PGE or a PSB+ starts it
+    /// afresh, since what follows them ran after them.
+    fn next_flow<const BEFORE_PSB: bool>(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
+        let mut lo = st.lo;
         loop {
             // (`stop_at` is usize::MAX when there is no segment end.)
             if st.packets.offset() >= st.stop_at {
+                if BEFORE_PSB {
+                    st.lo = lo.min(st.lo);
+                    return Ok(None);
+                }
                 return Err(self.segment_end(st));
             }
             // The common packets without building a `Packet` (the same
@@ -800,6 +842,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     Quick::Fup(ip) => Flow::Fup(ip),
                     Quick::TipPge(ip) => {
                         self.tip_pge(st, ip);
+                        lo = st.lo;
                         continue;
                     }
                     Quick::Tsc(tsc) => {
@@ -817,9 +860,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     Quick::Pad => continue,
                 };
                 st.peeked = Some((offset, flow));
+                (st.lo_after, st.lo) = (st.lo, lo.min(st.lo));
                 return Ok(st.peeked);
             }
+            let before = BEFORE_PSB.then(|| st.packets.clone());
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
+                st.lo = lo.min(st.lo);
                 return Ok(None);
             };
             let flow = match packet {
@@ -828,6 +874,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Packet::TipPgd(ip) => Flow::Pgd(ip.ip),
                 Packet::TipPge(ip) => {
                     self.tip_pge(st, ip.ip);
+                    lo = st.lo;
                     continue;
                 }
                 Packet::Fup(ip) => Flow::Fup(ip.ip),
@@ -852,7 +899,13 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     continue;
                 }
                 Packet::Psb => {
+                    if let Some(before) = before {
+                        st.packets = before;
+                        st.lo = lo.min(st.lo);
+                        return Ok(None);
+                    }
                     self.psb_plus(st, offset)?;
+                    lo = st.lo;
                     continue;
                 }
                 Packet::Ovf => {
@@ -865,6 +918,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 _ => continue,
             };
             st.peeked = Some((offset, flow));
+            (st.lo_after, st.lo) = (st.lo, lo.min(st.lo));
             return Ok(st.peeked);
         }
     }
@@ -1222,7 +1276,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn take(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
         // Mostly peeked already (at the start of a block).
         if st.cyc.pending.is_none() {
-            if let Some(p) = st.peeked.take() {
+            if let Some(p) = st.take_peeked() {
                 return Ok(p);
             }
         }
@@ -1231,7 +1285,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     fn take_next(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
         let p = self.peek_flow(st)?;
-        st.peeked = None;
+        st.take_peeked();
         if st.cyc.pending.is_some() {
             self.cyc_taken(st);
         }
@@ -1279,6 +1333,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if st.tnt_count > 0 && self.chain(st, cache, sink) {
             return Ok(true);
         }
+        // As in `step`, the timing packets before the next flow packet are
+        // read first. An event that may be at one of the block's
+        // instructions (a FUP or TIP.PGD with an IP: rare) is left to
+        // stepping.
+        let mut whole = true;
+        if st.ip.is_some() && st.tnt_count == 0 {
+            match self.peek_before_fetch(st)? {
+                Some((_, Flow::Fup(Some(_)) | Flow::Pgd(Some(_)))) | None => whole = false,
+                _ => {}
+            }
+        }
         let Some(ip) = st.ip else { return self.step(st, sink, false) };
         let b = match cache.get(ip, |b| self.code.admits(&b.window(), st.lo, st.hi)) {
             Some(b) => b,
@@ -1293,23 +1358,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if st.walked + count > self.cfg.max_walk {
             return self.step(st, sink, false);
         }
-        // The first instruction counts before the peek, as in `step` (a
-        // TIP.PGE read there starts the count again).
         st.walked += 1;
-        // The first instruction's fetch was at the time before this peek (as
-        // in `step`); the others are at the time after it. An event that may
-        // be at one of the block's instructions (a FUP or TIP.PGD with an IP:
-        // rare) is left to stepping.
-        let mut whole = true;
-        if st.tnt_count == 0 {
-            match self.peek_flow(st)? {
-                Some((_, Flow::Fup(Some(_)) | Flow::Pgd(Some(_)))) | None => whole = false,
-                _ => {}
-            }
-        }
-        if !whole || (count > 1 && !self.code.admits(&b.window(), st.lo, st.hi)) {
-            // One instruction the slow way (an event inside the block, or the
-            // code changes after the first instruction).
+        if !whole {
             return self.run_insn(st, ip, b.first(cache), false, sink, false);
         }
         st.walked += count - 1;
@@ -1419,6 +1469,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// One instruction (or one event). `Ok(false)` at the end of the trace.
     /// In a trial nothing is emitted and candidates are not tried again.
     fn step(&self, st: &mut State<'a>, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
+        // The code is read for the time up to the next flow packet: the
+        // timing packets before it are read first (they raise `hi`, not
+        // `lo`). A TIP.PGE among them moves the walk to its IP.
+        if st.ip.is_some() && st.tnt_count == 0 {
+            self.peek_before_fetch(st)?;
+        }
         let Some(ip) = st.ip else {
             // Not tracing: wait for TIP.PGE or a PSB+ with an IP (after an
             // overflow, the FUP that follows it; after an error, a TIP). A
@@ -1430,20 +1486,20 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     Ok(true)
                 }
                 Some((_, Flow::Tip(Some(at)))) if st.after_error => {
-                    st.peeked = None;
+                    st.take_peeked();
                     st.after_error = false;
                     st.resumed_at = Some(at);
                     st.ip = Some(at);
                     Ok(true)
                 }
                 Some((_, Flow::Fup(Some(at)))) if st.after_ovf => {
-                    st.peeked = None;
+                    st.take_peeked();
                     st.after_ovf = false;
                     st.ip = Some(at);
                     Ok(true)
                 }
                 Some(_) => {
-                    st.peeked = None;
+                    st.take_peeked();
                     Ok(true)
                 }
                 None => Ok(false),
@@ -1489,7 +1545,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if st.tnt_count == 0 {
             match self.peek_flow(st)? {
                 Some((_, Flow::Fup(Some(f)))) if f == ip => {
-                    st.peeked = None;
+                    st.take_peeked();
                     // FUP + TIP: an event into a handler; FUP + TIP.PGD: tracing stops here.
                     let to = self.take_tip(st)?;
                     if !trial {
@@ -1502,7 +1558,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     return Ok(true);
                 }
                 Some((_, Flow::Pgd(Some(f)))) if f == ip => {
-                    st.peeked = None;
+                    st.take_peeked();
                     st.walked = 0;
                     if !trial {
                         sink.event(FlowEvent::End { time: st.lo, at: Some(ip), disabled: true, to: Some(ip) });

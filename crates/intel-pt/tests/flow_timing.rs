@@ -1,8 +1,10 @@
 //! MTC timing (`FlowDecoder::with_mtc`): after a TSC and its TMA, each MTC
-//! moves the start of the time the following instructions ran in, by the
-//! CTC ticks it shows (wrapping at 8 bits) converted to TSC ticks, as perf
-//! converts them; never back, never past the next TSC. The next MTC bounds
-//! the time of what comes before it: the end of the CTC period it names.
+//! moves the start of the time the instructions after the next flow packet
+//! ran in, by the CTC ticks it shows (wrapping at 8 bits) converted to TSC
+//! ticks, as perf converts them; never back, never past the next TSC. The
+//! next MTC bounds the time of what comes before the flow packet after it:
+//! the end of the CTC period it names. (What runs between two flow packets
+//! may have run on either side of a timing packet between them.)
 //! Without `with_mtc` MTC and TMA change nothing. Traces written with the
 //! packet `Encoder`.
 
@@ -67,8 +69,9 @@ fn mtc_moves_time_on() {
     FlowDecoder::new(&t, &src, cfg()).with_mtc(MTC).run(|e| events.push(e));
     // 0x4a: 2 MTC ticks = 8 CTC = 24 TSC past 987; 0x4b: 12 CTC = 36;
     // the same MTC again: no move; TSC 1100; 0x4c: 16 CTC = 1035, behind
-    // the TSC, so the time stays 1100; TSC 2000.
-    assert_eq!(starts(&events), [1000, 1011, 1023, 1023, 1100, 1100, 2000]);
+    // the TSC, so the time stays 1100; TSC 2000. Each from the turn after
+    // the packet's: a turn's NOP runs before the TNT after the packet.
+    assert_eq!(starts(&events), [1000, 1000, 1011, 1023, 1023, 1100, 1100]);
     let his: Vec<Time> = events.iter().filter_map(|e| match *e { FlowEvent::Insn { ip, hi, .. } if ip == K => Some(hi), _ => None }).collect();
     // Each turn ran before the end of the next MTC's period (0x4a: 12 CTC
     // ticks past the base, 1023; 0x4b: 16, 1035), else the next TSC; 0x4c's
@@ -90,11 +93,11 @@ fn mtc_wraps_and_stops_at_the_next_tsc() {
     let t = trace(&[Packet::Mtc(0x47), Packet::Tsc(3000)]);
     let mut events = Vec::new();
     FlowDecoder::new(&t, &src, cfg()).with_mtc(MTC).run(|e| events.push(e));
-    assert_eq!(starts(&events), [1000, 3000, 3000]);
+    assert_eq!(starts(&events), [1000, 1000, 3000]);
     // A smaller ratio: 255 * 4 CTC * 1/2 = 510 TSC: 1000 - 4 - 3/2 (1) + 510 = 1505.
     let mut events = Vec::new();
     FlowDecoder::new(&t, &src, cfg()).with_mtc(MtcConv { shift: 2, ratio_n: 1, ratio_d: 2 }).run(|e| events.push(e));
-    assert_eq!(starts(&events), [1000, 1505, 3000]);
+    assert_eq!(starts(&events), [1000, 1000, 1505]);
 }
 
 #[test]
@@ -107,7 +110,9 @@ fn without_mtc_timing_mtc_changes_nothing() {
     FlowDecoder::new(&with, &src, cfg()).run(|e| a.push(e));
     let mut b = Vec::new();
     FlowDecoder::new(&without, &src, cfg()).run(|e| b.push(e));
-    assert_eq!(starts(&a), [1000, 1000, 1000, 1000, 1100]);
+    assert_eq!(starts(&a), [1000; 5]);
+    let ends: Vec<Time> = a.iter().filter_map(|e| match *e { FlowEvent::Insn { ip, hi, .. } if ip == K => Some(hi), _ => None }).collect();
+    assert_eq!(ends, [1100, 1100, 1100, 1100, Time::MAX]);
     assert_eq!(starts(&a), starts(&b));
     // An MTC before any TMA is not placed either.
     let mut enc = Encoder::new();
@@ -229,8 +234,9 @@ fn cyc_times_between_mtcs() {
     // The upper bounds count from the TSC, which the CYC before PSB+ ran
     // by: exact. The lower bounds count from the first CYC, no earlier than
     // the TSC (1000; it ran at 1006), each raised to the last MTC where that
-    // is later: 1000 + 9 = 1009 (1011 by MTC 0x4a), 1014, 1023, 1035.
-    let want = [(1000, 1006), (1011, 1015), (1011, 1018), (1023, 1027), (1023, 1039)];
+    // is later: 1000 + 9 = 1009 (1011 by MTC 0x4a), 1014, 1023, 1035. Each
+    // holds from the turn after its TNT's.
+    let want = [(1000, 1006), (1000, 1015), (1011, 1018), (1014, 1027), (1023, 1039)];
     assert_eq!(windows(&events, K), want);
     assert_eq!(windows(&events, K + 1), want);
     let branches = [1006, 1015, 1018, 1027, 1039];
@@ -239,7 +245,7 @@ fn cyc_times_between_mtcs() {
     }
     // MTC alone: each turn within its MTC period.
     let mtc_only = decode(&t, Some(MTC), None);
-    assert_eq!(windows(&mtc_only, K), [(1000, 1023), (1011, 1035), (1011, 1035), (1023, Time::MAX), (1023, Time::MAX)]);
+    assert_eq!(windows(&mtc_only, K), [(1000, 1023), (1000, 1035), (1011, 1035), (1011, Time::MAX), (1023, Time::MAX)]);
 }
 
 #[test]
