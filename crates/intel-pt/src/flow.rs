@@ -80,20 +80,32 @@ pub enum Fetch {
     Unmapped,
 }
 
+/// One content a code source finds possible at an address for `[lo, hi]`:
+/// its bytes (`len` filled) and the first and last times within `[lo, hi]`
+/// it holds, so that an instruction read from it ran within `from..=to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Content {
+    pub bytes: [u8; 16],
+    pub len: usize,
+    pub from: Time,
+    pub to: Time,
+}
+
 /// Code bytes at an address for a time interval (a time-versioned image).
 pub trait CodeSource {
     /// Fills `buf` with candidate `which` of the code at `addr` for `[lo, hi]`.
     fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch;
 
-    /// What [`CodeSource::fetch`] gives for `which` in `0..count`, as bytes
-    /// and how many are filled, into `out` (those it finds unmapped left
-    /// out). The default calls `fetch` for each; a source that works out
-    /// all its candidates at once gives them in one go.
-    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<([u8; 16], usize)>) {
+    /// What [`CodeSource::fetch`] gives for `which` in `0..count`, into
+    /// `out` (those it finds unmapped left out), with when each holds. The
+    /// default calls `fetch` for each and says each may hold over all of
+    /// `[lo, hi]`; a source that works out all its candidates at once gives
+    /// them in one go, with their times.
+    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<Content>) {
         for which in 0..count {
-            let mut buf = [0u8; 16];
-            match self.fetch(addr, lo, hi, which, &mut buf) {
-                Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => out.push((buf, n)),
+            let mut bytes = [0u8; 16];
+            match self.fetch(addr, lo, hi, which, &mut bytes) {
+                Fetch::Exact(len) | Fetch::Candidate { filled: len, .. } => out.push(Content { bytes, len, from: lo, to: hi }),
                 Fetch::Unmapped => {}
             }
         }
@@ -666,7 +678,9 @@ impl<'a> State<'a> {
     fn take_peeked(&mut self) -> Option<(usize, Flow)> {
         let p = self.peeked.take();
         if p.is_some() {
-            self.lo = self.lo_after;
+            // (Never back: a content read since may have raised `lo`.)
+            self.lo = self.lo_after.max(self.lo);
+            self.hi = self.hi.max(self.lo);
         }
         p
     }
@@ -1217,12 +1231,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 contents.clear();
                 let mut buf = [0u8; 16];
                 match self.code.fetch(ip, lo, hi, 0, &mut buf) {
-                    Fetch::Exact(n) => contents.push((buf, n)),
+                    Fetch::Exact(len) => contents.push(Content { bytes: buf, len, from: lo, to: hi }),
                     Fetch::Candidate { count, .. } => self.code.candidates(ip, lo, hi, count.min(8), &mut contents),
                     Fetch::Unmapped => {}
                 }
-                let mut next = contents.iter().filter_map(|(buf, n)| {
-                    let insn = isa::classify_x86_64(ip, &buf[..*n], &self.cfg.idioms).ok()?;
+                let mut next = contents.iter().filter_map(|c| {
+                    let insn = isa::classify_x86_64(ip, &c.bytes[..c.len], &self.cfg.idioms).ok()?;
                     next_without_packet(ip, &insn)
                 });
                 let Some(first) = next.next() else { break };
@@ -1517,11 +1531,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 // Contents may differ beyond this instruction (a read covers
                 // 16 bytes): only distinct instructions make a choice.
                 let options = self.options(st, ip, count)?;
-                match options.as_slice() {
+                let ((insn, from), uncertain) = match options.as_slice() {
                     [only] => (*only, false),
                     [first, ..] if trial => (*first, true),
                     _ => self.choose(st, ip, &options)?,
+                };
+                // Time has reached the start of the content that ran (when
+                // the trace says which did).
+                if !uncertain {
+                    st.lo = st.lo.max(from);
                 }
+                (insn, uncertain)
             }
         };
         self.run_insn(st, ip, insn, uncertain, sink, trial)
@@ -1596,16 +1616,26 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 
     /// The distinct instructions the candidate contents at `ip` decode to
-    /// (as far as control flow goes: length, class, target), in candidate order.
-    fn options(&self, st: &State<'a>, ip: u64, count: usize) -> Result<Vec<Insn>, Failure> {
-        let mut options: Vec<Insn> = Vec::with_capacity(2);
+    /// (as far as control flow goes: length, class, target), each with the
+    /// earliest time one of its contents holds (the instruction ran no
+    /// earlier). In candidate order, except that those that hold at or after
+    /// the time of the timing packets read so far come first: an instruction
+    /// right after a flow packet ran after the timing packets that follow it
+    /// when the processor sends them there (as it sends a TSC after a
+    /// branch), so among contents that fit the trace alike that one is taken.
+    fn options(&self, st: &State<'a>, ip: u64, count: usize) -> Result<Vec<(Insn, Time)>, Failure> {
+        let mut options: Vec<(Insn, Time)> = Vec::with_capacity(2);
         let mut first_err = None;
         let mut contents = Vec::with_capacity(count.min(8));
         self.code.candidates(ip, st.lo, st.hi, count.min(8), &mut contents);
-        for (buf, n) in contents {
-            match self.classify(ip, &buf[..n], st) {
-                Ok(i) if !options.contains(&i) => options.push(i),
-                Ok(_) => {}
+        let read_to = if st.peeked.is_some() { st.lo_after.max(st.lo) } else { st.lo };
+        let (later, earlier): (Vec<Content>, Vec<Content>) = contents.into_iter().partition(|c| c.to >= read_to);
+        for c in later.into_iter().chain(earlier) {
+            match self.classify(ip, &c.bytes[..c.len], st) {
+                Ok(i) => match options.iter_mut().find(|o| o.0 == i) {
+                    Some(o) => o.1 = o.1.min(c.from),
+                    None => options.push((i, c.from)),
+                },
                 Err(f) => {
                     first_err.get_or_insert(f);
                 }
@@ -1619,10 +1649,11 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Tries each option at `ip` against the packets that follow; returns
     /// the first that fits, and whether another fits too.
-    fn choose(&self, st: &State<'a>, ip: u64, options: &[Insn]) -> Result<(Insn, bool), Failure> {
-        let mut fits: Vec<Insn> = Vec::new();
-        for &insn in options {
+    fn choose(&self, st: &State<'a>, ip: u64, options: &[(Insn, Time)]) -> Result<((Insn, Time), bool), Failure> {
+        let mut fits: Vec<(Insn, Time)> = Vec::new();
+        for &(insn, from) in options {
             let mut trial = st.clone();
+            trial.lo = trial.lo.max(from);
             trial.stop_at = usize::MAX;
             let mut sink = |_e: FlowEvent| {};
             trial.tried = Some((ip, insn));
@@ -1643,7 +1674,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 }
             };
             if ok {
-                fits.push(insn);
+                fits.push((insn, from));
             }
         }
         match fits.first() {

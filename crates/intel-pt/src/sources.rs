@@ -5,21 +5,19 @@ use std::ops::Range;
 
 use codeimage::{CodeTimeline, Read};
 
-use crate::flow::{CodeSource, Fetch, Time};
+use crate::flow::{CodeSource, Content, Fetch, Time};
 
 /// The code as it was before any change: no poke awareness.
 pub struct Static<'a>(pub &'a CodeTimeline);
 
 /// One image, updated in timestamp order, read at the last timestamp seen:
-/// perf's model. Not perf's exact reads: perf moves to a timing packet's
-/// time when it takes the flow packet after it, the walk here when it has
-/// read past it (for the instructions between the last branch before the
-/// packet and the next that needs one), so at a poke in that span the two
-/// can read different code.
+/// perf's model. As in perf, the time moves to a timing packet's when the
+/// walk takes the flow packet after it (the walk's `lo`).
 pub struct PerfStyle<'a>(pub &'a CodeTimeline);
 
 /// The code timeline asked for the whole interval the trace allows; every
-/// content a change inside it allows is a candidate.
+/// content a change inside it allows is a candidate, with the times it
+/// holds within the interval (so that the one taken raises the time).
 pub struct Interval<'a>(pub &'a CodeTimeline);
 
 impl CodeSource for Static<'_> {
@@ -97,12 +95,12 @@ impl CodeSource for Interval<'_> {
             Contents::Unmapped => Fetch::Unmapped,
             Contents::Exact(n) => Fetch::Exact(n),
             Contents::Several(distinct) => match distinct.get(which) {
-                Some(b) => {
-                    buf[..b.len()].copy_from_slice(b);
+                Some(c) => {
+                    buf[..c.len].copy_from_slice(&c.bytes[..c.len]);
                     if distinct.len() == 1 {
-                        Fetch::Exact(b.len())
+                        Fetch::Exact(c.len)
                     } else {
-                        Fetch::Candidate { filled: b.len(), count: distinct.len() }
+                        Fetch::Candidate { filled: c.len, count: distinct.len() }
                     }
                 }
                 None => Fetch::Unmapped,
@@ -111,19 +109,13 @@ impl CodeSource for Interval<'_> {
     }
 
     /// All candidates from one look at the timeline (`fetch` for each
-    /// `which` would look again each time).
-    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<([u8; 16], usize)>) {
-        let mut buf = [0u8; 16];
-        match self.read(addr, lo, hi, &mut buf) {
+    /// `which` would look again each time), each with when it holds.
+    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<Content>) {
+        let mut bytes = [0u8; 16];
+        match self.read(addr, lo, hi, &mut bytes) {
             Contents::Unmapped => {}
-            Contents::Exact(n) => out.extend(std::iter::repeat_n((buf, n), count)),
-            Contents::Several(distinct) => {
-                for b in distinct.iter().take(count) {
-                    let mut buf = [0u8; 16];
-                    buf[..b.len()].copy_from_slice(b);
-                    out.push((buf, b.len()));
-                }
-            }
+            Contents::Exact(len) => out.extend(std::iter::repeat_n(Content { bytes, len, from: lo, to: hi }, count)),
+            Contents::Several(distinct) => out.extend(distinct.into_iter().take(count)),
         }
     }
 }
@@ -133,8 +125,9 @@ enum Contents {
     Unmapped,
     /// In the buffer, this many bytes, the same over the whole interval.
     Exact(usize),
-    /// A change lands inside: every distinct content, in the order they held.
-    Several(Vec<Vec<u8>>),
+    /// A change lands inside: every distinct content, in the order they
+    /// first held, each from the first to the last time it holds.
+    Several(Vec<Content>),
 }
 
 impl Interval<'_> {
@@ -149,16 +142,23 @@ impl Interval<'_> {
         // A change lands inside [lo, hi]: every content the interval allows,
         // in the order they held. (Weighing them by how long each held was
         // tried: better for pairs, worse for coarse int3 timing; not kept.)
-        let mut distinct: Vec<Vec<u8>> = Vec::new();
-        for (_, r) in self.0.read_during(addr, 16, lo, hi) {
+        let mut distinct: Vec<Content> = Vec::new();
+        for (span, r) in self.0.segments_during(addr, 16, lo, hi) {
             let found = match r {
                 Read::Exact(b) => vec![b],
                 Read::Uncertain(c) => c,
                 Read::Unmapped { .. } => Vec::new(),
             };
+            let to = span.end.saturating_sub(1).min(hi);
             for b in found {
-                if !distinct.contains(&b) {
-                    distinct.push(b);
+                match distinct.iter_mut().find(|c| c.bytes[..c.len] == b[..]) {
+                    Some(c) => c.to = to,
+                    None => {
+                        let mut bytes = [0u8; 16];
+                        let len = b.len().min(16);
+                        bytes[..len].copy_from_slice(&b[..len]);
+                        distinct.push(Content { bytes, len, from: span.start, to });
+                    }
                 }
             }
         }

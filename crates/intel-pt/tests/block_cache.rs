@@ -8,17 +8,22 @@
 mod common;
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
+use intel_pt::flow::{CodeSource, Content, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use intel_pt::{Encoder, Packet, Tnt};
 use isa::BranchClass;
 
-/// `C` without its windows: the decoder steps instruction by instruction.
+/// `C` without its windows: the decoder steps instruction by instruction
+/// (reading the same candidates, with their times).
 struct Uncached<C>(C);
 
 impl<C: CodeSource> CodeSource for Uncached<C> {
     fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
         self.0.fetch(addr, lo, hi, which, buf)
+    }
+
+    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<Content>) {
+        self.0.candidates(addr, lo, hi, count, out)
     }
 }
 
@@ -185,9 +190,14 @@ fn interval_candidates_in_one_look() {
         }
         let mut got = Vec::new();
         src.candidates(addr, lo, hi, count, &mut got);
-        assert_eq!(got, want, "{addr:#x} [{lo}, {hi}]");
-        if addr == K + 1 && lo == 500 {
-            assert_eq!(got.len(), 2, "the poke lands inside: both contents");
+        let bytes: Vec<([u8; 16], usize)> = got.iter().map(|c| (c.bytes, c.len)).collect();
+        assert_eq!(bytes, want, "{addr:#x} [{lo}, {hi}]");
+        let times: Vec<(Time, Time)> = got.iter().map(|c| (c.from, c.to)).collect();
+        if addr <= K + 1 && lo == 500 {
+            // The poke lands inside the read: both contents, each up to or from it.
+            assert_eq!(times, [(500, 999), (1000, 1500)]);
+        } else {
+            assert!(times.iter().all(|&t| t == (lo, hi)), "{addr:#x} [{lo}, {hi}]: {times:?}");
         }
     }
 }

@@ -414,7 +414,9 @@ fn a_poke_between_two_tscs_is_resolved_by_the_packets() {
     let fell = Trace::new().psb(Some(100), Some(0)).tnt("T").tsc(200).bytes();
     let e = decode(&jumped, &Interval(&code), cfg(true));
     assert_eq!(short(&e), [I(0), I(0x20), End(Some(7))]);
-    assert_eq!(insn(&e, 0), (BranchClass::DirectJump, 5, false, 100, 200));
+    // The JMP holds from 150 on: it ran no earlier, and neither did what follows.
+    assert_eq!(insn(&e, 0), (BranchClass::DirectJump, 5, false, 150, 200));
+    assert_eq!(insn(&e, 0x20).3, 150);
     let e = decode(&fell, &Interval(&code), cfg(true));
     assert_eq!(short(&e), [I(0), I(5), End(Some(7))]);
     assert_eq!(insn(&e, 0), (BranchClass::Nop, 5, false, 100, 200));
