@@ -457,7 +457,7 @@ impl FlowSink for Collector<'_> {
         }
         self.flush();
         self.arrive(b.ip, b.lo);
-        self.prev = Some((b.last_ip, b.last().len, b.last().class, b.lo));
+        self.prev = Some((b.last_ip, b.last().len, b.last().class, b.last_lo));
     }
 
     fn event(&mut self, e: FlowEvent) {

@@ -601,9 +601,8 @@ fn by_cpu(text: &str) -> BTreeMap<String, Vec<String>> {
 /// `poketrace decode -F` prints perf script's layout: for a user program (ELF
 /// symbols and dso from its MMAP2) and for simulated kernel code with pokes,
 /// branch and instruction lines are byte for byte perf's, CPU by CPU, trace
-/// starts and ends included. (Times are left out: perf stamps a branch with
-/// the last timing packet it happened to read, we with the last one before
-/// the branch, so the two merge CPUs in different orders.)
+/// starts and ends included. (Times, and so the order CPUs merge in, are
+/// the next test's.)
 #[test]
 fn decode_fields_print_what_perf_script_prints() {
     if !perf_available() {
@@ -639,6 +638,30 @@ fn decode_fields_print_what_perf_script_prints() {
         let o = first(poketrace(&[&["decode", k, "--itrace=be", "-F", "cpu,time,flags,ip"][..], ns].concat()));
         assert_eq!(p, o, "first line with {ns:?}");
     }
+}
+
+/// Times as perf stamps them: a branch that takes a packet at the last
+/// timing packet before that packet, one that needs none at the last
+/// before the flow packet taken before it. Over perf's image of the code
+/// (`--image perf`; the demo's first run: int3 pokes, a TSC every 20 ns)
+/// the whole output, CPUs merged in time order, is perf's byte for byte.
+#[test]
+fn decode_times_and_merge_order_are_perfs() {
+    if !perf_available() {
+        return;
+    }
+    let dir = scratch("times");
+    simulate(&dir, &["--cpus", "4", "--protocol", "int3", "--instructions", "200000", "--pokes", "400", "--tsc-period", "20"]);
+    let home = scratch("times-home");
+    let d = dir.to_str().unwrap();
+    let fields = ["-F", "cpu,time,flags,ip,addr", "--ns"];
+    let theirs = perf(&home, &[&["script", "-i", d, "--itrace=be"][..], &fields].concat());
+    let ours = poketrace(&[&["decode", d, "--itrace=be", "--image", "perf"][..], &fields].concat());
+    let (theirs, ours): (Vec<&str>, Vec<&str>) = (theirs.lines().collect(), ours.lines().collect());
+    assert!(theirs.len() > 200_000, "{} lines", theirs.len());
+    let first = theirs.iter().zip(&ours).position(|(a, b)| a != b);
+    assert_eq!(first, None, "line {first:?}:\nperf: {:?}\nours: {:?}", first.map(|i| theirs[i]), first.map(|i| ours[i]));
+    assert_eq!(theirs.len(), ours.len());
 }
 
 /// A per-thread AUX buffer (perf record --per-thread: AUXTRACE cpu -1,

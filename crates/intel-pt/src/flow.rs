@@ -216,8 +216,9 @@ impl<F: FnMut(FlowEvent)> FlowSink for F {
 
 /// A run of instructions from the decoded-block cache: the first falls
 /// through, jumps or calls directly to the next, and so on up to the last,
-/// which may branch; all ran within `[lo, hi]`. Borrowed from the cache for
-/// the call to [`FlowSink::block`].
+/// which may branch; all ran within `[lo, hi]`, the last within
+/// `[last_lo, hi]`. Borrowed from the cache for the call to
+/// [`FlowSink::block`].
 #[derive(Clone, Copy, Debug)]
 pub struct InsnBlock<'c> {
     /// The first instruction's IP.
@@ -225,6 +226,10 @@ pub struct InsnBlock<'c> {
     /// The last instruction's IP.
     pub last_ip: u64,
     pub lo: Time,
+    /// When the last instruction takes the next flow packet, the time of
+    /// the timing packets before it (the others may have run before them);
+    /// else `lo`.
+    pub last_lo: Time,
     pub hi: Time,
     /// Each instruction before the last: its length in bits 0-3, what it
     /// is above (`block_cache`'s encoding).
@@ -237,12 +242,12 @@ pub struct InsnBlock<'c> {
 }
 
 impl<'c> InsnBlock<'c> {
-    /// Block `entry` run within `[lo, hi]`, its instructions before the last
-    /// and their targets as `lens` and `targets` (from the arenas of the
-    /// cache or recording that holds it).
+    /// Block `entry` run within `[lo, hi]` (its last within `[last_lo,
+    /// hi]`), its instructions before the last and their targets as `lens`
+    /// and `targets` (from the arenas of the cache or recording that holds it).
     #[inline(always)]
-    pub(crate) fn new(entry: &'c Block, lo: Time, hi: Time, (lens, targets): (&'c [u8], &'c [u64])) -> Self {
-        InsnBlock { ip: entry.start, last_ip: entry.last_ip(), lo, hi, lens, targets, last: entry.last(), entry }
+    pub(crate) fn new(entry: &'c Block, (lo, last_lo, hi): (Time, Time, Time), (lens, targets): (&'c [u8], &'c [u64])) -> Self {
+        InsnBlock { ip: entry.start, last_ip: entry.last_ip(), lo, last_lo, hi, lens, targets, last: entry.last(), entry }
     }
 
     /// The cache entry, and the instruction bytes and targets it refers to.
@@ -296,7 +301,7 @@ impl<'c> InsnBlock<'c> {
                 };
             }
         }
-        f(FlowEvent::Insn { ip: self.last_ip, len: self.last.len, class: self.last.class, lo, hi, uncertain: false });
+        f(FlowEvent::Insn { ip: self.last_ip, len: self.last.len, class: self.last.class, lo: self.last_lo, hi, uncertain: false });
     }
 }
 
@@ -683,6 +688,19 @@ impl<'a> State<'a> {
             self.hi = self.hi.max(self.lo);
         }
         p
+    }
+
+    /// The earliest an instruction of `class` at the walk's position ran,
+    /// with no TNT bit left: after the timing packets before the peeked
+    /// flow packet when it takes that packet.
+    #[inline(always)]
+    fn packet_lo(&self, class: BranchClass) -> Time {
+        let takes = matches!(class, BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer);
+        if takes && self.peeked.is_some() {
+            self.lo_after.max(self.lo)
+        } else {
+            self.lo
+        }
     }
 
     fn new(buf: &'a [u8]) -> Self {
@@ -1397,7 +1415,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             if !b.ends_in_jcc() || walked + b.count as u64 > max_walk {
                 break;
             }
-            emit_block(&mut st.stack, cache, b, lo, hi, sink);
+            emit_block(&mut st.stack, cache, b, (lo, lo, hi), sink);
             left -= 1;
             walked = 0;
             ip = if bits >> left & 1 == 1 { b.target() } else { b.fall };
@@ -1412,7 +1430,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Emits the instructions of block `b`, and executes its last.
     #[inline(always)]
     fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, sink: &mut impl FlowSink) -> Result<(), Failure> {
-        emit_block(&mut st.stack, cache, b, st.lo, st.hi, sink);
+        let last_lo = if st.tnt_count > 0 { st.lo } else { st.packet_lo(b.last().class) };
+        emit_block(&mut st.stack, cache, b, (st.lo, last_lo, st.hi), sink);
         if b.ends_in_jcc() && st.tnt_count > 0 {
             // `execute`'s conditional branch, its bit at hand.
             st.tnt_count -= 1;
@@ -1596,7 +1615,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             }
         }
         if !trial {
-            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.lo, hi: st.hi, uncertain });
+            let lo = if st.tnt_count == 0 { st.packet_lo(insn.class) } else { st.lo };
+            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo, hi: st.hi, uncertain });
         }
         // An error taking its packets is reported at this instruction, also
         // when a packet read on the way moved the IP (a TIP.PGE while
@@ -1802,11 +1822,11 @@ impl Packets<'_> {
 /// Hands block `b` (run within `[lo, hi]`) to the sink, pushing the
 /// return addresses of its calls.
 #[inline(always)]
-fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, lo: Time, hi: Time, sink: &mut impl FlowSink) {
+fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, times: (Time, Time, Time), sink: &mut impl FlowSink) {
     for &ret in cache.pushes(b) {
         stack.push(ret);
     }
-    sink.block(InsnBlock::new(b, lo, hi, cache.insns(b)));
+    sink.block(InsnBlock::new(b, times, cache.insns(b)));
 }
 
 /// Return addresses kept for return compression: the SDM's decoder keeps

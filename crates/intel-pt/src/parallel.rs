@@ -48,9 +48,9 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
 /// events; times and events with how many blocks came before them.
 struct Recording {
     blocks: Vec<Block>,
-    times: Vec<(usize, Time, Time)>,
+    times: Vec<(usize, (Time, Time, Time))>,
     /// The last of `times`, or [`NO_TIME`].
-    time: (Time, Time),
+    time: (Time, Time, Time),
     events: Vec<(usize, FlowEvent)>,
     /// The instruction bytes of the blocks whose entries do not hold them.
     lens: Vec<u8>,
@@ -58,8 +58,8 @@ struct Recording {
     targets: Vec<u64>,
 }
 
-/// No `[lo, hi]` a block runs in (`hi` is never below `lo`).
-const NO_TIME: (Time, Time) = (Time::MAX, 0);
+/// No `(lo, last_lo, hi)` a block runs in (`hi` is never below `lo`).
+const NO_TIME: (Time, Time, Time) = (Time::MAX, Time::MAX, 0);
 
 impl Default for Recording {
     fn default() -> Self {
@@ -76,7 +76,7 @@ impl FlowSink for Recording {
     fn block(&mut self, b: InsnBlock<'_>) {
         let (entry, lens, targets) = b.parts();
         if entry.inline() {
-            self.record_time(b.lo, b.hi);
+            self.record_time((b.lo, b.last_lo, b.hi));
             // (Copied in place: `push(*entry)` moves it through the stack.)
             self.blocks.extend_from_slice(std::slice::from_ref(entry));
             return;
@@ -87,7 +87,7 @@ impl FlowSink for Recording {
             b.for_each_insn(|e| self.event(e));
             return;
         }
-        self.record_time(b.lo, b.hi);
+        self.record_time((b.lo, b.last_lo, b.hi));
         self.blocks.push(entry.moved(self.lens.len() as u32, self.targets.len() as u32));
         self.lens.extend_from_slice(lens);
         self.targets.extend_from_slice(targets);
@@ -95,13 +95,13 @@ impl FlowSink for Recording {
 }
 
 impl Recording {
-    /// Notes `[lo, hi]` for the block about to be recorded, when it differs
-    /// from the last block's.
+    /// Notes `(lo, last_lo, hi)` for the block about to be recorded, when
+    /// it differs from the last block's.
     #[inline(always)]
-    fn record_time(&mut self, lo: Time, hi: Time) {
-        if self.time != (lo, hi) {
-            self.time = (lo, hi);
-            self.times.push((self.blocks.len(), lo, hi));
+    fn record_time(&mut self, time: (Time, Time, Time)) {
+        if self.time != time {
+            self.time = time;
+            self.times.push((self.blocks.len(), time));
         }
     }
 
@@ -109,19 +109,19 @@ impl Recording {
     /// in runs between the places where an event comes or the time changes.
     fn replay(&mut self, sink: &mut impl FlowSink) {
         let (mut events, mut times) = (self.events.iter().peekable(), self.times.iter().peekable());
-        let (mut lo, mut hi) = (0, 0);
+        let mut time = (0, 0, 0);
         let mut at = 0;
         loop {
             while let Some(&(_, e)) = events.next_if(|(before, _)| *before == at) {
                 sink.event(e);
             }
-            if let Some(&(_, l, h)) = times.next_if(|(before, ..)| *before == at) {
-                (lo, hi) = (l, h);
+            if let Some(&(_, t)) = times.next_if(|(before, _)| *before == at) {
+                time = t;
             }
             let next = events.peek().map_or(usize::MAX, |e| e.0).min(times.peek().map_or(usize::MAX, |t| t.0));
             let end = next.min(self.blocks.len());
             for b in &self.blocks[at..end] {
-                sink.block(InsnBlock::new(b, lo, hi, b.insns(&self.lens, &self.targets)));
+                sink.block(InsnBlock::new(b, time, b.insns(&self.lens, &self.targets)));
             }
             if end == self.blocks.len() && next == usize::MAX {
                 break;

@@ -201,7 +201,9 @@ impl FlowSink for Blocks {
             b.last_ip,
             got[got.len() - 1]
         );
-        assert!(got.iter().all(|e| matches!(e, FlowEvent::Insn { lo, hi, uncertain: false, .. } if *lo == b.lo && *hi == b.hi)));
+        let (last, before) = got.split_last().expect("a block has its last instruction");
+        assert!(before.iter().all(|e| matches!(e, FlowEvent::Insn { lo, hi, uncertain: false, .. } if *lo == b.lo && *hi == b.hi)));
+        assert!(matches!(last, FlowEvent::Insn { lo, hi, uncertain: false, .. } if *lo == b.last_lo && *hi == b.hi && b.lo <= b.last_lo));
         self.blocks += 1;
     }
 }
