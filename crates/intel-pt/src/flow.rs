@@ -370,6 +370,7 @@ struct State<'a> {
     /// only once that packet is taken (to `lo_after`).
     lo: Time,
     /// The time known at the peeked flow packet: `lo` once it is taken.
+    /// Never below `lo` while a packet is peeked, nor above `hi`.
     lo_after: Time,
     /// The latest the instructions from here ran: the next TSC's time, or
     /// sooner the end of the period the next MTC names.
@@ -683,9 +684,7 @@ impl<'a> State<'a> {
     fn take_peeked(&mut self) -> Option<(usize, Flow)> {
         let p = self.peeked.take();
         if p.is_some() {
-            // (Never back: a content read since may have raised `lo`.)
-            self.lo = self.lo_after.max(self.lo);
-            self.hi = self.hi.max(self.lo);
+            self.lo = self.lo_after;
         }
         p
     }
@@ -697,7 +696,7 @@ impl<'a> State<'a> {
     fn packet_lo(&self, class: BranchClass) -> Time {
         let takes = matches!(class, BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer);
         if takes && self.peeked.is_some() {
-            self.lo_after.max(self.lo)
+            self.lo_after
         } else {
             self.lo
         }
@@ -1340,7 +1339,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 
     /// The target of an indirect transfer; `None` when tracing stops there.
-    #[inline]
+    #[inline(always)]
     fn take_tip(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
         if st.tnt_count != 0 {
             return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
@@ -1559,6 +1558,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 // the trace says which did).
                 if !uncertain {
                     st.lo = st.lo.max(from);
+                    st.lo_after = st.lo_after.max(st.lo);
                 }
                 (insn, uncertain)
             }
@@ -1648,7 +1648,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut first_err = None;
         let mut contents = Vec::with_capacity(count.min(8));
         self.code.candidates(ip, st.lo, st.hi, count.min(8), &mut contents);
-        let read_to = if st.peeked.is_some() { st.lo_after.max(st.lo) } else { st.lo };
+        let read_to = if st.peeked.is_some() { st.lo_after } else { st.lo };
         let (later, earlier): (Vec<Content>, Vec<Content>) = contents.into_iter().partition(|c| c.to >= read_to);
         for c in later.into_iter().chain(earlier) {
             match self.classify(ip, &c.bytes[..c.len], st) {
@@ -1674,6 +1674,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         for &(insn, from) in options {
             let mut trial = st.clone();
             trial.lo = trial.lo.max(from);
+            trial.lo_after = trial.lo_after.max(trial.lo);
             trial.stop_at = usize::MAX;
             let mut sink = |_e: FlowEvent| {};
             trial.tried = Some((ip, insn));
