@@ -1364,19 +1364,28 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         if st.tnt_count > 0 && self.chain(st, cache, sink) {
             return Ok(true);
         }
-        // As in `step`, the timing packets before the next flow packet are
-        // read first. An event that may be at one of the block's
-        // instructions (a FUP or TIP.PGD with an IP: rare) is left to
-        // stepping.
+        let Some(ip) = st.ip else { return self.step(st, sink, false) };
+        // The block is looked up before the packets are read, so that its
+        // entry is on its way from memory meanwhile; it stands if the time
+        // they give still admits it. As in `step`, the timing packets before
+        // the next flow packet are read before the code. An event that may
+        // be at one of the block's instructions (a FUP or TIP.PGD with an
+        // IP: rare) is left to stepping.
+        let (lo, hi) = (st.lo, st.hi);
+        let found = cache.get(ip, |b| self.code.admits(&b.window(), lo, hi));
         let mut whole = true;
-        if st.ip.is_some() && st.tnt_count == 0 {
+        if st.tnt_count == 0 {
             match self.peek_before_fetch(st)? {
                 Some((_, Flow::Fup(Some(_)) | Flow::Pgd(Some(_)))) | None => whole = false,
                 _ => {}
             }
+            if st.ip != Some(ip) {
+                // A TIP.PGE moved the walk.
+                return self.step(st, sink, false);
+            }
         }
-        let Some(ip) = st.ip else { return self.step(st, sink, false) };
-        let b = match cache.get(ip, |b| self.code.admits(&b.window(), st.lo, st.hi)) {
+        let found = found.filter(|b| (st.lo, st.hi) == (lo, hi) || self.code.admits(&b.window(), st.lo, st.hi));
+        let b = match found.or_else(|| cache.get(ip, |b| self.code.admits(&b.window(), st.lo, st.hi))) {
             Some(b) => b,
             None => {
                 let Some(window) = self.build(cache, ip, st.lo, st.hi) else {
