@@ -41,7 +41,7 @@
 use std::cell::Cell;
 
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, Time, TimeConv};
+use intel_pt::flow::{CodeSource, Content, Fetch, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, Time, TimeConv};
 use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::{Interval, PerfStyle, Static};
 use libfuzzer_sys::fuzz_target;
@@ -61,7 +61,8 @@ const PROGRAM: &[(u64, &[u8])] = &[
 
 const MAX_WALK: u64 = 16;
 
-/// Counts the fetches of the source it wraps.
+/// Counts the fetches of the source it wraps (and hands on its candidates,
+/// with the times they hold, as the source gives them).
 struct Counting<'a, C> {
     inner: &'a C,
     fetches: Cell<u64>,
@@ -71,6 +72,11 @@ impl<C: CodeSource> CodeSource for Counting<'_, C> {
     fn fetch(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8; 16]) -> Fetch {
         self.fetches.set(self.fetches.get() + 1);
         self.inner.fetch(addr, lo, hi, which, buf)
+    }
+
+    fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<Content>) {
+        self.fetches.set(self.fetches.get() + 1);
+        self.inner.candidates(addr, lo, hi, count, out)
     }
 }
 

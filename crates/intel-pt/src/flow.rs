@@ -100,7 +100,8 @@ pub trait CodeSource {
     /// `out` (those it finds unmapped left out), with when each holds. The
     /// default calls `fetch` for each and says each may hold over all of
     /// `[lo, hi]`; a source that works out all its candidates at once gives
-    /// them in one go, with their times.
+    /// them in one go, with their times. (The times steer the choice, so a
+    /// source that wraps another forwards this too.)
     fn candidates(&self, addr: u64, lo: Time, hi: Time, count: usize, out: &mut Vec<Content>) {
         for which in 0..count {
             let mut bytes = [0u8; 16];
