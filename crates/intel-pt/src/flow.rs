@@ -838,9 +838,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// [`Self::peek_flow`] before the walk reads the code at its IP, so that
     /// the code is read for the time up to the next flow packet (the timing
-    /// packets before it raise `hi`). Stops before a PSB (also the segment's
-    /// end), with `None`: its PSB+ is read where the walk would read it, so
-    /// that its FUP is checked in the trial of each candidate content.
+    /// packets before it raise `hi`). Stops before a PSB whose FUP is not
+    /// the walk's IP (also at the segment's end), with `None`: its PSB+ is
+    /// read where the walk would read it, so that its FUP is checked in the
+    /// trial of each candidate content.
     #[inline(always)]
     fn peek_before_fetch(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
         match st.peeked {
@@ -931,7 +932,10 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     continue;
                 }
                 Packet::Psb => {
-                    if let Some(before) = before {
+                    // At its FUP the walk reads the PSB+ first: what runs
+                    // from there ran after it (as a decode starting there
+                    // reads it).
+                    if let Some(before) = before.filter(|_| psb_fup(st.packets.clone()) != st.ip) {
                         st.packets = before;
                         st.lo = lo.min(st.lo);
                         return Ok(None);
@@ -1838,6 +1842,21 @@ fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, times: (Ti
         stack.push(ret);
     }
     sink.block(InsnBlock::new(b, times, cache.insns(b)));
+}
+
+/// The IP of the FUP in the PSB+ whose PSB `dec` has just read (`None`
+/// without one, or at a bad packet before its PSBEND).
+#[cold]
+fn psb_fup(mut dec: Packets<'_>) -> Option<u64> {
+    let mut fup = None;
+    loop {
+        match dec.next_packet() {
+            Ok(Some((_, Packet::PsbEnd))) => return fup,
+            Ok(Some((_, Packet::Fup(ip)))) => fup = ip.ip.or(fup),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
 }
 
 /// Return addresses kept for return compression: the SDM's decoder keeps

@@ -84,6 +84,24 @@ fn parallel_equals_sequential() {
     }
 }
 
+/// Dense pokes (the poked bench's run, shorter): where a PSB+ comes before
+/// the next flow packet and its FUP is the walk's IP, the whole-buffer walk
+/// reads the code after the PSB+, as the decode of the segment starting
+/// there does (before, it read it for the time before the PSB and could
+/// take another content there). And no errors: the walk reads each
+/// instruction for the time up to the next flow packet.
+#[test]
+fn poke_dense_segments_read_the_code_as_the_whole_walk_does() {
+    let cfg = sim::SimConfig { cpus: 4, protocol: "int3".into(), pokes: 3000, instructions: 300_000, ..sim::SimConfig::default() };
+    let (summary, run) = common::simulate("parallel-poke-dense", &cfg, None);
+    assert!(summary.pokes > 1000, "{} pokes", summary.pokes);
+    let code = Interval(&run.full);
+    let n = same("poke-dense Interval", &run.aux, &code, &run.cfg, 2);
+    assert!(n > 1_000_000, "{n} events");
+    let errors: usize = run.aux.iter().map(|t| sequential(t, &code, &run.cfg).iter().filter(|e| matches!(e, FlowEvent::Error { .. })).count()).sum();
+    assert_eq!(errors, 0);
+}
+
 #[test]
 fn segments_cut_at_each_psb() {
     let mut trace = vec![0u8; 5];
