@@ -428,3 +428,25 @@ fn a_poke_between_two_tscs_is_resolved_by_the_packets() {
     let e = decode(&later, &Interval(&code), cfg(true));
     assert_eq!(insn(&e, 0), (BranchClass::DirectJump, 5, false, 160, 200));
 }
+
+#[test]
+fn an_instruction_after_a_flow_packet_is_read_up_to_the_next_one() {
+    // A kprobe's INT3 at +0x10 is taken out at 250, after the TSC (200)
+    // that follows the TIP to it. The NOP that is there then ran after the
+    // TIP and before the next TIP: within [100, 300], not [100, 200]. Read
+    // for the time before that TSC, the walk met the INT3 and, with no FUP
+    // for it in the trace, failed (`NoTrapPackets`, the poked bench's
+    // errors). `jmp *%rax` at 0 and at +0x11.
+    let code = timeline(&[(0, &[0xff, 0xe0]), (0x10, &[0xcc, 0xff, 0xe0]), (0x30, &[0x90])], &[(250, 0x10, &[0xcc], &[0x90])]);
+    let t = Trace::new().psb(Some(100), Some(0)).tip(0x10).tsc(200).tip(0x30).tsc(300).pgd(Some(0x30)).bytes();
+    let e = decode(&t, &Interval(&code), cfg(true));
+    use E::*;
+    assert_eq!(short(&e), [I(0), I(0x10), I(0x11), End(Some(0x30))]);
+    // The NOP, settled by the trace: no earlier than its content holds.
+    assert_eq!(insn(&e, 0x10), (BranchClass::Nop, 1, false, 250, 300));
+    // The JMP takes the TIP after TSC 200.
+    assert_eq!(insn(&e, 0x11).3, 250);
+    // Without the change in the image, the INT3 runs and the trace has no trap for it.
+    let unpoked = timeline(&[(0, &[0xff, 0xe0]), (0x10, &[0xcc, 0xff, 0xe0]), (0x30, &[0x90])], &[]);
+    assert_eq!(short(&decode(&t, &Interval(&unpoked), cfg(true)))[2], Err(FlowErrorKind::NoTrapPackets));
+}
