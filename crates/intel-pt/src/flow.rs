@@ -368,11 +368,12 @@ struct State<'a> {
     /// The earliest the instructions from here ran: the time known at the
     /// last flow packet taken. What runs up to the next flow packet may
     /// have run before the timing packets ahead of it, so those raise this
-    /// only once that packet is taken (to `lo_after`).
+    /// only once that packet is taken (to `now`).
     lo: Time,
-    /// The time known at the peeked flow packet: `lo` once it is taken.
-    /// Never below `lo` while a packet is peeked, nor above `hi`.
-    lo_after: Time,
+    /// The time the packets read so far give (what the timing packets
+    /// set): `lo` once the walk takes the peeked packet. Not below `lo`,
+    /// nor above `hi`.
+    now: Time,
     /// The latest the instructions from here ran: the next TSC's time, or
     /// sooner the end of the period the next MTC names.
     hi: Time,
@@ -685,7 +686,7 @@ impl<'a> State<'a> {
     fn take_peeked(&mut self) -> Option<(usize, Flow)> {
         let p = self.peeked.take();
         if p.is_some() {
-            self.lo = self.lo_after;
+            self.lo = self.now;
         }
         p
     }
@@ -697,7 +698,7 @@ impl<'a> State<'a> {
     fn packet_lo(&self, class: BranchClass) -> Time {
         let takes = matches!(class, BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer);
         if takes && self.peeked.is_some() {
-            self.lo_after
+            self.now
         } else {
             self.lo
         }
@@ -711,7 +712,7 @@ impl<'a> State<'a> {
             tnt_count: 0,
             stack: ReturnStack::default(),
             lo: 0,
-            lo_after: 0,
+            now: 0,
             hi: Time::MAX,
             tsc_hi: Time::MAX,
             hi_at: 0,
@@ -851,19 +852,19 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 
     /// [`Self::peek_flow`] with nothing peeked yet; with `BEFORE_PSB`,
-    /// [`Self::peek_before_fetch`]. The timing packets on the way leave `lo`
-    /// where it was (see [`State::lo`]); a TIP.PGE or a PSB+ starts it
-    /// afresh, since what follows them ran after them.
+    /// [`Self::peek_before_fetch`]. The timing packets on the way move
+    /// `now`, not `lo` (see [`State::lo`]); a TIP.PGE or a PSB+ moves `lo`
+    /// too, since what follows them ran after them, and so does an error.
     fn next_flow<const BEFORE_PSB: bool>(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
-        let mut lo = st.lo;
         loop {
             // (`stop_at` is usize::MAX when there is no segment end.)
             if st.packets.offset() >= st.stop_at {
                 if BEFORE_PSB {
-                    st.lo = lo.min(st.lo);
                     return Ok(None);
                 }
-                return Err(self.segment_end(st));
+                let f = self.segment_end(st);
+                st.lo = st.now;
+                return Err(f);
             }
             // The common packets without building a `Packet` (the same
             // handling as the arms below).
@@ -875,7 +876,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     Quick::Fup(ip) => Flow::Fup(ip),
                     Quick::TipPge(ip) => {
                         self.tip_pge(st, ip);
-                        lo = st.lo;
+                        st.lo = st.now;
                         continue;
                     }
                     Quick::Tsc(tsc) => {
@@ -893,12 +894,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     Quick::Pad => continue,
                 };
                 st.peeked = Some((offset, flow));
-                (st.lo_after, st.lo) = (st.lo, lo.min(st.lo));
                 return Ok(st.peeked);
             }
             let before = BEFORE_PSB.then(|| st.packets.clone());
-            let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
-                st.lo = lo.min(st.lo);
+            let packet = match st.packets.next_packet() {
+                Ok(p) => p,
+                Err(e) => {
+                    st.lo = st.now;
+                    return Err(packet_failure(e));
+                }
+            };
+            let Some((offset, packet)) = packet else {
                 return Ok(None);
             };
             let flow = match packet {
@@ -907,7 +913,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Packet::TipPgd(ip) => Flow::Pgd(ip.ip),
                 Packet::TipPge(ip) => {
                     self.tip_pge(st, ip.ip);
-                    lo = st.lo;
+                    st.lo = st.now;
                     continue;
                 }
                 Packet::Fup(ip) => Flow::Fup(ip.ip),
@@ -937,11 +943,11 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                     // reads it).
                     if let Some(before) = before.filter(|_| psb_fup(st.packets.clone()) != st.ip) {
                         st.packets = before;
-                        st.lo = lo.min(st.lo);
                         return Ok(None);
                     }
-                    self.psb_plus(st, offset)?;
-                    lo = st.lo;
+                    let r = self.psb_plus(st, offset);
+                    st.lo = st.now;
+                    r?;
                     continue;
                 }
                 Packet::Ovf => {
@@ -949,12 +955,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                         // CYC packets may be lost with the rest.
                         self.lose_cyc(st);
                     }
+                    st.lo = st.now;
                     return Err(Failure { offset, kind: FlowErrorKind::Overflow });
                 }
                 _ => continue,
             };
             st.peeked = Some((offset, flow));
-            (st.lo_after, st.lo) = (st.lo, lo.min(st.lo));
             return Ok(st.peeked);
         }
     }
@@ -971,11 +977,13 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// A TSC: the time of what follows, until the next timing packet.
     fn tsc(&self, st: &mut State<'a>, offset: usize, tsc: u64) {
-        st.lo = self.cfg.time.perf_time(tsc);
+        st.now = self.cfg.time.perf_time(tsc);
+        // (A TSC behind the walk's time, in a bad trace, takes it back too.)
+        st.lo = st.lo.min(st.now);
         st.mtc.tsc = tsc;
         if self.cyc.is_some() {
             // The last CYC came before this TSC.
-            self.cyc_before(st, st.lo);
+            self.cyc_before(st, st.now);
         }
         if offset >= st.hi_at {
             self.next_tsc(st, offset);
@@ -1017,11 +1025,11 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         st.mtc.delta = st.mtc.delta.wrapping_add(u64::from(payload.wrapping_sub(st.mtc.last)) << m.shift);
         st.mtc.last = payload;
-        st.lo = st.lo.max(t.min(st.tsc_hi));
+        st.now = st.now.max(t.min(st.tsc_hi));
         if offset >= st.mtc_hi_at {
             self.next_mtc(st, offset);
         } else {
-            st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
+            st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.now);
         }
     }
 
@@ -1040,7 +1048,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             Scan::Stop(off) => st.hi_at = off,
             Scan::Mtc(..) | Scan::End => {}
         }
-        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
+        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.now);
     }
 
     /// With MTC timing: finds the MTC after `from`, before the next TSC;
@@ -1059,7 +1067,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 Scan::Tsc(..) | Scan::End => {}
             }
         }
-        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
+        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.now);
     }
 
     /// A TSC or MTC says the last CYC ran no later than `t`. Apart (as all
@@ -1134,7 +1142,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let c = &mut st.cyc;
         let next = st.tsc_hi.min(st.mtc_hi);
         c.lo_cycles = c.lo_cycles.saturating_add(cycles);
-        let known = st.lo.max(c.pending.unwrap_or(0));
+        let known = st.now.max(c.pending.unwrap_or(0));
         let lo = match c.last_lo() {
             Some(t) if t >= known => t,
             _ => {
@@ -1152,7 +1160,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         c.pending = Some(lo.min(next));
         c.bound = c.last_hi(0);
-        st.hi = next.min(c.bound).max(st.lo);
+        st.hi = next.min(c.bound).max(st.now);
         if let Some((lo, hi)) = c.next_steps.take() {
             // Counted: the new ratio alone from here.
             c.rebase();
@@ -1167,20 +1175,21 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     #[inline(never)]
     fn cyc_taken(&self, st: &mut State<'a>) {
         if let Some(t) = st.cyc.pending.take() {
+            st.now = st.now.max(t);
             st.lo = st.lo.max(t);
         }
         st.cyc.bound = match st.packets.decoded_next() {
             Some(Packet::Cyc(cycles)) => st.cyc.last_hi(cycles),
             _ => Time::MAX,
         };
-        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.lo);
+        st.hi = st.tsc_hi.min(st.mtc_hi).min(st.cyc.bound).max(st.now);
     }
 
     /// The CYC count is lost: CYC timing starts again at the next CYC.
     #[inline(never)]
     fn lose_cyc(&self, st: &mut State<'a>) {
         st.cyc.lose();
-        st.hi = st.tsc_hi.min(st.mtc_hi).max(st.lo);
+        st.hi = st.tsc_hi.min(st.mtc_hi).max(st.now);
     }
 
     /// PSB+: status up to PSBEND. Its FUP is where execution is: a walk not
@@ -1191,7 +1200,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Returns the FUP's IP.
     fn psb_plus(&self, st: &mut State<'a>, psb_at: usize) -> Result<Option<u64>, Failure> {
         // What runs up to the FUP ran before the PSB's own TSC.
-        let (lo, hi) = (st.lo, st.hi);
+        let (lo, hi) = (st.now, st.hi);
         st.tnt_count = 0;
         // No RET is compressed whose CALL came before a PSB (SDM).
         st.stack.clear();
@@ -1572,7 +1581,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 // the trace says which did).
                 if !uncertain {
                     st.lo = st.lo.max(from);
-                    st.lo_after = st.lo_after.max(st.lo);
+                    st.now = st.now.max(st.lo);
                 }
                 (insn, uncertain)
             }
@@ -1662,7 +1671,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut first_err = None;
         let mut contents = Vec::with_capacity(count.min(8));
         self.code.candidates(ip, st.lo, st.hi, count.min(8), &mut contents);
-        let read_to = if st.peeked.is_some() { st.lo_after } else { st.lo };
+        let read_to = if st.peeked.is_some() { st.now } else { st.lo };
         let (later, earlier): (Vec<Content>, Vec<Content>) = contents.into_iter().partition(|c| c.to >= read_to);
         for c in later.into_iter().chain(earlier) {
             match self.classify(ip, &c.bytes[..c.len], st) {
@@ -1688,7 +1697,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         for &(insn, from) in options {
             let mut trial = st.clone();
             trial.lo = trial.lo.max(from);
-            trial.lo_after = trial.lo_after.max(trial.lo);
+            trial.now = trial.now.max(trial.lo);
             trial.stop_at = usize::MAX;
             let mut sink = |_e: FlowEvent| {};
             trial.tried = Some((ip, insn));
