@@ -691,13 +691,13 @@ impl<'a> State<'a> {
         p
     }
 
-    /// The earliest an instruction of `class` at the walk's position ran,
-    /// with no TNT bit left: after the timing packets before the peeked
+    /// The earliest an instruction of `class` at the walk's position ran:
+    /// with no TNT bit left, after the timing packets before the peeked
     /// flow packet when it takes that packet.
     #[inline(always)]
     fn packet_lo(&self, class: BranchClass) -> Time {
         let takes = matches!(class, BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer);
-        if takes && self.peeked.is_some() {
+        if takes && self.tnt_count == 0 && self.peeked.is_some() {
             self.now
         } else {
             self.lo
@@ -1452,8 +1452,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Emits the instructions of block `b`, and executes its last.
     #[inline(always)]
     fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, sink: &mut impl FlowSink) -> Result<(), Failure> {
-        let last_lo = if st.tnt_count > 0 { st.lo } else { st.packet_lo(b.last().class) };
-        emit_block(&mut st.stack, cache, b, (st.lo, last_lo, st.hi), sink);
+        let times = (st.lo, st.packet_lo(b.last().class), st.hi);
+        emit_block(&mut st.stack, cache, b, times, sink);
         if b.ends_in_jcc() && st.tnt_count > 0 {
             // `execute`'s conditional branch, its bit at hand.
             st.tnt_count -= 1;
@@ -1638,8 +1638,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
             }
         }
         if !trial {
-            let lo = if st.tnt_count == 0 { st.packet_lo(insn.class) } else { st.lo };
-            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo, hi: st.hi, uncertain });
+            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.packet_lo(insn.class), hi: st.hi, uncertain });
         }
         // An error taking its packets is reported at this instruction, also
         // when a packet read on the way moved the IP (a TIP.PGE while
@@ -1672,8 +1671,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut contents = Vec::with_capacity(count.min(8));
         self.code.candidates(ip, st.lo, st.hi, count.min(8), &mut contents);
         let read_to = if st.peeked.is_some() { st.now } else { st.lo };
-        let (later, earlier): (Vec<Content>, Vec<Content>) = contents.into_iter().partition(|c| c.to >= read_to);
-        for c in later.into_iter().chain(earlier) {
+        // (A stable sort: each group stays in candidate order.)
+        contents.sort_by_key(|c| c.to < read_to);
+        for c in contents {
             match self.classify(ip, &c.bytes[..c.len], st) {
                 Ok(i) => match options.iter_mut().find(|o| o.0 == i) {
                     Some(o) => o.1 = o.1.min(c.from),
@@ -1843,8 +1843,8 @@ impl Packets<'_> {
     }
 }
 
-/// Hands block `b` (run within `[lo, hi]`) to the sink, pushing the
-/// return addresses of its calls.
+/// Hands block `b` (run within `(lo, last_lo, hi)`, as [`InsnBlock`] has
+/// them) to the sink, pushing the return addresses of its calls.
 #[inline(always)]
 fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, times: (Time, Time, Time), sink: &mut impl FlowSink) {
     for &ret in cache.pushes(b) {
