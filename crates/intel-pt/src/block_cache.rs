@@ -31,6 +31,8 @@ use crate::flow::Time;
 const MIN_ENTRIES: usize = 1 << 12;
 /// Entries at most (fewer in unit tests, to reach the bound).
 const MAX_ENTRIES: usize = if cfg!(test) { 1 << 13 } else { 1 << 20 };
+/// Entries in a table that [`BlockCache::large`] calls large.
+const LARGE: usize = 1 << 18;
 /// Entries looked at for one address.
 const PROBES: usize = 8;
 /// Bytes of spilled instruction lengths at most (and as many targets;
@@ -478,6 +480,28 @@ impl BlockCache {
             None if self.own.is_some() => self.get_own(ip, valid),
             found => found,
         }
+    }
+
+    /// Whether the table has outgrown the caches near the core (more than
+    /// [`LARGE`] / 4 blocks, so more than 4 MB of entries), so that its
+    /// entries come from farther: where asking for them ahead pays.
+    #[inline(always)]
+    pub fn large(&self) -> bool {
+        self.mask >= LARGE - 1
+    }
+
+    /// Asks for the entry `ip` would be looked up in first to be brought
+    /// into the cache (a hint: no effect on what is found).
+    #[inline(always)]
+    pub fn prefetch(&self, ip: u64) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch reads nothing and cannot fault.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch(self.slots.wrapping_add(hash(ip) & self.mask) as *const i8, _MM_HINT_T0);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = ip;
     }
 
     /// [`Self::get`] in this cache's own table.

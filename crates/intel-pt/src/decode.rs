@@ -320,6 +320,35 @@ impl<'a> PacketDecoder<'a> {
         self.pos = pos;
     }
 
+    /// Moves past packets up to the first that starts at or past `limit`,
+    /// or that the length table alone does not fix (left for the caller),
+    /// giving each TIP's target to `tip`, the last IP kept up to date. For
+    /// scans ahead that need only where indirect branches go.
+    #[inline(always)]
+    pub(crate) fn scan_tips(&mut self, limit: usize, mut tip: impl FnMut(u64)) {
+        if self.block.is_some() {
+            return;
+        }
+        let buf = self.buf;
+        let mut pos = self.pos;
+        while pos < limit {
+            let Some(w) = buf.get(pos..pos + 9) else { break };
+            let b0 = w[0];
+            let n = usize::from(SKIP[usize::from(b0)]);
+            if n == 0 {
+                break;
+            }
+            if b0 & 1 == 1 && matches!(b0 & 0x1f, 0x0d | 0x1d | 0x11 | 0x01) {
+                let (_, ip) = self.fast_ip(b0, u64::from_le_bytes(w[1..9].try_into().unwrap()));
+                if let (0x0d, Some(ip)) = (b0 & 0x1f, ip.ip) {
+                    tip(ip);
+                }
+            }
+            pos += n;
+        }
+        self.pos = pos;
+    }
+
     /// Moves past the next packet as [`next_packet`](Self::next_packet)
     /// would, giving its offset and bytes without building it (for scans
     /// ahead: the common packets take one table look-up; the last IP is not
@@ -1006,6 +1035,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `scan_tips`, with `next_packet` for what it leaves, gives the TIP
+    /// targets `next_packet` decodes, in order, and stops at its limit.
+    #[test]
+    fn scan_tips_gives_next_packets_tip_targets() {
+        let mut tips_seen = 0;
+        for (seed, trace) in (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces()).enumerate() {
+            let mut want = Vec::new();
+            let mut full = PacketDecoder::new(&trace);
+            loop {
+                match full.next_packet() {
+                    Ok(Some((_, Packet::Tip(ip)))) => want.extend(ip.ip),
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) => {
+                        full.sync_forward();
+                    }
+                }
+            }
+            let (mut got, mut scan, mut limit) = (Vec::new(), PacketDecoder::new(&trace), 0);
+            loop {
+                limit += 1 + seed % 40;
+                let before = scan.offset();
+                scan.scan_tips(limit, |ip| got.push(ip));
+                // No packet taken starts at or past the limit (9 bytes at most).
+                assert!(scan.offset() == before || scan.offset() < limit + 9, "seed {seed}: {} past {limit}", scan.offset());
+                if scan.offset() < limit {
+                    match scan.next_packet() {
+                        Ok(Some((_, Packet::Tip(ip)))) => got.extend(ip.ip),
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(_) => {
+                            scan.sync_forward();
+                        }
+                    }
+                }
+            }
+            tips_seen += want.len();
+            assert_eq!(got, want, "seed {seed}");
+        }
+        assert!(tips_seen > 400, "{tips_seen}");
     }
 
     /// `next_quick` decodes what `next_packet` decodes, last IP included, or

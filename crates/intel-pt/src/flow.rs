@@ -361,6 +361,10 @@ enum Flow {
 #[derive(Clone)]
 struct State<'a> {
     packets: Packets<'a>,
+    /// A scan ahead of the walk (up to [`AHEAD`] bytes), which asks the
+    /// block cache to bring in the entries of the TIPs' targets before the
+    /// walk reaches them.
+    ahead: PacketDecoder<'a>,
     ip: Option<u64>,
     tnt_bits: u64,
     tnt_count: u8,
@@ -413,6 +417,33 @@ struct State<'a> {
 struct Failure {
     offset: usize,
     kind: FlowErrorKind,
+}
+
+/// Bytes of trace the scan for TIP targets keeps ahead of the walk.
+const AHEAD: usize = 256;
+
+/// Moves the scan ahead of the walk to [`AHEAD`] bytes past it, asking
+/// `cache` to bring in each TIP target's entry.
+#[inline(never)]
+fn prefetch_ahead(st: &mut State<'_>, cache: &BlockCache) {
+    let walk = st.packets.offset();
+    if st.ahead.offset() < walk {
+        st.ahead = st.packets.dec.clone();
+    }
+    let limit = walk + AHEAD;
+    loop {
+        st.ahead.scan_tips(limit, |ip| cache.prefetch(ip));
+        if st.ahead.offset() >= limit {
+            break;
+        }
+        match st.ahead.next_packet() {
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(_) => {
+                st.ahead.sync_forward();
+            }
+        }
+    }
 }
 
 /// A [`Failure`]'s offset when the walk reached the end of its segment.
@@ -707,6 +738,7 @@ impl<'a> State<'a> {
     fn new(buf: &'a [u8]) -> Self {
         State {
             packets: Packets { dec: PacketDecoder::new(buf) },
+            ahead: PacketDecoder::new(buf),
             ip: None,
             tnt_bits: 0,
             tnt_count: 0,
@@ -1385,6 +1417,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         // the next flow packet are read before the code. An event that may
         // be at one of the block's instructions (a FUP or TIP.PGD with an
         // IP: rare) is left to stepping.
+        if cache.large() && st.ahead.offset() < st.packets.offset() + AHEAD / 2 {
+            prefetch_ahead(st, cache);
+        }
         let (lo, hi) = (st.lo, st.hi);
         let found = cache.get(ip, |b| self.code.admits(&b.window(), lo, hi));
         let mut whole = true;
