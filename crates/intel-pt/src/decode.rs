@@ -1037,24 +1037,29 @@ mod tests {
         }
     }
 
+    /// One packet through `next_packet` (past an error, to the next PSB),
+    /// its target kept if it is a TIP with one; false at the end.
+    fn next_tip(dec: &mut PacketDecoder, tips: &mut Vec<u64>) -> bool {
+        match dec.next_packet() {
+            Ok(Some((_, Packet::Tip(ip)))) => tips.extend(ip.ip),
+            Ok(Some(_)) => {}
+            Ok(None) => return false,
+            Err(_) => {
+                dec.sync_forward();
+            }
+        }
+        true
+    }
+
     /// `scan_tips`, with `next_packet` for what it leaves, gives the TIP
     /// targets `next_packet` decodes, in order, and stops at its limit.
     #[test]
     fn scan_tips_gives_next_packets_tip_targets() {
-        let mut tips_seen = 0;
+        let mut seen = 0;
         for (seed, trace) in (0..400).map(|seed| random_trace(seed, 600)).chain(cyc_traces()).enumerate() {
             let mut want = Vec::new();
             let mut full = PacketDecoder::new(&trace);
-            loop {
-                match full.next_packet() {
-                    Ok(Some((_, Packet::Tip(ip)))) => want.extend(ip.ip),
-                    Ok(Some(_)) => {}
-                    Ok(None) => break,
-                    Err(_) => {
-                        full.sync_forward();
-                    }
-                }
-            }
+            while next_tip(&mut full, &mut want) {}
             let (mut got, mut scan, mut limit) = (Vec::new(), PacketDecoder::new(&trace), 0);
             loop {
                 limit += 1 + seed % 40;
@@ -1062,21 +1067,14 @@ mod tests {
                 scan.scan_tips(limit, |ip| got.push(ip));
                 // No packet taken starts at or past the limit (9 bytes at most).
                 assert!(scan.offset() == before || scan.offset() < limit + 9, "seed {seed}: {} past {limit}", scan.offset());
-                if scan.offset() < limit {
-                    match scan.next_packet() {
-                        Ok(Some((_, Packet::Tip(ip)))) => got.extend(ip.ip),
-                        Ok(Some(_)) => {}
-                        Ok(None) => break,
-                        Err(_) => {
-                            scan.sync_forward();
-                        }
-                    }
+                if scan.offset() < limit && !next_tip(&mut scan, &mut got) {
+                    break;
                 }
             }
-            tips_seen += want.len();
+            seen += want.len();
             assert_eq!(got, want, "seed {seed}");
         }
-        assert!(tips_seen > 400, "{tips_seen}");
+        assert!(seen > 400, "{seen}");
     }
 
     /// `next_quick` decodes what `next_packet` decodes, last IP included, or
