@@ -19,6 +19,7 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,6 +34,8 @@ const MIN_ENTRIES: usize = 1 << 12;
 const MAX_ENTRIES: usize = if cfg!(test) { 1 << 13 } else { 1 << 20 };
 /// Entries in a table that [`BlockCache::large`] calls large.
 const LARGE: usize = 1 << 18;
+/// Bytes of code [`BlockCache::size_for_code`] makes room for one block in.
+const BYTES_PER_BLOCK: u64 = 48;
 /// Entries looked at for one address.
 const PROBES: usize = 8;
 /// Bytes of spilled instruction lengths at most (and as many targets;
@@ -175,6 +178,8 @@ pub(crate) struct BlockCache {
     /// what keeps them few), and blocks whose probes are full.
     own: Option<Box<BlockCache>>,
     building: Building,
+    /// Entries of the first table this cache makes.
+    first_entries: usize,
 }
 
 /// A block table that the decoded-block caches of several decoders share
@@ -202,10 +207,78 @@ pub struct SharedBlocks {
 /// else in an entry is written once published unless the table is not
 /// shared (its one `Arc`), so readers of a published entry see it whole.
 struct Table {
-    slots: Box<[UnsafeCell<Block>]>,
+    slots: Slots,
     arenas: Arc<Arenas>,
     used: Padded<AtomicUsize>,
 }
+
+/// A table's entries, all empty (all-zero) at first. On Linux they are in
+/// memory mapped for them, which the kernel zeroes on first touch, with huge
+/// pages asked for (look-ups land anywhere in the table, and with 4 KiB
+/// pages each would be a TLB miss): a large table that a short trace
+/// touches little costs little.
+struct Slots {
+    ptr: NonNull<UnsafeCell<Block>>,
+    len: usize,
+    /// The mapping (its start and length), or `None` when allocated.
+    map: Option<(usize, usize)>,
+}
+
+/// Huge pages' size and alignment.
+const HUGE_PAGE: usize = 2 << 20;
+
+impl Slots {
+    fn zeroed(n: usize) -> Slots {
+        let layout = std::alloc::Layout::array::<Block>(n).expect("at most MAX_ENTRIES entries");
+        #[cfg(all(target_os = "linux", not(miri)))]
+        if layout.size() >= HUGE_PAGE {
+            // Room to start the entries on a huge page's boundary.
+            let bytes = layout.size() + HUGE_PAGE;
+            // SAFETY: a new private anonymous mapping; nothing else is
+            // at the address the kernel picks.
+            let at = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+            if at != libc::MAP_FAILED {
+                let start = (at as usize).next_multiple_of(HUGE_PAGE);
+                // SAFETY: advice on pages of this mapping; it changes no content.
+                unsafe { libc::madvise(start as *mut libc::c_void, layout.size().next_multiple_of(4096), libc::MADV_HUGEPAGE) };
+                let ptr = NonNull::new(start as *mut UnsafeCell<Block>).expect("mapped");
+                return Slots { ptr, len: n, map: Some((at as usize, bytes)) };
+            }
+        }
+        // SAFETY: a layout of `n` (at least one) entries; all-zero is an
+        // empty entry (`count == 0`, `start == 0`; every field of `Block` is
+        // valid all-zero, `BranchClass`'s variant 0 being `None`).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut UnsafeCell<Block>;
+        let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Slots { ptr, len: n, map: None }
+    }
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [UnsafeCell<Block>];
+
+    fn deref(&self) -> &[UnsafeCell<Block>] {
+        // SAFETY: `len` entries, zeroed (a valid empty `Block`) at first and
+        // only ever written as whole `Block`s, live until drop.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        match self.map {
+            // SAFETY: the mapping made in `zeroed`, unmapped once.
+            Some((at, bytes)) => unsafe {
+                libc::munmap(at as *mut libc::c_void, bytes);
+            },
+            // SAFETY: allocated in `zeroed` with this layout.
+            None => unsafe { std::alloc::dealloc(self.ptr.as_ptr() as *mut u8, std::alloc::Layout::array::<Block>(self.len).expect("allocated")) },
+        }
+    }
+}
+
+// SAFETY: `Slots` owns its entries as a `Box<[UnsafeCell<Block>]>` would.
+unsafe impl Send for Slots {}
 
 /// A value on cache lines of its own, so that writing it slows no reader
 /// of what is next to it.
@@ -262,7 +335,7 @@ impl Building {
 impl Default for BlockCache {
     fn default() -> Self {
         let building = Building { lens: [0; MAX_BLOCK_INSNS], targets: [0; MAX_BLOCK_INSNS], pushes: [0; MAX_BLOCK_INSNS], n_lens: 0, n_targets: 0, n_pushes: 0 };
-        let mut c = BlockCache { table: Table::none(), slots: std::ptr::null(), mask: 0, lens: std::ptr::null(), targets: std::ptr::null(), lens_room: 0..0, targets_room: 0..0, unsaid: 0, home: None, generation: 0, own: None, building };
+        let mut c = BlockCache { table: Table::none(), slots: std::ptr::null(), mask: 0, lens: std::ptr::null(), targets: std::ptr::null(), lens_room: 0..0, targets_room: 0..0, unsaid: 0, home: None, generation: 0, own: None, building, first_entries: MIN_ENTRIES };
         c.adopt(Table::none());
         c
     }
@@ -276,32 +349,9 @@ impl Table {
         NONE.get_or_init(|| Arc::new(Table::new(1, Arc::new(Arenas::new(0))))).clone()
     }
 
-    /// `n` empty entries over `arenas`, asked to be backed by huge pages
-    /// (before any is touched) where the system allows it: look-ups land
-    /// anywhere in the table, and with 4 KiB pages each would be a TLB miss.
+    /// `n` empty entries over `arenas`.
     fn new(n: usize, arenas: Arc<Arenas>) -> Table {
-        let mut slots: Box<[MaybeUninit<UnsafeCell<Block>>]> = Box::new_uninit_slice(n);
-        #[cfg(all(target_os = "linux", not(miri)))]
-        {
-            // madvise takes whole pages: those inside the allocation.
-            let (start, end) = (slots.as_ptr() as usize, slots.as_ptr() as usize + n * std::mem::size_of::<Block>());
-            let (from, to) = (start.next_multiple_of(4096), end & !4095);
-            if from < to {
-                // SAFETY: advice on pages of memory this table owns; it
-                // changes no content.
-                unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE) };
-            }
-        }
-        // All-zero is an empty entry (`count == 0`, `start == 0`), written
-        // after the advice (a zeroed allocation this aligned is written
-        // before it, in small pages).
-        // SAFETY: every field of `Block` is valid all-zero (`BranchClass`'s
-        // variant 0 is `None`), and all are written.
-        let slots = unsafe {
-            std::ptr::write_bytes(slots.as_mut_ptr(), 0, n);
-            slots.assume_init()
-        };
-        Table { slots, arenas, used: Padded(AtomicUsize::new(0)) }
+        Table { slots: Slots::zeroed(n), arenas, used: Padded(AtomicUsize::new(0)) }
     }
 
     /// A table of `n` entries holding this one's published blocks (those
@@ -458,6 +508,16 @@ impl BlockCache {
         let mut c = BlockCache { home: Some(home), ..BlockCache::default() };
         c.refresh();
         c
+    }
+
+    /// Makes the first table big enough for the blocks of `code_bytes` of
+    /// code (one a [`BYTES_PER_BLOCK`] bytes, at half load, within the
+    /// bounds), so that a walk over large code does not grow the table
+    /// step by step, moving every entry at each (as libipt sizes its block
+    /// cache by the section). Untouched entries cost nothing (see `Slots`).
+    pub fn size_for_code(&mut self, code_bytes: u64) {
+        let blocks = usize::try_from(code_bytes / BYTES_PER_BLOCK).unwrap_or(usize::MAX);
+        self.first_entries = blocks.saturating_mul(2).checked_next_power_of_two().unwrap_or(MAX_ENTRIES).clamp(MIN_ENTRIES, MAX_ENTRIES);
     }
 
     /// Takes the shared table in use now, if this cache shares one.
@@ -694,10 +754,11 @@ impl BlockCache {
     /// one. In a shared table, only the first cache to find it full makes
     /// the new one; the others take that.
     fn replace(&mut self, arenas_full: bool) {
+        let first = self.first_entries;
         let make = |old: &Table| {
             let n = old.slots.len();
             if n < MIN_ENTRIES || arenas_full || n >= MAX_ENTRIES {
-                Table::new(n.max(MIN_ENTRIES), Arc::new(Arenas::new(MAX_SPILL)))
+                Table::new(n.max(first), Arc::new(Arenas::new(MAX_SPILL)))
             } else {
                 old.grown(n * 2)
             }
@@ -854,6 +915,35 @@ mod tests {
             assert_eq!(current.slots.len(), MAX_ENTRIES, "grown to the bound");
             assert!(home.generation.load(Ordering::Relaxed) > 8, "replaced at the bound");
         }
+    }
+
+    /// A table of huge-page size and more (mapped, not allocated) starts
+    /// empty everywhere, holds what is put anywhere in it, and a cache sized
+    /// for large code starts with such a table.
+    #[test]
+    fn large_tables_are_mapped_empty_and_sized_by_the_code() {
+        let n = 4 * HUGE_PAGE / std::mem::size_of::<Block>();
+        let slots = Slots::zeroed(n);
+        assert!(slots.map.is_some() || cfg!(not(target_os = "linux")));
+        // SAFETY: entries of a live table no one else reads.
+        assert!(slots.iter().all(|e| unsafe { (*e.get()).count == 0 && (*e.get()).start == 0 }));
+        for at in [0, n / 2, n - 1] {
+            // SAFETY: as above.
+            unsafe { (*slots[at].get()).start = at as u64 + 1 };
+        }
+        // SAFETY: as above.
+        assert_eq!([0, n / 2, n - 1].map(|at| unsafe { (*slots[at].get()).start }), [1, n as u64 / 2 + 1, n as u64]);
+        drop(slots);
+
+        let mut cache = BlockCache::default();
+        cache.size_for_code(48 << 20);
+        assert_eq!(cache.first_entries, MAX_ENTRIES);
+        cache.size_for_code(4096);
+        assert_eq!(cache.first_entries, MIN_ENTRIES);
+        cache.size_for_code(MIN_ENTRIES as u64 * BYTES_PER_BLOCK);
+        assert_eq!(cache.first_entries, MAX_ENTRIES.min(MIN_ENTRIES * 2));
+        assert!(add(&mut cache, 0x1000, 0));
+        assert_eq!(cache.mask + 1, cache.first_entries);
     }
 
     /// A table no one shares replaces an older block at the same start; a

@@ -140,6 +140,13 @@ pub trait CodeSource {
     fn reads_hi(&self) -> bool {
         true
     }
+
+    /// Bytes of code there are to walk, at most (0, the default: not
+    /// known): the decoded-block cache makes its first table big enough for
+    /// their blocks instead of growing to it.
+    fn code_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// TSC to perf time, as perf converts it (AUXTRACE_INFO time_shift, time_mult, time_zero).
@@ -638,7 +645,9 @@ fn scale(cycles: u64, step: u64, up: bool) -> Time {
 
 impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
-        FlowDecoder { buf, code, cfg, st: State::new(buf), cache: BlockCache::default(), base: 0, mtc: None, cyc: None, recovery: Recovery::default(), upper_bounds: true, last_run: Cell::new((0, &[], 0, 0)) }
+        let mut cache = BlockCache::default();
+        cache.size_for_code(code.code_bytes());
+        FlowDecoder { buf, code, cfg, st: State::new(buf), cache, base: 0, mtc: None, cyc: None, recovery: Recovery::default(), upper_bounds: true, last_run: Cell::new((0, &[], 0, 0)) }
     }
 
     /// Times what runs between TSCs by the MTC packets too (after a TMA):
@@ -706,6 +715,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// is kept for the window of time that source gave for its bytes.
     pub fn with_shared_blocks(mut self, home: std::sync::Arc<SharedBlocks>) -> Self {
         self.cache = BlockCache::shared(home);
+        self.cache.size_for_code(self.code.code_bytes());
         self
     }
 }

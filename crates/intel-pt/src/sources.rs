@@ -42,6 +42,10 @@ impl CodeSource for Static<'_> {
     fn reads_hi(&self) -> bool {
         false
     }
+
+    fn code_bytes(&self) -> u64 {
+        code_bytes(self.0)
+    }
 }
 
 impl CodeSource for PerfStyle<'_> {
@@ -65,6 +69,10 @@ impl CodeSource for PerfStyle<'_> {
 
     fn reads_hi(&self) -> bool {
         false
+    }
+
+    fn code_bytes(&self) -> u64 {
+        code_bytes(self.0)
     }
 }
 
@@ -118,6 +126,10 @@ impl CodeSource for Interval<'_> {
             Contents::Several(distinct) => out.extend(distinct.into_iter().take(count)),
         }
     }
+
+    fn code_bytes(&self) -> u64 {
+        code_bytes(self.0)
+    }
 }
 
 /// What `Interval` finds at an address for an interval.
@@ -164,6 +176,11 @@ impl Interval<'_> {
         }
         Contents::Several(distinct)
     }
+}
+
+/// The bytes of all the image's regions.
+fn code_bytes(code: &CodeTimeline) -> u64 {
+    code.base().regions().iter().map(|r| r.len()).sum()
 }
 
 /// Code no change touches, from `addr` to the end of its region or the
