@@ -24,6 +24,14 @@ fn scratch(name: &str) -> PathBuf {
     testkit::scratch!("perf-oracle", name)
 }
 
+/// A simulated trace in scratch directory `name`, made with `args`, and a
+/// scratch HOME for perf beside it.
+fn simulated(name: &str, args: &[&str]) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    simulate(&dir, args);
+    (dir, scratch(&format!("{name}-home")))
+}
+
 /// tests/data/walkme.c built with gcc into `dir`; None (a skip) without gcc unless perf is required.
 fn compile_walkme(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/walkme.c");
@@ -474,9 +482,7 @@ fn simulated_intel_pt_decodes_the_same_in_perf_and_poketrace() {
     if !perf_available() {
         return;
     }
-    let dir = scratch("sim-pt");
-    simulate(&dir, &["--cpus", "2", "--pokes", "40", "--instructions", "20000", "--tsc-period", "20"]);
-    let home = scratch("sim-pt-home");
+    let (dir, home) = simulated("sim-pt", &["--cpus", "2", "--pokes", "40", "--instructions", "20000", "--tsc-period", "20"]);
     let (perf_branches, our_branches) = (perf_branches(&home, &dir), our_branches(&dir));
     assert_eq!(perf_branches.keys().collect::<Vec<_>>(), our_branches.keys().collect::<Vec<_>>());
     for (cpu, theirs) in &perf_branches {
@@ -496,9 +502,7 @@ fn instruction_bytes_at_perf_times_match_the_timeline() {
     if !perf_available() {
         return;
     }
-    let dir = scratch("sim-insn");
-    simulate(&dir, &["--cpus", "2", "--pokes", "60", "--instructions", "10000", "--tsc-period", "20", "--seed", "5"]);
-    let home = scratch("sim-insn-home");
+    let (dir, home) = simulated("sim-insn", &["--cpus", "2", "--pokes", "60", "--instructions", "10000", "--tsc-period", "20", "--seed", "5"]);
     let theirs = perf(&home, &["script", "-i", dir.to_str().unwrap(), "--itrace=i1i", "-F", "time,ip,insn", "--ns"]);
     let file = PerfFile::open(&dir).unwrap();
     let tl = codeimage::from_perf_data(&file, codeimage::BaseImage::new()).unwrap().timeline;
@@ -650,9 +654,7 @@ fn decode_times_and_merge_order_are_perfs() {
     if !perf_available() {
         return;
     }
-    let dir = scratch("times");
-    simulate(&dir, &["--cpus", "4", "--protocol", "int3", "--instructions", "200000", "--pokes", "400", "--tsc-period", "20"]);
-    let home = scratch("times-home");
+    let (dir, home) = simulated("times", &["--cpus", "4", "--protocol", "int3", "--instructions", "200000", "--pokes", "400", "--tsc-period", "20"]);
     let d = dir.to_str().unwrap();
     let fields = ["-F", "cpu,time,flags,ip,addr", "--ns"];
     let theirs = perf(&home, &[&["script", "-i", d, "--itrace=be"][..], &fields].concat());
