@@ -19,8 +19,8 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::ptr::NonNull;
 use std::ops::Range;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
