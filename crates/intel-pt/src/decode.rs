@@ -171,7 +171,7 @@ impl<'a> PacketDecoder<'a> {
             return self.next_slow_copy();
         }
         let kind = b0 & 0x1f;
-        if matches!(kind, 0x0d | 0x1d | 0x11 | 0x01) && IP_LEN[usize::from(b0 >> 5)] != 0 {
+        if carries_ip(b0) && IP_LEN[usize::from(b0 >> 5)] != 0 {
             let (n, ip) = self.fast_ip(b0, after);
             match kind {
                 0x0d => done!(n, Packet::Tip(ip)),
@@ -275,7 +275,7 @@ impl<'a> PacketDecoder<'a> {
         } else {
             let ipbytes = usize::from(b0 >> 5);
             let kind = b0 & 0x1f;
-            if matches!(kind, 0x0d | 0x1d | 0x11 | 0x01) && IP_LEN[ipbytes] != 0 {
+            if carries_ip(b0) && IP_LEN[ipbytes] != 0 {
                 let (n, ip) = self.fast_ip(b0, after);
                 let ip = ip.ip;
                 (n, match kind {
@@ -338,7 +338,7 @@ impl<'a> PacketDecoder<'a> {
             if n == 0 {
                 break;
             }
-            if b0 & 1 == 1 && matches!(b0 & 0x1f, 0x0d | 0x1d | 0x11 | 0x01) {
+            if carries_ip(b0) {
                 let (_, ip) = self.fast_ip(b0, u64::from_le_bytes(w[1..9].try_into().unwrap()));
                 if let (0x0d, Some(ip)) = (b0 & 0x1f, ip.ip) {
                     tip(ip);
@@ -645,6 +645,13 @@ static LEAD: [Lead; 256] = {
     }
     t
 };
+
+/// Whether a packet's first byte is a TIP's, FUP's, TIP.PGE's or
+/// TIP.PGD's (its low 5 bits; the IPBytes above them are not checked).
+#[inline(always)]
+fn carries_ip(b0: u8) -> bool {
+    matches!(b0 & 0x1f, 0x0d | 0x1d | 0x11 | 0x01)
+}
 
 /// A short TNT: the stop bit is the highest set bit; the outcomes sit
 /// between it and bit 0.
