@@ -127,6 +127,7 @@ fn summary() {
         row("ours, Static, blocks, a sink per PSB segment on 1 thread", &mut || (0, 0), &mut || timed_ours_segments(f, 1));
         row("ours, Static, blocks, a sink per PSB segment on 2 threads", &mut || (0, 0), &mut || timed_ours_segments(f, 2));
         let image = LibiptImage::new(&f.run, ImageKind::File);
+        row("ours, Static, blocks, no upper bounds, interleaved PSB segments on 1 thread", &mut || ours_interleaved(f), &mut || timed_ours_interleaved(f));
         row("libipt file sections", &mut || libipt(f, &image), &mut || timed_libipt_file(f, &image));
         let image = LibiptImage::new(&f.run, ImageKind::Cached);
         row("libipt section cache", &mut || libipt(f, &image), &mut || timed_libipt_cached(f, &image));
@@ -160,6 +161,12 @@ fn summary() {
             let mut warm = FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(false);
             black_box(blocks_on(&mut warm, &f.traces));
             rows.push(("ours, Static, blocks, no upper bounds, warm", best(&mut || timed_ours_blocks_warm(&mut warm, &f.traces))));
+        }
+        if picks(&only, "ours, Static, blocks, no upper bounds, interleaved PSB segments on 1 thread, warm") {
+            let code = Static(&f.run.bare);
+            let mut warm = FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(false);
+            black_box(interleaved_on(&mut warm, &f.traces));
+            rows.push(("ours, Static, blocks, no upper bounds, interleaved PSB segments on 1 thread, warm", best(&mut || timed_interleaved_warm(&mut warm, &f.traces))));
         }
         let libipt_best = rows.iter().filter(|(n, _)| n.starts_with("libipt") && !n.ends_with("callback") && !n.ends_with("cold")).map(|r| r.1).min().unwrap();
         let libipt_cold = rows.iter().find(|(n, _)| *n == "libipt section cache, cold").map(|r| r.1);
@@ -222,6 +229,7 @@ fn make(name: &str, elf: Option<&std::path::Path>) -> Fixture {
         assert_eq!(ours_parallel(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads), (instructions, 0), "{threads} threads");
         assert_eq!(ours_segments(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads), (instructions, 0), "{threads} threads, segment sinks");
     }
+    assert_eq!(ours_interleaved(&f), (instructions, 0), "interleaved");
     for kind in [ImageKind::File, ImageKind::Cached, ImageKind::Callback] {
         let image = LibiptImage::new(&f.run, kind);
         assert_eq!(check_libipt(&f, &image), (instructions, 0), "libipt {kind:?}");
@@ -305,6 +313,27 @@ fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowC
     (sink.insns, sink.errors)
 }
 
+/// Ours with each CPU's trace cut at its PSBs, `FLOW_BENCH_LANES` (8) of
+/// the segments walked at once on one thread (`run_interleaved`), into a
+/// counting sink each; no upper bounds.
+fn ours_interleaved(f: &Fixture) -> (u64, u64) {
+    let code = Static(&f.run.bare);
+    interleaved_on(&mut FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(false), &f.traces)
+}
+
+/// [`ours_interleaved`] on a decoder given, whose block cache may be warm.
+fn interleaved_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [Vec<u8>]) -> (u64, u64) {
+    let lanes = std::env::var("FLOW_BENCH_LANES").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let mut total = Count::default();
+    for t in traces {
+        dec.run_interleaved(t, lanes, Count::default, |c| {
+            total.insns += c.insns;
+            total.errors += c.errors;
+        });
+    }
+    (total.insns, total.errors)
+}
+
 fn libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
     f.traces.iter().map(|t| common::libipt_count(t, image)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
@@ -353,6 +382,16 @@ fn timed_ours_parallel(f: &Fixture, threads: usize) -> (u64, u64) {
 #[inline(never)]
 fn timed_ours_segments(f: &Fixture, threads: usize) -> (u64, u64) {
     ours_segments(&f.traces, &Static(&f.run.bare), &f.run.cfg, threads)
+}
+
+#[inline(never)]
+fn timed_ours_interleaved(f: &Fixture) -> (u64, u64) {
+    ours_interleaved(f)
+}
+
+#[inline(never)]
+fn timed_interleaved_warm<'a>(dec: &mut FlowDecoder<'a, Static<'a>>, traces: &'a [Vec<u8>]) -> (u64, u64) {
+    interleaved_on(dec, traces)
 }
 
 #[inline(never)]

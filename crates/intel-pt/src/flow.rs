@@ -785,89 +785,164 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Runs to the end of the buffer, reporting every event to `sink`, the
     /// instructions of cached blocks a block at a time ([`FlowSink::block`]).
     pub fn run_with(&mut self, sink: &mut impl FlowSink) {
-        if let Some(at) = crate::find_psb(self.buf) {
-            if at > 0 {
-                self.st.packets.sync_forward();
+        let mut st = self.st.clone();
+        self.start(&mut st, self.buf);
+        let mut cache = std::mem::take(&mut self.cache);
+        while self.turn::<true>(&mut st, &mut cache, self.base, sink) {}
+        self.st = st;
+        self.cache = cache;
+    }
+
+    /// Decodes `buf` cut at its PSBs ([`crate::parallel::segments`]) on this
+    /// thread, up to `lanes` segments at once: each walk takes one block in
+    /// turn and asks for the entry of its next block before the next walk's
+    /// turn, so that a walk over code too large for the caches near the
+    /// core waits for memory while the others run, not alone. Each
+    /// segment's events go to a sink of its own from `make` (the same
+    /// events as [`crate::parallel::ParallelFlow::run_segments`]), handed
+    /// to `done` in trace order. The block cache is this decoder's, kept.
+    pub fn run_interleaved<S: FlowSink>(&mut self, buf: &'a [u8], lanes: usize, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
+        let cuts = crate::parallel::segments(buf);
+        let lanes = lanes.clamp(1, cuts.len());
+        // Segments from the next to hand out on, finished or not: started
+        // only this far ahead of it, so that a long segment holds back a
+        // bounded number of finished ones.
+        let window = lanes * 4;
+        let mut cache = std::mem::take(&mut self.cache);
+        let mut walks: Vec<(State<'a>, usize, usize, S)> = Vec::with_capacity(lanes);
+        let mut finished: std::collections::VecDeque<Option<S>> = std::collections::VecDeque::with_capacity(window);
+        let (mut started, mut handed) = (0, 0);
+        loop {
+            while walks.len() < lanes && started < cuts.len() && started < handed + window {
+                let (start, end) = cuts[started];
+                let mut st = State::new(&buf[start..]);
+                st.stop_at = if end >= buf.len() { usize::MAX } else { end - start };
+                self.start(&mut st, &buf[start..]);
+                walks.push((st, start, started, make()));
+                finished.push_back(None);
+                started += 1;
+            }
+            if walks.is_empty() {
+                break;
+            }
+            let mut i = 0;
+            while i < walks.len() {
+                let (st, base, _, sink) = &mut walks[i];
+                if self.turn::<false>(st, &mut cache, *base, sink) {
+                    if let Some(ip) = st.ip {
+                        cache.prefetch(ip);
+                    }
+                    i += 1;
+                    continue;
+                }
+                let (_, _, index, sink) = walks.swap_remove(i);
+                finished[index - handed] = Some(sink);
+                while let Some(Some(_)) = finished.front() {
+                    done(finished.pop_front().flatten().expect("finished"));
+                    handed += 1;
+                }
+                if started < cuts.len() && walks.len() < lanes {
+                    break;
+                }
             }
         }
-        let mut st = self.st.clone();
+        self.cache = cache;
+    }
+
+    /// Readies `st` over `buf` for its first turn: past any bytes before the
+    /// first PSB, and without the scan for the next TSC when nothing reads it.
+    fn start(&self, st: &mut State<'a>, buf: &[u8]) {
+        if let Some(at) = crate::find_psb(buf) {
+            if at > 0 {
+                st.packets.sync_forward();
+            }
+        }
         if !self.upper_bounds && self.mtc.is_none() && self.cyc.is_none() && !self.code.reads_hi() {
             // No scan for the next TSC (`hi` stays unbounded).
             st.hi_at = usize::MAX;
         }
-        let mut cache = std::mem::take(&mut self.cache);
-        loop {
-            match self.step_cached(&mut st, &mut cache, sink) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(f) if f.offset == SEGMENT_END => {
-                    if let Some(to) = st.tail_to.take() {
-                        self.walk_tail(&mut st, to, sink);
-                    }
-                    break;
-                }
-                Err(f) => {
-                    sink.event(FlowEvent::Error { offset: self.base + f.offset, time: st.lo, ip: st.ip, kind: f.kind });
-                    if f.kind == FlowErrorKind::EndOfTrace {
-                        break;
-                    }
-                    if f.kind == FlowErrorKind::Overflow {
-                        // The packets go on: tracing resumes at the FUP that
-                        // follows (or a TIP.PGE, or a PSB+), as the SDM says
-                        // and libipt and perf do. What was pending is lost.
-                        st.ip = None;
-                        st.tnt_count = 0;
-                        st.stack.clear();
-                        st.peeked = None;
-                        st.walked = 0;
-                        st.after_ovf = true;
-                        continue;
-                    }
-                    if let FlowErrorKind::PsbMismatch { fup } = f.kind {
-                        // The PSB+ says where execution is: the walk goes on
-                        // from there (a segment's run ends at its next PSB).
-                        if f.offset >= st.stop_at {
-                            break;
-                        }
-                        st.ip = fup;
-                        st.resumed_at = fup;
-                        st.peeked = None;
-                        st.walked = 0;
-                        continue;
-                    }
-                    // The walk and the trace disagree, but the packets are
-                    // whole: the next TIP (or TIP.PGE, or PSB+) says where
-                    // execution went, as perf resumes. A bad packet needs
-                    // the next PSB to find packets again; so does no code
-                    // where the walk had just resumed (a TIP's target, a
-                    // PSB+'s FUP): the last IP that compressed IPs build on
-                    // is bad too.
-                    let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
-                    st.resumed_at = None;
-                    if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_)) && !resumed_into_nothing {
-                        st.ip = None;
-                        st.tnt_count = 0;
-                        st.stack.clear();
-                        st.walked = 0;
-                        st.after_error = true;
-                        continue;
-                    }
-                    let resync = st.packets.sync_forward();
-                    st.ip = None;
-                    st.tnt_count = 0;
-                    st.stack.clear();
-                    st.peeked = None;
-                    // The walk starts afresh: a NoProgress count carried over
-                    // would fail the next PSB segment at its first instruction.
-                    st.walked = 0;
-                    if !resync.psb_found || resync.end >= st.stop_at {
-                        break;
-                    }
-                }
-            }
+    }
+
+    /// One step of the walk (with `CHAIN`, the blocks its TNT bits chain
+    /// too), an error reported and recovered from; whether the run goes on.
+    /// `base` is the offset of `st`'s packets in the whole trace.
+    #[inline(always)]
+    fn turn<const CHAIN: bool>(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) -> bool {
+        match self.step_cached::<CHAIN>(st, cache, sink) {
+            Ok(going) => going,
+            Err(f) => self.recover(st, f, base, sink),
         }
-        self.st = st;
-        self.cache = cache;
+    }
+
+    /// After a failure of the walk: the end of its segment (walking on to
+    /// the next segment's start), or an error event and where the walk goes
+    /// on from. Whether the run goes on.
+    #[cold]
+    #[inline(never)]
+    fn recover(&self, st: &mut State<'a>, f: Failure, base: usize, sink: &mut impl FlowSink) -> bool {
+        if f.offset == SEGMENT_END {
+            if let Some(to) = st.tail_to.take() {
+                self.walk_tail(st, to, sink);
+            }
+            return false;
+        }
+        sink.event(FlowEvent::Error { offset: base + f.offset, time: st.lo, ip: st.ip, kind: f.kind });
+        if f.kind == FlowErrorKind::EndOfTrace {
+            return false;
+        }
+        if f.kind == FlowErrorKind::Overflow {
+            // The packets go on: tracing resumes at the FUP that
+            // follows (or a TIP.PGE, or a PSB+), as the SDM says
+            // and libipt and perf do. What was pending is lost.
+            st.ip = None;
+            st.tnt_count = 0;
+            st.stack.clear();
+            st.peeked = None;
+            st.walked = 0;
+            st.after_ovf = true;
+            return true;
+        }
+        if let FlowErrorKind::PsbMismatch { fup } = f.kind {
+            // The PSB+ says where execution is: the walk goes on
+            // from there (a segment's run ends at its next PSB).
+            if f.offset >= st.stop_at {
+                return false;
+            }
+            st.ip = fup;
+            st.resumed_at = fup;
+            st.peeked = None;
+            st.walked = 0;
+            return true;
+        }
+        // The walk and the trace disagree, but the packets are
+        // whole: the next TIP (or TIP.PGE, or PSB+) says where
+        // execution went, as perf resumes. A bad packet needs
+        // the next PSB to find packets again; so does no code
+        // where the walk had just resumed (a TIP's target, a
+        // PSB+'s FUP): the last IP that compressed IPs build on
+        // is bad too.
+        let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
+        st.resumed_at = None;
+        if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_)) && !resumed_into_nothing {
+            st.ip = None;
+            st.tnt_count = 0;
+            st.stack.clear();
+            st.walked = 0;
+            st.after_error = true;
+            return true;
+        }
+        let resync = st.packets.sync_forward();
+        st.ip = None;
+        st.tnt_count = 0;
+        st.stack.clear();
+        st.peeked = None;
+        // The walk starts afresh: a NoProgress count carried over
+        // would fail the next PSB segment at its first instruction.
+        st.walked = 0;
+        if !resync.psb_found || resync.end >= st.stop_at {
+            return false;
+        }
+        true
     }
 
     /// The next flow packet, processing timing and sync packets on the way.
@@ -1416,8 +1491,8 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Gives exactly what stepping instruction by instruction gives: the
     /// block's window holds for every fetch those steps would make.
     #[inline(always)]
-    fn step_cached(&self, st: &mut State<'a>, cache: &mut BlockCache, sink: &mut impl FlowSink) -> Result<bool, Failure> {
-        if st.tnt_count > 0 && self.chain(st, cache, sink) {
+    fn step_cached<const CHAIN: bool>(&self, st: &mut State<'a>, cache: &mut BlockCache, sink: &mut impl FlowSink) -> Result<bool, Failure> {
+        if CHAIN && st.tnt_count > 0 && self.chain(st, cache, sink) {
             return Ok(true);
         }
         let Some(ip) = st.ip else { return self.step(st, sink, false) };
@@ -1427,7 +1502,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         // the next flow packet are read before the code. An event that may
         // be at one of the block's instructions (a FUP or TIP.PGD with an
         // IP: rare) is left to stepping.
-        if cache.large() && st.ahead.offset() < st.packets.offset() + AHEAD / 2 {
+        if CHAIN && cache.large() && st.ahead.offset() < st.packets.offset() + AHEAD / 2 {
             prefetch_ahead(st, cache);
         }
         let (lo, hi) = (st.lo, st.hi);
@@ -1463,7 +1538,9 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         }
         st.walked += count - 1;
         self.run_block(st, cache, b, sink)?;
-        self.chain(st, cache, sink);
+        if CHAIN {
+            self.chain(st, cache, sink);
+        }
         Ok(true)
     }
 
