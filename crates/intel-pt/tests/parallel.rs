@@ -1,8 +1,8 @@
 //! PSB segments decoded in parallel give the events of one sequential
 //! decode, in order: on simulated runs with poked code (every source), with
 //! 1 and 3 threads, and with corrupt bytes inside segments (the error, then
-//! the next segment); recorded and replayed into one sink, or into a sink
-//! per segment.
+//! the next segment); recorded and replayed into one sink, into a sink per
+//! segment, or walked a few segments at once on one thread.
 
 #[path = "common/flow.rs"]
 mod common;
@@ -43,6 +43,18 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         });
         assert_eq!(parts, segments(trace).len(), "{what}: a sink per segment");
         assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: segment sinks joined differ");
+        // The segments walked in turn on this thread, a few at once or all.
+        for lanes in [1, 3, 64] {
+            let (mut joined, mut parts) = (Vec::new(), 0);
+            FlowDecoder::new(&[], code, cfg.clone()).run_interleaved(trace, lanes, common::Blocks::default, |b| {
+                joined.extend(b.events);
+                parts += 1;
+            });
+            assert_eq!(parts, segments(trace).len(), "{what}, {lanes} lanes: a sink per segment");
+            if let Some(i) = (0..joined.len().max(want.len())).find(|&i| joined.get(i) != want.get(i)) {
+                panic!("{what}, {lanes} lanes, cpu {cpu}: event {i} differs: interleaved {:x?}, sequential {:x?}", joined.get(i), want.get(i));
+            }
+        }
         n += got.len();
     }
     n
@@ -77,6 +89,9 @@ fn parallel_equals_sequential() {
             let mut got = Vec::new();
             ParallelFlow::new(&code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run(t, |e| got.push(e));
             assert!(got == want, "{name} corrupt, NextPsb, cpu {cpu}: parallel and sequential differ");
+            let mut interleaved = Vec::new();
+            FlowDecoder::new(&[], &code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run_interleaved(t, 4, common::Blocks::default, |b| interleaved.extend(b.events));
+            assert!(interleaved == want, "{name} corrupt, NextPsb, cpu {cpu}: interleaved and sequential differ");
             assert!(sequential(t, &code, &run.cfg) != want, "{name} corrupt, cpu {cpu}: NextPsb changed nothing");
         }
         let errors = bad.iter().map(|t| sequential(t, &Static(&run.bare), &run.cfg).iter().filter(|e| matches!(e, FlowEvent::Error { .. })).count()).sum::<usize>();
