@@ -10,7 +10,8 @@
 //! walked is a whole kernel's. The lengths of up to [`INLINE`] instructions
 //! before the last are kept in the entry when none is a jump or call; other
 //! blocks keep them, and the targets of their jumps and calls, in side
-//! arenas. Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
+//! arenas, but the return addresses their calls push in the entry when
+//! they fit (up to [`INLINE_PUSHES`]): running a block reads no arena. Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
 //! and the arenas hold at most [`MAX_SPILL`] lengths and as many targets
 //! (36 MB, reserved up front, touched as used), about 100 MB in all (130 MB
 //! while the table doubles); past that an empty table and arenas replace
@@ -49,6 +50,9 @@ const UNSAID: usize = 32;
 pub(crate) const MAX_BLOCK_INSNS: usize = 256;
 /// Lengths of instructions before the last kept in the entry itself.
 const INLINE: usize = 15;
+/// Return addresses a spilled block keeps in its entry (as offsets from its
+/// start, in `lens[3..]`), so that running it reads no arena.
+const INLINE_PUSHES: usize = 3;
 /// In a length byte, over the length (bits 0-3): what the instruction is.
 pub(crate) const NOP: u8 = 1 << 4;
 pub(crate) const JUMP: u8 = 2 << 4;
@@ -82,7 +86,9 @@ pub(crate) struct Block {
     has_target: bool,
     /// Each instruction before the last: its length, `|` what it is. In a
     /// spilled block (lengths in the arena), `[0]` and `[1]` count its
-    /// targets and the return addresses after them in the target arena.
+    /// targets and the return addresses after them in the target arena,
+    /// `[2]` the return addresses kept instead in `[3..]` (at most
+    /// [`INLINE_PUSHES`], each an `i32` from `start`, little-endian).
     lens: [u8; INLINE],
 }
 
@@ -620,27 +626,33 @@ impl BlockCache {
         unsafe { (std::slice::from_raw_parts(self.lens.add(b.spill as usize), b.count as usize - 1), std::slice::from_raw_parts(self.targets.add(b.targets as usize), b.lens[0] as usize)) }
     }
 
-    /// The return addresses the calls among a block's instructions before
-    /// its last push, in order (a zero-length call pushes none).
+    /// Gives `each` the return addresses the calls among a block's
+    /// instructions before its last push, in order (a zero-length call
+    /// pushes none).
     #[inline(always)]
-    pub fn pushes(&self, b: &Block) -> &[u64] {
+    pub fn each_push(&self, b: &Block, mut each: impl FnMut(u64)) {
         if b.inline() {
-            return &[];
+            return;
         }
-        if !self.holds(b) {
-            return self.own_pushes(b);
+        for rel in b.lens[3..3 + 4 * b.lens[2] as usize].chunks_exact(4) {
+            each(b.start.wrapping_add(i32::from_le_bytes(rel.try_into().expect("4 bytes")) as i64 as u64));
         }
-        self.spilled_pushes(b)
+        if b.lens[1] > 0 {
+            let spilled = if self.holds(b) { self.spilled_pushes(b) } else { self.own_pushes(b) };
+            spilled.iter().for_each(|&ret| each(ret));
+        }
     }
 
-    /// [`Self::pushes`] of a spilled block of this cache's own table.
+    /// The return addresses of a spilled block of this cache's own table
+    /// that are in its arena.
     #[cold]
     #[inline(never)]
     fn own_pushes(&self, b: &Block) -> &[u64] {
         self.own.as_ref().expect("a block of this cache's own table").spilled_pushes(b)
     }
 
-    /// [`Self::pushes`] of a spilled block of `table`.
+    /// The return addresses of a spilled block of `table` that are in its
+    /// arena.
     #[inline(always)]
     fn spilled_pushes(&self, b: &Block) -> &[u64] {
         // SAFETY: the range of a published block (see `insns`).
@@ -697,7 +709,16 @@ impl BlockCache {
         } else {
             // (At most MAX_BLOCK_INSNS - 1 of each.)
             b.lens[0] = new.n_targets as u8;
-            b.lens[1] = new.n_pushes as u8;
+            let mut rels = [0i32; INLINE_PUSHES];
+            let fit = new.n_pushes <= INLINE_PUSHES && new.pushes().iter().zip(&mut rels).all(|(&ret, rel)| i32::try_from(ret.wrapping_sub(start) as i64).map(|r| *rel = r).is_ok());
+            if fit {
+                b.lens[2] = new.n_pushes as u8;
+                for (at, rel) in b.lens[3..].chunks_exact_mut(4).zip(&rels[..new.n_pushes]) {
+                    at.copy_from_slice(&rel.to_le_bytes());
+                }
+            } else {
+                b.lens[1] = new.n_pushes as u8;
+            }
         }
         // Twice at most: the table or its arenas may be full, and replaced.
         for _ in 0..2 {
@@ -715,7 +736,7 @@ impl BlockCache {
             }
             if !inline {
                 let (new, a) = (&self.building, &self.table.arenas);
-                let spilled = Arenas::put(&a.lens, &a.lens_used, &mut self.lens_room, &[new.lens()]).zip(Arenas::put(&a.targets, &a.targets_used, &mut self.targets_room, &[new.targets(), new.pushes()]));
+                let spilled = Arenas::put(&a.lens, &a.lens_used, &mut self.lens_room, &[new.lens()]).zip(Arenas::put(&a.targets, &a.targets_used, &mut self.targets_room, &[new.targets(), if b.lens[1] > 0 { new.pushes() } else { &[] }]));
                 let Some((spill, targets)) = spilled else {
                     self.replace(true);
                     continue;
@@ -872,7 +893,9 @@ mod tests {
             }
             ip = i.target.unwrap_or(ip + i.len as u64);
         }
-        assert_eq!(cache.pushes(b), want_pushes, "{start:#x}: pushes");
+        let mut pushes = Vec::new();
+        cache.each_push(b, |ret| pushes.push(ret));
+        assert_eq!(pushes, want_pushes, "{start:#x}: pushes");
         assert_eq!((b.last_ip(), b.target()), (ip, ip + 2 + (start & 0x7f)), "{start:#x}: last");
         Some(())
     }
@@ -944,6 +967,32 @@ mod tests {
         assert_eq!(cache.first_entries, MAX_ENTRIES.min(MIN_ENTRIES * 2));
         assert!(add(&mut cache, 0x1000, 0));
         assert_eq!(cache.mask + 1, cache.first_entries);
+    }
+
+    /// Up to [`INLINE_PUSHES`] return addresses within 2 GiB of the start
+    /// are kept in the entry; more, or one farther, go to the arena. Either
+    /// way the block pushes them all, in order.
+    #[test]
+    fn return_addresses_in_the_entry_or_the_arena() {
+        let start = 0xffff_ffff_8100_0000u64;
+        for (calls, far, in_entry) in [(1, false, true), (3, false, true), (4, false, false), (2, true, false)] {
+            let mut cache = BlockCache::default();
+            let (mut ip, mut want) = (start, Vec::new());
+            for i in 0..calls {
+                // The first call of a `far` block goes 4 GiB away, where
+                // the next pushes its return address.
+                let to = if far && i == 0 { ip.wrapping_add(4 << 30) } else { ip + 0x100 };
+                cache.push(ip, &Insn { len: 5, class: BranchClass::DirectCall, target: Some(to) });
+                want.push(ip + 5);
+                ip = to;
+            }
+            assert!(cache.insert(start, 0..10, ip, Insn { len: 1, class: BranchClass::Return, target: None }));
+            let b = cache.get(start, |_| true).expect("added");
+            let mut pushes = Vec::new();
+            cache.each_push(b, |ret| pushes.push(ret));
+            assert_eq!(pushes, want, "{calls} calls, far: {far}");
+            assert_eq!((b.lens[2] as usize, b.lens[1] as usize), if in_entry { (calls, 0) } else { (0, calls) }, "{calls} calls, far: {far}");
+        }
     }
 
     /// A table no one shares replaces an older block at the same start; a

@@ -1969,9 +1969,7 @@ impl Packets<'_> {
 /// them) to the sink, pushing the return addresses of its calls.
 #[inline(always)]
 fn emit_block(stack: &mut ReturnStack, cache: &BlockCache, b: &Block, times: (Time, Time, Time), sink: &mut impl FlowSink) {
-    for &ret in cache.pushes(b) {
-        stack.push(ret);
-    }
+    cache.each_push(b, |ret| stack.push(ret));
     sink.block(InsnBlock::new(b, times, cache.insns(b)));
 }
 
