@@ -313,7 +313,7 @@ fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowC
     (sink.insns, sink.errors)
 }
 
-/// Ours with each CPU's trace cut at its PSBs, `FLOW_BENCH_LANES` (8) of
+/// Ours with each CPU's trace cut at its PSBs, `FLOW_BENCH_LANES` (16) of
 /// the segments walked at once on one thread (`run_interleaved`), into a
 /// counting sink each; no upper bounds.
 fn ours_interleaved(f: &Fixture) -> (u64, u64) {
@@ -323,15 +323,20 @@ fn ours_interleaved(f: &Fixture) -> (u64, u64) {
 
 /// [`ours_interleaved`] on a decoder given, whose block cache may be warm.
 fn interleaved_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [Vec<u8>]) -> (u64, u64) {
-    let lanes = std::env::var("FLOW_BENCH_LANES").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
     let mut total = Count::default();
     for t in traces {
-        dec.run_interleaved(t, lanes, Count::default, |c| {
+        dec.run_interleaved(t, lanes(), Count::default, |c| {
             total.insns += c.insns;
             total.errors += c.errors;
         });
     }
     (total.insns, total.errors)
+}
+
+/// PSB segments walked at once: `FLOW_BENCH_LANES`, else 16 (the fastest
+/// on vmlinux here; see docs/PERFORMANCE.md).
+fn lanes() -> usize {
+    std::env::var("FLOW_BENCH_LANES").ok().and_then(|s| s.parse().ok()).unwrap_or(16)
 }
 
 fn libipt(f: &Fixture, image: &LibiptImage<'_>) -> (u64, u64) {
