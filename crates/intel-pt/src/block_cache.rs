@@ -11,7 +11,8 @@
 //! before the last are kept in the entry when none is a jump or call; other
 //! blocks keep them, and the targets of their jumps and calls, in side
 //! arenas, but the return addresses their calls push in the entry when
-//! they fit (up to [`INLINE_PUSHES`]): running a block reads no arena. Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
+//! they fit (up to [`INLINE_PUSHES`]): running a block reads no arena.
+//! Memory is bounded: the table doubles up to [`MAX_ENTRIES`] (64 MB)
 //! and the arenas hold at most [`MAX_SPILL`] lengths and as many targets
 //! (36 MB, reserved up front, touched as used), about 100 MB in all (130 MB
 //! while the table doubles); past that an empty table and arenas replace
@@ -709,12 +710,11 @@ impl BlockCache {
         } else {
             // (At most MAX_BLOCK_INSNS - 1 of each.)
             b.lens[0] = new.n_targets as u8;
-            let mut rels = [0i32; INLINE_PUSHES];
-            let fit = new.n_pushes <= INLINE_PUSHES && new.pushes().iter().zip(&mut rels).all(|(&ret, rel)| i32::try_from(ret.wrapping_sub(start) as i64).map(|r| *rel = r).is_ok());
-            if fit {
+            let rel = |ret: u64| i32::try_from(ret.wrapping_sub(start) as i64).ok();
+            if new.n_pushes <= INLINE_PUSHES && new.pushes().iter().all(|&ret| rel(ret).is_some()) {
                 b.lens[2] = new.n_pushes as u8;
-                for (at, rel) in b.lens[3..].chunks_exact_mut(4).zip(&rels[..new.n_pushes]) {
-                    at.copy_from_slice(&rel.to_le_bytes());
+                for (at, &ret) in b.lens[3..].chunks_exact_mut(4).zip(new.pushes()) {
+                    at.copy_from_slice(&rel(ret).expect("checked").to_le_bytes());
                 }
             } else {
                 b.lens[1] = new.n_pushes as u8;
