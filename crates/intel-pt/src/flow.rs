@@ -728,6 +728,16 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self.base = 0;
     }
 
+    /// Takes the shared block table in use now ([`BlockCache::refresh`]).
+    pub(crate) fn refresh_blocks(&mut self) {
+        self.cache.refresh();
+    }
+
+    /// Whether the block table has outgrown the caches near the core.
+    pub(crate) fn blocks_large(&self) -> bool {
+        self.cache.large()
+    }
+
     /// Starts over on one PSB segment of `whole`, `start..end` (`start` at a
     /// PSB, `end` at the next, or the end): the run stops where the walk
     /// would read the packet at `end`, and error offsets are `whole`'s.
@@ -834,9 +844,15 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// segment's events go to a sink of its own from `make` (the same
     /// events as [`crate::parallel::ParallelFlow::run_segments`]), handed
     /// to `done` in trace order. The block cache is this decoder's, kept.
-    pub fn run_interleaved<S: FlowSink>(&mut self, buf: &'a [u8], lanes: usize, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
-        let cuts = crate::parallel::segments(buf);
-        let lanes = lanes.clamp(1, cuts.len());
+    pub fn run_interleaved<S: FlowSink>(&mut self, buf: &'a [u8], lanes: usize, make: impl FnMut() -> S, done: impl FnMut(S)) {
+        self.interleave(buf, &crate::parallel::segments(buf), lanes, make, done);
+    }
+
+    /// [`Self::run_interleaved`] over the segments of `buf` that `cuts`
+    /// gives (from one PSB to the next, or the end; in order).
+    pub(crate) fn interleave<S: FlowSink>(&mut self, buf: &'a [u8], cuts: &[(usize, usize)], lanes: usize, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
+        self.cache.refresh();
+        let lanes = lanes.clamp(1, cuts.len().max(1));
         // Segments from the next to hand out on, finished or not: started
         // only this far ahead of it, so that a long segment holds back a
         // bounded number of finished ones.

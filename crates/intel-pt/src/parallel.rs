@@ -8,10 +8,14 @@
 //! starts with the state its PSB+ gives, and ends where the walk would
 //! read the next PSB, after checking that PSB+'s FUP as the sequential walk
 //! does (an error if the walk does not reach it; else the segment walks up
-//! to it, where the next one starts). A few segments per thread decode
-//! ahead of the one handed out next, each started as soon as one is handed
-//! out (no barrier between groups), so memory stays bounded whatever the
-//! buffer's size; decoders are reused from segment to segment and buffer
+//! to it, where the next one starts). Consecutive segments go in groups
+//! (up to [`GROUP`]), a group decoded on one thread: its segments walked
+//! at once ([`FlowDecoder::run_interleaved`]) when the blocks outgrow the
+//! caches near the core, so that the thread waits for memory for several
+//! walks at a time, else one after the other. A few groups per thread
+//! decode ahead of the one handed out next, each started as soon as one is
+//! handed out (no barrier between rounds), so memory stays bounded whatever
+//! the buffer's size; decoders are reused from group to group and buffer
 //! to buffer, and their block caches share one table, so a block is built
 //! once, by whichever thread meets it first. A segment's cached blocks are
 //! kept as copies of their cache entries (with the instruction bytes and
@@ -23,8 +27,14 @@ use std::sync::{Arc, Mutex};
 use crate::block_cache::Block;
 use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Recovery, SharedBlocks, Time};
 
-/// Segments decoding ahead of the one handed out next, per thread.
+/// Groups of segments decoding ahead of the one handed out next, per thread.
 const PER_THREAD: usize = 4;
+/// Segments one thread walks at once over code too large for the caches
+/// near the core ([`FlowDecoder::run_interleaved`]).
+const LANES: usize = 16;
+/// Segments in one group at most: one thread decodes a group, its segments
+/// at once ([`LANES`]) or one after the other.
+const GROUP: usize = 2 * LANES;
 
 /// Decodes buffers over one code source, PSB segments in parallel.
 pub struct ParallelFlow<'a, C: CodeSource + Sync> {
@@ -34,6 +44,9 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     cyc: Option<CycConv>,
     upper_bounds: bool,
     recovery: Recovery,
+    /// Segments a thread walks at once; `None`: [`LANES`] when the block
+    /// table is large ([`crate::block_cache::BlockCache::large`]), else one.
+    lanes: Option<usize>,
     /// Idle decoders.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
     /// The decoded blocks all decoders share, kept from buffer to buffer.
@@ -139,7 +152,7 @@ impl Recording {
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, recovery: Recovery::default(), decoders: Mutex::new(Vec::new()), blocks: Arc::default(), spare: Mutex::new(Vec::new()) }
+        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, recovery: Recovery::default(), lanes: None, decoders: Mutex::new(Vec::new()), blocks: Arc::default(), spare: Mutex::new(Vec::new()) }
     }
 
     /// MTC timing, as [`FlowDecoder::with_mtc`].
@@ -169,6 +182,15 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         self
     }
 
+    /// How many segments a thread walks at once in [`Self::run_segments`]
+    /// (at least one), instead of [`LANES`] when the blocks outgrow the
+    /// caches near the core and one otherwise. The events are the same.
+    /// ([`Self::run_with`] walks one at a time: it records each segment.)
+    pub fn with_lanes(mut self, lanes: usize) -> Self {
+        self.lanes = Some(lanes.max(1));
+        self
+    }
+
     /// Decodes `buf`, reporting every event in order on the calling thread,
     /// each instruction as a [`FlowEvent::Insn`].
     pub fn run(&self, buf: &'a [u8], mut emit: impl FnMut(FlowEvent)) {
@@ -180,7 +202,9 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// segment is recorded on the pool ([`Self::run_segments`]) and replayed
     /// into `sink` while the segments after it decode.
     pub fn run_with(&self, buf: &'a [u8], sink: &mut impl FlowSink) {
-        self.run_segments(buf, || self.spare(), |mut rec: Recording| {
+        // (One segment at a time: walks at once would keep many more
+        // recordings, each a copy of its blocks, than the caches hold.)
+        self.segments_in_groups(buf, false, || self.spare(), |mut rec: Recording| {
             rec.replay(sink);
             self.spare.lock().expect("no panic while held").push(rec);
         });
@@ -193,53 +217,75 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// Nothing is recorded and replayed: the way to scale with cores when
     /// what a segment's events become (counts, coverage, formatted lines)
     /// can be worked out apart and put together in order.
-    pub fn run_segments<S: FlowSink + Send>(&self, buf: &'a [u8], mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
+    pub fn run_segments<S: FlowSink + Send>(&self, buf: &'a [u8], make: impl FnMut() -> S, done: impl FnMut(S)) {
+        self.segments_in_groups(buf, true, make, done);
+    }
+
+    /// [`Self::run_segments`], with groups of one segment unless `grouped`.
+    fn segments_in_groups<S: FlowSink + Send>(&self, buf: &'a [u8], grouped: bool, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
         let cuts = segments(buf);
-        // Segments decoding (or decoded) from the next to hand out on: a
-        // new one starts as each is handed out, so no thread idles while
-        // another ends the last of a group. Segment `i` goes to slot
-        // `i % ahead`, free once segment `i - ahead` was handed out.
-        let ahead = (rayon::current_num_threads().max(1) * PER_THREAD).min(cuts.len());
+        let threads = rayon::current_num_threads().max(1);
+        // Consecutive segments in groups, a group decoded by one thread: as
+        // many as keep each thread [`PER_THREAD`] groups to decode.
+        let group = if grouped { (cuts.len() / (threads * PER_THREAD)).clamp(1, GROUP) } else { 1 };
+        let groups: Vec<&[(usize, usize)]> = cuts.chunks(group).collect();
+        // Groups decoding (or decoded) from the next to hand out on: a new
+        // one starts as each is handed out, so no thread idles while
+        // another ends the last of a round. Group `i` goes to slot
+        // `i % ahead`, free once group `i - ahead` was handed out.
+        let ahead = (threads * PER_THREAD).min(groups.len());
         // (A sink that panics on the pool ends the wait with its panic.)
-        let slots: Vec<Mutex<Option<std::thread::Result<S>>>> = (0..ahead).map(|_| Mutex::new(None)).collect();
+        let slots: Vec<Mutex<Option<std::thread::Result<Vec<S>>>>> = (0..ahead).map(|_| Mutex::new(None)).collect();
         rayon::in_place_scope_fifo(|s| {
             let mut spawned = 0;
-            for next in 0..cuts.len() {
-                while spawned < cuts.len() && spawned < next + ahead {
-                    let (slot, (start, end), mut sink) = (&slots[spawned % ahead], cuts[spawned], make());
+            for next in 0..groups.len() {
+                while spawned < groups.len() && spawned < next + ahead {
+                    let (slot, group) = (&slots[spawned % ahead], groups[spawned]);
+                    let sinks: Vec<S> = group.iter().map(|_| make()).collect();
                     s.spawn_fifo(move |_| {
-                        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            self.decode(buf, start, end, &mut sink);
-                            sink
-                        }));
+                        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode(buf, group, sinks)));
                         *slot.lock().expect("no panic while held") = Some(decoded);
                     });
                     spawned += 1;
                 }
-                let sink = loop {
+                let sinks = loop {
                     match slots[next % ahead].lock().expect("no panic while held").take() {
-                        Some(Ok(sink)) => break sink,
+                        Some(Ok(sinks)) => break sinks,
                         Some(Err(panic)) => std::panic::resume_unwind(panic),
                         None => {}
                     }
-                    // Waiting: decode a segment here if one is waiting.
+                    // Waiting: decode a group here if one is waiting.
                     if rayon::yield_now() != Some(rayon::Yield::Executed) {
                         std::thread::yield_now();
                     }
                 };
-                done(sink);
+                sinks.into_iter().for_each(&mut done);
             }
         });
     }
 
-    /// One segment's events into `sink`, on a decoder from the pool.
-    fn decode(&self, buf: &'a [u8], start: usize, end: usize, sink: &mut impl FlowSink) {
+    /// The events of the segments `group` gives, a segment's into each of
+    /// `sinks` (as many), on a decoder from the pool: the segments walked
+    /// at once when the blocks outgrow the caches near the core (or as
+    /// [`Self::with_lanes`] says), else one after the other.
+    fn decode<S: FlowSink>(&self, buf: &'a [u8], group: &[(usize, usize)], mut sinks: Vec<S>) -> Vec<S> {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
             FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc).with_upper_bounds(self.upper_bounds).with_recovery(self.recovery).with_shared_blocks(self.blocks.clone())
         });
-        dec.reset_segment(buf, start, end);
-        dec.run_with(sink);
+        dec.refresh_blocks();
+        let lanes = self.lanes.unwrap_or(if dec.blocks_large() { LANES } else { 1 });
+        if lanes > 1 && group.len() > 1 {
+            let (mut made, mut out) = (sinks.into_iter(), Vec::with_capacity(group.len()));
+            dec.interleave(buf, group, lanes, || made.next().expect("a sink per segment"), |s| out.push(s));
+            sinks = out;
+        } else {
+            for (&(start, end), sink) in group.iter().zip(&mut sinks) {
+                dec.reset_segment(buf, start, end);
+                dec.run_with(sink);
+            }
+        }
         self.decoders.lock().expect("no panic while held").push(dec);
+        sinks
     }
 
     fn spare(&self) -> Recording {

@@ -2,7 +2,8 @@
 //! decode, in order: on simulated runs with poked code (every source), with
 //! 1 and 3 threads, and with corrupt bytes inside segments (the error, then
 //! the next segment); recorded and replayed into one sink, into a sink per
-//! segment, or walked a few segments at once on one thread.
+//! segment, or walked a few segments at once on one thread (alone, or on
+//! each thread of the pool).
 
 #[path = "common/flow.rs"]
 mod common;
@@ -43,6 +44,22 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         });
         assert_eq!(parts, segments(trace).len(), "{what}: a sink per segment");
         assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: segment sinks joined differ");
+        // Each thread walking its segments a few at once (what large code
+        // gets): the same in a sink per segment; replayed (one at a time
+        // there) too.
+        let lanes = ParallelFlow::new(code, cfg.clone()).with_lanes(4);
+        let mut got = Vec::new();
+        pool.install(|| lanes.run(trace, |e| got.push(e)));
+        assert!(got == want, "{what}, {threads} threads, cpu {cpu}: 4 lanes a thread, replayed, differ");
+        let (mut joined, mut parts) = (Vec::new(), 0);
+        pool.install(|| {
+            lanes.run_segments(trace, common::Blocks::default, |b| {
+                joined.extend(b.events);
+                parts += 1;
+            })
+        });
+        assert_eq!(parts, segments(trace).len(), "{what}, 4 lanes a thread: a sink per segment");
+        assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: 4 lanes a thread, segment sinks joined differ");
         // The segments walked in turn on this thread, a few at once or all.
         for lanes in [1, 3, 64] {
             let (mut joined, mut parts) = (Vec::new(), 0);
