@@ -9,8 +9,9 @@
 //! nothing is cached) and the cached decode handing out blocks whole to a
 //! `FlowSink`, expanded; or, without upper bounds on time, any difference
 //! but an unbounded `hi` (none at all over a source that reads `hi`); or a
-//! difference between the parallel decode replayed into one sink and into
-//! a sink per segment.
+//! difference between the parallel decode replayed into one sink, into a
+//! sink per segment, and with segments walked at once (`run_interleaved`,
+//! and `ParallelFlow::with_lanes`).
 //!
 //! Input: byte 0 is the configuration (bit 0 noretcomp; bits 2:1 the code
 //! source: static, perf-style, interval, interval; bits 5:3 trial_insns;
@@ -172,6 +173,17 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
     let mut joined = Vec::new();
     par.run_segments(trace, || Expanded(Vec::new()), |s| joined.extend(s.0));
     assert!(joined == replayed.0, "a sink per segment and the replay differ");
+    // Segments walked at once, on this thread or on each of the pool's:
+    // the same events as a sink per segment.
+    let lanes = 1 + trace.len() % 4;
+    let mut interleaved = Vec::new();
+    FlowDecoder::new(&[], code, cfg.clone()).with_recovery(recovery).run_interleaved(trace, lanes, || Expanded(Vec::new()), |s| interleaved.extend(s.0));
+    if let Some(i) = (0..joined.len().max(interleaved.len())).find(|&i| joined.get(i) != interleaved.get(i)) {
+        panic!("event {i}: a sink per segment {:x?}, {lanes} lanes {:x?}", joined.get(i), interleaved.get(i));
+    }
+    let mut grouped = Vec::new();
+    ParallelFlow::new(code, cfg.clone()).with_recovery(recovery).with_lanes(lanes).run_segments(trace, || Expanded(Vec::new()), |s| grouped.extend(s.0));
+    assert!(grouped == joined, "{lanes} lanes a thread and a sink per segment differ");
 }
 
 fuzz_target!(|data: &[u8]| {
