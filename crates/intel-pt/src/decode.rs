@@ -795,7 +795,7 @@ pub mod scan {
     use crate::Packet;
 
     /// Packets and a fold of their main fields, decoded as the flow walk
-    /// does: [`PacketDecoder::next_quick`], else `next_packet`.
+    /// does: `PacketDecoder::next_quick`, else `next_packet`.
     #[inline(never)]
     pub fn quick(buf: &[u8]) -> Result<(usize, u64), PacketError> {
         let mut dec = PacketDecoder::new(buf);
@@ -827,7 +827,7 @@ pub mod scan {
         Ok((n, acc))
     }
 
-    /// Packet boundaries only ([`PacketDecoder::skip_packet`], as the flow
+    /// Packet boundaries only (`PacketDecoder::skip_packet`, as the flow
     /// walk's look-ahead for the next TSC uses it): packets, and a fold of
     /// their first bytes.
     #[inline(never)]

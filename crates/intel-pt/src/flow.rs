@@ -836,12 +836,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Decodes `buf` cut at its PSBs ([`crate::parallel::segments`]) on this
     /// thread, up to `lanes` segments at once: a walk goes on while its
-    /// next block was looked up lately ([`Recent`]), and at one that was
-    /// not it asks for the block's entry and gives the next walk its turn,
-    /// so that a walk over code too large for the caches near the core
-    /// waits for memory while the others run, not alone, and a walk over
-    /// code that fits them runs as if alone. Each
-    /// segment's events go to a sink of its own from `make` (the same
+    /// next block was looked up lately (among the last few thousand), and
+    /// at one that was not it asks for the block's entry and gives the next
+    /// walk its turn, so that a walk over code too large for the caches
+    /// near the core waits for memory while the others run, not alone, and
+    /// a walk over code that fits them runs as if alone. Each segment's
+    /// events go to a sink of its own from `make` (the same
     /// events as [`crate::parallel::ParallelFlow::run_segments`]), handed
     /// to `done` in trace order. The block cache is this decoder's, kept.
     pub fn run_interleaved<S: FlowSink>(&mut self, buf: &'a [u8], lanes: usize, make: impl FnMut() -> S, done: impl FnMut(S)) {

@@ -9,7 +9,7 @@
 //! read the next PSB, after checking that PSB+'s FUP as the sequential walk
 //! does (an error if the walk does not reach it; else the segment walks up
 //! to it, where the next one starts). Consecutive segments go in groups
-//! (up to [`GROUP`]), a group decoded on one thread: its segments walked
+//! (up to 32), a group decoded on one thread: its segments walked
 //! at once ([`FlowDecoder::run_interleaved`]) when the blocks outgrow the
 //! caches near the core, so that the thread waits for memory for several
 //! walks at a time, else one after the other. A few groups per thread
@@ -183,7 +183,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     }
 
     /// How many segments a thread walks at once in [`Self::run_segments`]
-    /// (at least one), instead of [`LANES`] when the blocks outgrow the
+    /// (at least one), instead of 16 when the blocks outgrow the
     /// caches near the core and one otherwise. The events are the same.
     /// ([`Self::run_with`] walks one at a time: it records each segment.)
     pub fn with_lanes(mut self, lanes: usize) -> Self {
