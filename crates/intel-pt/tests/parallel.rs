@@ -18,6 +18,16 @@ fn sequential(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) -> Vec<Flo
     out
 }
 
+/// `run_segments`' sinks joined in the order given, and how many there were.
+fn joined_segments<'a, C: CodeSource + Sync>(par: &ParallelFlow<'a, C>, trace: &'a [u8]) -> (Vec<FlowEvent>, usize) {
+    let (mut joined, mut parts) = (Vec::new(), 0);
+    par.run_segments(trace, common::Blocks::default, |b| {
+        joined.extend(b.events);
+        parts += 1;
+    });
+    (joined, parts)
+}
+
 fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> usize {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
     let par = ParallelFlow::new(code, cfg.clone());
@@ -35,13 +45,7 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         assert!(blocks.blocks > 0, "{what}: no blocks");
         assert!(blocks.events == want, "{what}, {threads} threads, cpu {cpu}: blocks expanded differ");
         // A sink per segment, given back in order: the same, put together.
-        let (mut joined, mut parts) = (Vec::new(), 0);
-        pool.install(|| {
-            par.run_segments(trace, common::Blocks::default, |b| {
-                joined.extend(b.events);
-                parts += 1;
-            })
-        });
+        let (joined, parts) = pool.install(|| joined_segments(&par, trace));
         assert_eq!(parts, segments(trace).len(), "{what}: a sink per segment");
         assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: segment sinks joined differ");
         // Each thread walking its segments a few at once (what large code
@@ -51,13 +55,7 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         let mut got = Vec::new();
         pool.install(|| lanes.run(trace, |e| got.push(e)));
         assert!(got == want, "{what}, {threads} threads, cpu {cpu}: 4 lanes a thread, replayed, differ");
-        let (mut joined, mut parts) = (Vec::new(), 0);
-        pool.install(|| {
-            lanes.run_segments(trace, common::Blocks::default, |b| {
-                joined.extend(b.events);
-                parts += 1;
-            })
-        });
+        let (joined, parts) = pool.install(|| joined_segments(&lanes, trace));
         assert_eq!(parts, segments(trace).len(), "{what}, 4 lanes a thread: a sink per segment");
         assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: 4 lanes a thread, segment sinks joined differ");
         // The segments walked in turn on this thread, a few at once or all.
