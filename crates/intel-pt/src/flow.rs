@@ -477,10 +477,15 @@ impl Recent {
     /// Whether `ip` was looked up lately; it is noted as looked up now.
     #[inline(always)]
     fn check(&mut self, ip: u64) -> bool {
+        let (slot, tag) = Self::place(ip);
+        std::mem::replace(&mut self.tags[slot], tag) == tag
+    }
+
+    /// `ip`'s slot, and its tag there (never 0, the empty slot's).
+    #[inline(always)]
+    fn place(ip: u64) -> (usize, u16) {
         let h = ip.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let slot = &mut self.tags[(h >> (64 - RECENT.trailing_zeros())) as usize];
-        let tag = (h >> 32) as u16 | 1;
-        std::mem::replace(slot, tag) == tag
+        ((h >> (64 - RECENT.trailing_zeros())) as usize, (h >> 32) as u16 | 1)
     }
 }
 
@@ -845,13 +850,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// events as [`crate::parallel::ParallelFlow::run_segments`]), handed
     /// to `done` in trace order. The block cache is this decoder's, kept.
     pub fn run_interleaved<S: FlowSink>(&mut self, buf: &'a [u8], lanes: usize, make: impl FnMut() -> S, done: impl FnMut(S)) {
+        self.cache.refresh();
         self.interleave(buf, &crate::parallel::segments(buf), lanes, make, done);
     }
 
     /// [`Self::run_interleaved`] over the segments of `buf` that `cuts`
-    /// gives (from one PSB to the next, or the end; in order).
+    /// gives (from one PSB to the next, or the end; in order), over the
+    /// shared block table this decoder took last ([`Self::refresh_blocks`]).
     pub(crate) fn interleave<S: FlowSink>(&mut self, buf: &'a [u8], cuts: &[(usize, usize)], lanes: usize, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
-        self.cache.refresh();
         let lanes = lanes.clamp(1, cuts.len().max(1));
         // Segments from the next to hand out on, finished or not: started
         // only this far ahead of it, so that a long segment holds back a
@@ -2116,7 +2122,7 @@ mod tests {
         assert!(!recent.check(0xffff_ffff_8100_0000), "never looked up");
         assert!(recent.check(0xffff_ffff_8100_0000), "looked up just now");
         // Another block in the same slot takes it over.
-        let slot = |ip: u64| ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT.trailing_zeros());
+        let slot = |ip: u64| Recent::place(ip).0;
         let rival = (0xffff_ffff_8100_0001..).find(|&ip| slot(ip) == slot(0xffff_ffff_8100_0000)).unwrap();
         assert!(!recent.check(rival));
         assert!(!recent.check(0xffff_ffff_8100_0000), "its slot went to another block");
