@@ -16,6 +16,7 @@ use perfdata::{PerfFile, RecordBody};
 use serde_json::json;
 
 use crate::hex::plain;
+use crate::text::Text;
 use crate::symbols::Symbolizer;
 
 /// What to print, from `--itrace` letters: b (branches), i (instructions), e (errors).
@@ -238,6 +239,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     aux.sort_by_key(|q| (q.cpu, q.thread, q.idx));
     threads.finish();
     let (mut lines, mut errors) = (0usize, 0usize);
+    let mut text = Text::with_capacity(2 * TEXT_FLUSH);
     let mut emit = |l: &Out| -> Result<()> {
         lines += 1;
         if matches!(l.kind, Kind::Error { .. }) {
@@ -245,7 +247,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         }
         let who = threads.at(&aux[l.queue], l.cpu, l.time);
         if let Some(fields) = &opts.fields {
-            write_perf_line(out, fields, l, l.cpu, who, &symbols, tl)?;
+            write_perf_line(&mut text, fields, l, l.cpu, who, &symbols, tl);
         } else if json {
             let mut v = line_json(l, l.cpu, &symbols, tl);
             if let (Some((pid, tid, comm)), Some(m)) = (who, v.as_object_mut()) {
@@ -253,10 +255,14 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
                 m.insert("tid".into(), json!(tid));
                 m.insert("comm".into(), json!(comm));
             }
-            serde_json::to_writer(&mut *out, &v)?;
-            writeln!(out)?;
+            serde_json::to_writer(&mut text, &v)?;
+            text.byte(b'\n');
         } else {
-            write_line(out, l, l.cpu, who, &symbols)?;
+            write_line(&mut text, l, l.cpu, who, &symbols);
+        }
+        if text.as_bytes().len() >= TEXT_FLUSH {
+            out.write_all(text.as_bytes())?;
+            text.clear();
         }
         Ok(())
     };
@@ -269,9 +275,13 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             all.iter().try_for_each(&mut emit)?;
         }
     }
+    out.write_all(text.as_bytes())?;
     eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {image}", aux.len());
     Ok(0)
 }
+
+/// Bytes of lines kept before they are written out.
+const TEXT_FLUSH: usize = 1 << 16;
 
 /// The input's hardware trace.
 enum Trace {
@@ -560,37 +570,63 @@ fn flags_of(class: BranchClass, ip: u64, t: u64, tl: &CodeTimeline) -> &'static 
     }
 }
 
-fn seconds(t: u64) -> String {
-    format!("{}.{:09}", t / 1_000_000_000, t % 1_000_000_000)
+/// `seconds.nanoseconds`, as perf prints a time with `--ns`.
+fn put_seconds(t: &mut Text, time: u64) {
+    t.dec(time / 1_000_000_000).byte(b'.').zeros(time % 1_000_000_000, 9);
 }
 
-fn cpu_text(cpu: u32) -> String {
-    format!("[{:03}]", cpu as i32)
+/// `[CPU]`, three digits at least (`-01` for a per-thread buffer's).
+fn put_cpu(t: &mut Text, cpu: u32) {
+    t.byte(b'[').int_zeros(i64::from(cpu as i32), 3).byte(b']');
 }
 
-fn write_line(out: &mut impl Write, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) -> Result<()> {
-    let task = match who {
-        Some((_, tid, comm)) => format!("{comm:>16} {tid:>6} "),
-        None => String::new(),
-    };
-    let head = format!("{task}{} {:>20}:", cpu_text(cpu), seconds(l.time));
-    match &l.kind {
-        Kind::Branch { from, to, flags, .. } => writeln!(
-            out,
-            "{head}   {flags:<8} {from:>16x} {:<32} => {to:>16x} {}",
-            symbols.describe(*from),
-            symbols.describe(*to)
-        )?,
-        Kind::Insn { ip, len, uncertain, .. } => {
-            writeln!(out, "{head}   {ip:>16x} {:<32} len {len}{}", symbols.describe(*ip), if *uncertain { "  (uncertain: several code versions fit)" } else { "" })?
-        }
-        Kind::Error { offset, ip, reason, .. } => writeln!(
-            out,
-            "{head}   instruction trace error at offset {offset:#x}{}: {reason}",
-            ip.map_or(String::new(), |ip| format!(" ip {ip:#x}")),
-        )?,
+/// `name+0xoff` of the symbol covering `addr` (nothing when none does), in
+/// a column of `width`.
+fn put_symbol(t: &mut Text, symbols: &Symbolizer, addr: u64, width: usize) {
+    let from = t.mark();
+    if let Some((name, off)) = symbols.lookup(addr) {
+        t.str(name).byte(b'+').hex_0x(off);
     }
-    Ok(())
+    t.left(from, width);
+}
+
+/// One line in poketrace's own layout.
+fn write_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) {
+    if let Some((_, tid, comm)) = who {
+        let from = t.mark();
+        t.str(comm).right(from, 16).byte(b' ');
+        let from = t.mark();
+        t.int(i64::from(tid)).right(from, 6).byte(b' ');
+    }
+    put_cpu(t, cpu);
+    t.byte(b' ');
+    let from = t.mark();
+    put_seconds(t, l.time);
+    t.right(from, 20).str(":   ");
+    match &l.kind {
+        Kind::Branch { from, to, flags, .. } => {
+            t.str_left(flags, 8).byte(b' ').hex_right(*from, 16).byte(b' ');
+            put_symbol(t, symbols, *from, 32);
+            t.str(" => ").hex_right(*to, 16).byte(b' ');
+            put_symbol(t, symbols, *to, 0);
+        }
+        Kind::Insn { ip, len, uncertain, .. } => {
+            t.hex_right(*ip, 16).byte(b' ');
+            put_symbol(t, symbols, *ip, 32);
+            t.str(" len ").dec(u64::from(*len));
+            if *uncertain {
+                t.str("  (uncertain: several code versions fit)");
+            }
+        }
+        Kind::Error { offset, ip, reason, .. } => {
+            t.str("instruction trace error at offset ").hex_0x(*offset as u64);
+            if let Some(ip) = ip {
+                t.str(" ip ").hex_0x(*ip);
+            }
+            t.str(": ").str(reason);
+        }
+    }
+    t.byte(b'\n');
 }
 
 /// perf's error code for an Intel PT decode error.
@@ -620,66 +656,69 @@ pub(crate) fn perf_error_message(code: u32) -> &'static str {
 }
 
 /// One line in `perf script -F`'s layout (the fields in perf's order and widths).
-fn write_perf_line(
-    out: &mut impl Write,
-    f: &Fields,
-    l: &Out,
-    cpu: u32,
-    who: Option<(i32, i32, &str)>,
-    symbols: &Symbolizer,
-    tl: &CodeTimeline,
-) -> Result<()> {
+fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer, tl: &CodeTimeline) {
     let (pid, tid, comm) = who.unwrap_or((-1, -1, ":-1"));
     if let Kind::Error { ip, code, .. } = &l.kind {
-        let msg = perf_error_message(*code);
-        writeln!(
-            out,
-            " instruction trace error type 1 time {} cpu {} pid {pid} tid {tid} ip {:#x} code {code}: {msg}",
-            seconds(l.time),
-            cpu as i32,
-            ip.unwrap_or(0)
-        )?;
-        return Ok(());
+        t.str(" instruction trace error type 1 time ");
+        put_seconds(t, l.time);
+        t.str(" cpu ").int(i64::from(cpu as i32)).str(" pid ").int(pid.into()).str(" tid ").int(tid.into());
+        t.str(" ip ").hex_0x(ip.unwrap_or(0)).str(" code ").dec(u64::from(*code)).str(": ").str(perf_error_message(*code)).byte(b'\n');
+        return;
     }
-    let mut s = String::with_capacity(160);
-    use std::fmt::Write as _;
     if f.comm {
-        let _ = write!(s, "{comm:>16} ");
+        let from = t.mark();
+        t.str(comm).right(from, 16).byte(b' ');
     }
+    let number = |t: &mut Text, v: i32, width: usize, right: bool| {
+        let from = t.mark();
+        t.int(v.into());
+        if right {
+            t.right(from, width);
+        } else {
+            t.left(from, width);
+        }
+    };
     match (f.pid, f.tid) {
         (true, true) => {
-            let _ = write!(s, "{pid:>5}/{tid:<5} ");
+            number(t, pid, 5, true);
+            t.byte(b'/');
+            number(t, tid, 5, false);
+            t.byte(b' ');
         }
         (true, false) => {
-            let _ = write!(s, "{pid:>5} ");
+            number(t, pid, 5, true);
+            t.byte(b' ');
         }
         (false, true) => {
-            let _ = write!(s, "{tid:>5} ");
+            number(t, tid, 5, true);
+            t.byte(b' ');
         }
         (false, false) => {}
     }
     if f.cpu {
-        let _ = write!(s, "{} ", cpu_text(cpu));
+        put_cpu(t, cpu);
+        t.byte(b' ');
     }
     if f.time {
-        let secs = l.time / 1_000_000_000;
+        let from = t.mark();
+        t.dec(l.time / 1_000_000_000).right(from, 5).byte(b'.');
         match f.ns {
-            true => write!(s, "{secs:>5}.{:09}: ", l.time % 1_000_000_000),
-            false => write!(s, "{secs:>5}.{:06}: ", l.time % 1_000_000_000 / 1000),
-        }?;
+            true => t.zeros(l.time % 1_000_000_000, 9),
+            false => t.zeros(l.time % 1_000_000_000 / 1000, 6),
+        };
+        t.str(": ");
     }
-    let sym = |s: &mut String, addr: u64| {
+    let sym = |t: &mut Text, addr: u64| {
         if f.sym {
             match symbols.lookup(addr) {
-                Some((name, off)) if f.symoff => write!(s, " {name}+{off:#x}"),
-                Some((name, _)) => write!(s, " {name}"),
-                None => write!(s, " [unknown]"),
-            }?;
+                Some((name, off)) if f.symoff => t.byte(b' ').str(name).byte(b'+').hex_0x(off),
+                Some((name, _)) => t.byte(b' ').str(name),
+                None => t.str(" [unknown]"),
+            };
         }
         if f.dso {
-            write!(s, " ({})", if addr == 0 { "[unknown]" } else { symbols.dso(addr) })?;
+            t.str(" (").str(if addr == 0 { "[unknown]" } else { symbols.dso(addr) }).byte(b')');
         }
-        std::fmt::Result::Ok(())
     };
     let (ip, len, flags, addr, branch) = match &l.kind {
         Kind::Branch { from, to, flags, from_len } => (*from, *from_len, *flags, *to, true),
@@ -687,19 +726,19 @@ fn write_perf_line(
         Kind::Error { .. } => unreachable!("written above"),
     };
     if f.flags {
-        let _ = write!(s, "  {flags:<21} ");
+        t.str("  ").str_left(flags, 21).byte(b' ');
     }
     // perf prints an instruction sample's addr before its ip, a branch's after.
     if f.addr && !branch {
-        let _ = write!(s, "{addr:>16x}");
+        t.hex_right(addr, 16);
     }
     if f.ip {
-        let _ = write!(s, " {ip:>16x}");
-        sym(&mut s, ip)?;
+        t.byte(b' ').hex_right(ip, 16);
+        sym(t, ip);
     }
     if f.addr && branch {
-        let _ = write!(s, " => {addr:>16x}");
-        sym(&mut s, addr)?;
+        t.str(" => ").hex_right(addr, 16);
+        sym(t, addr);
     }
     if f.insnlen || f.insn {
         // A branch sample's instruction is the branch itself.
@@ -711,17 +750,16 @@ fn write_perf_line(
         let bytes = &mut bytes[..len];
         tl.read_into(ip, bytes, l.time);
         if f.insnlen {
-            let _ = write!(s, " ilen: {len}");
+            t.str(" ilen: ").dec(len as u64);
         }
         if f.insn && !bytes.is_empty() {
-            let _ = write!(s, " insn:");
-            for b in bytes.iter() {
-                let _ = write!(s, " {b:02x}");
+            t.str(" insn:");
+            for &b in bytes.iter() {
+                t.byte(b' ').hex_byte(b);
             }
         }
     }
-    writeln!(out, "{s}")?;
-    Ok(())
+    t.byte(b'\n');
 }
 
 /// Length of the instruction at `ip` at time `t` (0 when there is none).

@@ -9,6 +9,7 @@ mod image;
 mod pokes;
 mod record;
 mod symbols;
+mod text;
 
 use std::io::Write;
 use std::path::PathBuf;
