@@ -374,18 +374,29 @@ impl Head {
 /// Every buffer's lines to `emit` in (time, buffer) order: each buffer's
 /// lines come in its own order, the earliest of the buffers' next lines
 /// first (so, lines in time order within each buffer, what sorting all of
-/// them by time and buffer gives).
+/// them by time and buffer gives). A buffer's lines that come before every
+/// other buffer's next line go out in a run, without the heap: lines
+/// between two timing packets share a time, so runs are long.
 fn merge(heads: &mut [Head], emit: &mut impl FnMut(&Out) -> Result<()>) -> Result<()> {
     use std::cmp::Reverse;
     let mut next: Vec<Option<Out>> = heads.iter_mut().map(Head::next).collect();
     let mut order: std::collections::BinaryHeap<Reverse<(u64, usize)>> =
         next.iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| Reverse((l.time, i)))).collect();
     while let Some(Reverse((_, i))) = order.pop() {
-        let line = next[i].take().expect("a line where the order has one");
-        emit(&line)?;
-        next[i] = heads[i].next();
-        if let Some(l) = &next[i] {
-            order.push(Reverse((l.time, i)));
+        let mut line = next[i].take().expect("a line where the order has one");
+        // The next line of the other buffers, which this run stops before.
+        let bound = order.peek().map_or((u64::MAX, usize::MAX), |r| r.0);
+        loop {
+            emit(&line)?;
+            match heads[i].next() {
+                Some(l) if (l.time, i) < bound => line = l,
+                Some(l) => {
+                    order.push(Reverse((l.time, i)));
+                    next[i] = Some(l);
+                    break;
+                }
+                None => break,
+            }
         }
     }
     Ok(())
