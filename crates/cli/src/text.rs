@@ -154,6 +154,34 @@ impl Text {
         self.str("0x").hex(v)
     }
 
+    /// `s` inside a JSON string, escaped as `serde_json` escapes it: `"`,
+    /// `\\` and control characters (short forms where JSON has them).
+    pub fn json_chars(&mut self, s: &str) -> &mut Self {
+        let bytes = s.as_bytes();
+        let mut from = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            let short = match b {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                b'\n' => b'n',
+                b'\r' => b'r',
+                b'\t' => b't',
+                0x08 => b'b',
+                0x0c => b'f',
+                0..=0x1f => 0,
+                _ => continue,
+            };
+            self.0.extend_from_slice(&bytes[from..i]);
+            from = i + 1;
+            match short {
+                0 => self.str("\\u00").hex_byte(b),
+                c => self.byte(b'\\').byte(c),
+            };
+        }
+        self.0.extend_from_slice(&bytes[from..]);
+        self
+    }
+
     /// A byte as two lowercase hex digits (`{b:02x}`).
     #[inline]
     pub fn hex_byte(&mut self, b: u8) -> &mut Self {
@@ -252,6 +280,15 @@ mod tests {
             let from = |t: &Text| t.mark();
             assert_eq!(text(|t| { let m = from(t); t.int(i).right(m, w); }), format!("{i:>w$}"), "{i} {w}");
             assert_eq!(text(|t| { let m = from(t); t.int(i).left(m, w); }), format!("{i:<w$}"), "{i} {w}");
+        }
+    }
+
+    #[test]
+    fn json_strings_are_escaped_as_serde_json_escapes_them() {
+        let mut all: String = (0u8..0x80).map(char::from).collect();
+        all.push_str("naïve \u{2028} 日本");
+        for s in ["", "dispatch+0x0", "a\"b\\c", "tab\there\nline\r\u{8}\u{c}\u{1}\u{1f}\u{7f}", &all] {
+            assert_eq!(text(|t| _ = t.byte(b'"').json_chars(s).byte(b'"')), serde_json::to_string(s).unwrap(), "{s:?}");
         }
     }
 
