@@ -77,6 +77,8 @@ struct Flow {
     tracing: bool,
     /// Perf time of the latest timestamp.
     time: u64,
+    /// Instructions since the last that got a line (`Itrace::period`).
+    insns_seen: u64,
 }
 
 /// Each queue's lines, decoded on its own core.
@@ -136,6 +138,9 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
             if itrace.instructions {
                 let mut word = [0u8; 4];
                 for ip in (r.start..r.end).step_by(4) {
+                    if !itrace.sampled(&mut f.insns_seen) {
+                        continue;
+                    }
                     clock.code.read_into(ip, &mut word, f.time);
                     let class = isa::classify_aarch64(ip, u32::from_le_bytes(word)).class;
                     // The last instruction's taken branch goes where the next range starts: not known yet.

@@ -71,7 +71,9 @@ enum Command {
     Decode {
         /// perf.data directory (kcore_dir gives the base code) or file.
         input: PathBuf,
-        /// b: branches, i: instructions, e: decode errors.
+        /// b: branches, i: instructions, e: decode errors; a period in
+        /// instructions as perf takes it (i1000i: every 1000th instruction;
+        /// i alone, i1i or i0ns: each one).
         #[arg(long, default_value = "be")]
         itrace: String,
         /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
