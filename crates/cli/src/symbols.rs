@@ -2,7 +2,9 @@
 //! KSYMBOL records seen so far, user addresses from the symbol tables of the
 //! ELF files that MMAP/MMAP2 records mapped.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -79,6 +81,9 @@ pub struct Symbolizer {
     files: Vec<UserFile>,
     /// Where the symbols came from, for the report.
     pub source: String,
+    /// The last kallsyms symbol looked up: the addresses it covers and its
+    /// index (one line after another mostly falls in the same function).
+    last_kernel: Cell<(Range<u64>, usize)>,
 }
 
 impl Symbolizer {
@@ -163,7 +168,24 @@ impl Symbolizer {
                 return Some((name, addr - start));
             }
         }
-        self.kallsyms.lookup(addr).map(|(s, off)| (s.name.as_str(), off))
+        self.kernel_symbol(addr)
+    }
+
+    /// What `Kallsyms::lookup` gives, from the symbol looked up last when
+    /// it still covers `addr`.
+    fn kernel_symbol(&self, addr: u64) -> Option<(&str, u64)> {
+        let symbols = self.kallsyms.symbols();
+        let (covered, last) = self.last_kernel.take();
+        let i = if covered.contains(&addr) {
+            self.last_kernel.set((covered, last));
+            last
+        } else {
+            let i = symbols.partition_point(|s| s.addr <= addr).checked_sub(1)?;
+            let end = symbols.get(i + 1).map_or(u64::MAX, |s| s.addr);
+            self.last_kernel.set((symbols[i].addr..end, i));
+            i
+        };
+        Some((symbols[i].name.as_str(), addr - symbols[i].addr))
     }
 
     /// `name+0xoff`, or an empty string when nothing covers `addr`.
@@ -174,5 +196,38 @@ impl Symbolizer {
     /// The bare symbol name covering `addr`, for kind rules that look at names.
     pub fn name(&self, addr: u64) -> Option<String> {
         self.lookup(addr).map(|(n, _)| n.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfdata::kcore::Symbol;
+
+    /// Kernel look-ups through the last symbol give what `Kallsyms::lookup`
+    /// gives, in order and at random, aliases and both ends included.
+    #[test]
+    fn kernel_lookups_through_the_last_symbol_are_kallsyms_lookups() {
+        let mut rng = testkit::Rng(0x5e1f);
+        let mut symbols = Vec::new();
+        let mut addr = 0xffff_ffff_8100_0000u64;
+        for n in 0..300 {
+            let name = format!("f{n}");
+            symbols.push(Symbol { addr, kind: 't', name, module: None });
+            if n % 17 == 0 {
+                symbols.push(Symbol { addr, kind: 't', name: format!("alias{n}"), module: None });
+            }
+            addr += 1 + rng.below(200);
+        }
+        symbols.push(Symbol { addr: u64::MAX - 3, kind: 't', name: "last".into(), module: None });
+        let kallsyms = Kallsyms::from_symbols(symbols);
+        let s = Symbolizer { kallsyms: kallsyms.clone(), ..Default::default() };
+        let (lo, hi) = (0xffff_ffff_8100_0000u64 - 50, addr + 50);
+        let walk = (lo..hi).step_by(7);
+        let jumps = (0..5000).map(|_| lo + rng.below(hi - lo));
+        for a in walk.chain(jumps).chain([0, 1, u64::MAX - 4, u64::MAX - 3, u64::MAX, lo]) {
+            let want = kallsyms.lookup(a).map(|(sym, off)| (sym.name.as_str(), off));
+            assert_eq!(s.lookup(a), want, "{a:#x}");
+        }
     }
 }
