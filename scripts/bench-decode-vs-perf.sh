@@ -8,10 +8,14 @@
 #
 #   scripts/bench-decode-vs-perf.sh
 #   INSNS=1000000 RUNS=5 scripts/bench-decode-vs-perf.sh
+#   LINES=insns INSNS=1000000 scripts/bench-decode-vs-perf.sh
 #
 # Environment:
 #   INSNS   instructions per CPU (default 4000000)
 #   RUNS    timed runs of each command, fastest kept (default 3)
+#   LINES   branches (default: --itrace=be -F cpu,time,ip,addr,flags) or
+#           insns (every instruction: perf's --itrace=i1i, ours --itrace=i,
+#           -F cpu,time,ip,sym)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 INSNS="${INSNS:-4000000}"
@@ -23,15 +27,19 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/home"
 "$bin" simulate --cpus 4 --instructions "$INSNS" --pokes 0 --protocol none -o "$work/run" >&2
-fields=(--itrace=be -F cpu,time,ip,addr,flags --ns)
-perf_script() { HOME="$work/home" PERF_CONFIG=/dev/null perf script -i "$work/run" "${fields[@]}"; }
-ours() { "$bin" decode "$work/run" --image perf "${fields[@]}"; }
+case "${LINES:-branches}" in
+branches) perf_itrace=--itrace=be ours_itrace=--itrace=be fields=(-F cpu,time,ip,addr,flags --ns) ;;
+insns) perf_itrace=--itrace=i1i ours_itrace=--itrace=i fields=(-F cpu,time,ip,sym --ns) ;;
+*) echo "LINES: branches or insns" >&2; exit 1 ;;
+esac
+perf_script() { HOME="$work/home" PERF_CONFIG=/dev/null perf script -i "$work/run" "$perf_itrace" "${fields[@]}"; }
+ours() { "$bin" decode "$work/run" --image perf "$ours_itrace" "${fields[@]}"; }
 # The same branches, CPU by CPU (times differ where perf stamps a branch with
 # a timing packet read after it; see perf_oracle.rs).
 perf_script 2>/dev/null | awk '{ $2 = ""; print }' | sort -s -k1,1 > "$work/perf.txt"
 ours 2>/dev/null | awk '{ $2 = ""; print }' | sort -s -k1,1 > "$work/ours.txt"
 cmp -s "$work/perf.txt" "$work/ours.txt" || { echo "perf script and poketrace decode differ" >&2; exit 1; }
-echo "$(wc -l < "$work/ours.txt") lines each, the same branches per CPU" >&2
+echo "$(wc -l < "$work/ours.txt") lines each, the same lines per CPU" >&2
 # Fastest of $RUNS: "seconds peak-KB" of the command given.
 best() {
     local t m best_t="" best_m=""
@@ -42,10 +50,10 @@ best() {
     done
     echo "$best_t $best_m"
 }
-read -r pt pm < <(best env HOME="$work/home" PERF_CONFIG=/dev/null perf script -i "$work/run" "${fields[@]}")
-read -r ot om < <(best "$bin" decode "$work/run" --image perf "${fields[@]}")
+read -r pt pm < <(best env HOME="$work/home" PERF_CONFIG=/dev/null perf script -i "$work/run" "$perf_itrace" "${fields[@]}")
+read -r ot om < <(best "$bin" decode "$work/run" --image perf "$ours_itrace" "${fields[@]}")
 echo "| command | time (fastest of $RUNS) | peak memory |"
 echo "|---|---|---|"
-echo "| perf script --itrace=be | $pt s | $((pm / 1024)) MB |"
-echo "| poketrace decode --itrace=be --image perf | $ot s | $((om / 1024)) MB |"
+echo "| perf script $perf_itrace | $pt s | $((pm / 1024)) MB |"
+echo "| poketrace decode $ours_itrace --image perf | $ot s | $((om / 1024)) MB |"
 echo "poketrace decode: $(awk -v a="$pt" -v b="$ot" 'BEGIN { printf "%.2f", a / b }')x perf script's speed"
