@@ -180,9 +180,8 @@ impl Symbolizer {
             self.last_kernel.set((covered, last));
             last
         } else {
-            let i = symbols.partition_point(|s| s.addr <= addr).checked_sub(1)?;
-            let end = symbols.get(i + 1).map_or(u64::MAX, |s| s.addr);
-            self.last_kernel.set((symbols[i].addr..end, i));
+            let (i, covered) = self.kallsyms.covering(addr)?;
+            self.last_kernel.set((covered, i));
             i
         };
         Some((symbols[i].name.as_str(), addr - symbols[i].addr))

@@ -158,9 +158,18 @@ impl Kallsyms {
 
     /// The symbol covering `addr` (the last one at or below it) and the offset into it.
     pub fn lookup(&self, addr: u64) -> Option<(&Symbol, u64)> {
-        let i = self.symbols.partition_point(|s| s.addr <= addr);
-        let s = self.symbols.get(i.checked_sub(1)?)?;
+        let (i, _) = self.covering(addr)?;
+        let s = &self.symbols[i];
         Some((s, addr - s.addr))
+    }
+
+    /// The index of the symbol [`Self::lookup`] gives for `addr`, and every
+    /// address it gives it for (up to the next symbol's), so that a caller
+    /// can keep it for the addresses that follow.
+    pub fn covering(&self, addr: u64) -> Option<(usize, std::ops::Range<u64>)> {
+        let i = self.symbols.partition_point(|s| s.addr <= addr).checked_sub(1)?;
+        let end = self.symbols.get(i + 1).map_or(u64::MAX, |s| s.addr);
+        Some((i, self.symbols[i].addr..end))
     }
 
     /// Address of a symbol by name (first match).
