@@ -3,8 +3,6 @@
 //! machinery (a `Formatter` a field, a call a character) was most of
 //! `poketrace decode`'s time; lines are what that command makes.
 
-use std::fmt;
-
 /// Two decimal digits for each of 0 to 99.
 const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 2021222324252627282930313233343536373839\
@@ -15,8 +13,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// A line (or lines) of text being written. A column is written from
 /// [`Text::mark`], then padded with [`Text::right`] or [`Text::left`], so a
-/// field is written once whatever it holds. Rare, long-winded parts go
-/// through `write!` ([`fmt::Write`]).
+/// field is written once whatever it holds.
 #[derive(Default)]
 pub struct Text(Vec<u8>);
 
@@ -130,7 +127,7 @@ impl Text {
     /// `v` in lowercase hex, no prefix (`{v:x}`).
     #[inline]
     pub fn hex(&mut self, v: u64) -> &mut Self {
-        let digits = (16 - v.leading_zeros() as usize / 4).max(1);
+        let digits = hex_digits(v);
         let end = self.0.len() + digits;
         self.0.resize(end, 0);
         let mut v = v;
@@ -144,8 +141,7 @@ impl Text {
     /// `v` in lowercase hex, spaces before it up to `width` (`{v:>width$x}`).
     #[inline]
     pub fn hex_right(&mut self, v: u64, width: usize) -> &mut Self {
-        let digits = (16 - v.leading_zeros() as usize / 4).max(1);
-        self.spaces(width.saturating_sub(digits)).hex(v)
+        self.spaces(width.saturating_sub(hex_digits(v))).hex(v)
     }
 
     /// `v` in lowercase hex after `0x` (`{v:#x}`).
@@ -190,24 +186,6 @@ impl Text {
     }
 }
 
-impl fmt::Write for Text {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.str(s);
-        Ok(())
-    }
-}
-
-impl std::io::Write for Text {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Characters in UTF-8 `bytes` (what `format!` pads by): its bytes that
 /// are not continuation bytes.
 #[inline]
@@ -216,6 +194,12 @@ fn chars(bytes: &[u8]) -> usize {
         return bytes.len();
     }
     bytes.iter().filter(|&&b| b & 0xc0 != 0x80).count()
+}
+
+/// Hex digits in `v` (1 for zero).
+#[inline]
+fn hex_digits(v: u64) -> usize {
+    (16 - v.leading_zeros() as usize / 4).max(1)
 }
 
 /// Writes `v`'s decimal digits at the end of `buf`; where they start.
