@@ -34,7 +34,7 @@ insns) perf_itrace=--itrace=i1i ours_itrace=--itrace=i fields=(-F cpu,time,ip,sy
 esac
 perf_script() { HOME="$work/home" PERF_CONFIG=/dev/null perf script -i "$work/run" "$perf_itrace" "${fields[@]}"; }
 ours() { "$bin" decode "$work/run" --image perf "$ours_itrace" "${fields[@]}"; }
-# The same branches, CPU by CPU (times differ where perf stamps a branch with
+# The same lines, CPU by CPU (times differ where perf stamps a branch with
 # a timing packet read after it; see perf_oracle.rs).
 perf_script 2>/dev/null | awk '{ $2 = ""; print }' | sort -s -k1,1 > "$work/perf.txt"
 ours 2>/dev/null | awk '{ $2 = ""; print }' | sort -s -k1,1 > "$work/ours.txt"

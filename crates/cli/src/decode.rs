@@ -861,7 +861,7 @@ fn write_json_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &str)
             t.str(",\"sym\":");
             sym(t, *from);
         }
-        Kind::Insn { ip, len, uncertain, .. } => {
+        Kind::Insn { ip, len, .. } => {
             t.byte(b'{');
             let mut bytes = [0u8; 16];
             let bytes = &mut bytes[..usize::from(*len).min(16)];
@@ -877,9 +877,6 @@ fn write_json_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &str)
             task(t, true);
             t.str(",\"sym\":");
             sym(t, *ip);
-            task(t, false);
-            t.str(",\"time\":").dec(l.time).str(",\"uncertain\":").str(if *uncertain { "true" } else { "false" }).str("}\n");
-            return;
         }
         Kind::Error { offset, ip, code, reason } => {
             t.str("{\"code\":").dec(u64::from(*code));
@@ -894,7 +891,11 @@ fn write_json_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &str)
         }
     }
     task(t, false);
-    t.str(",\"time\":").dec(l.time).str("}\n");
+    t.str(",\"time\":").dec(l.time);
+    if let Kind::Insn { uncertain, .. } = &l.kind {
+        t.str(",\"uncertain\":").str(if *uncertain { "true" } else { "false" });
+    }
+    t.str("}\n");
 }
 
 #[cfg(test)]
