@@ -1640,19 +1640,15 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     fn run_block(&self, st: &mut State<'a>, cache: &BlockCache, b: &Block, sink: &mut impl FlowSink) -> Result<(), Failure> {
         let times = (st.lo, st.packet_lo(b.last().class), st.hi);
         emit_block(&mut st.stack, cache, b, times, sink);
-        if b.ends_in_jcc() {
-            // `execute`'s conditional branch, without its dispatch on the
-            // class (most blocks end in one).
-            if st.tnt_count == 0 {
-                // Where an error in taking the packet is reported.
-                st.ip = Some(b.last_ip());
-            }
-            st.ip = Some(if self.take_tnt(st)? { b.target() } else { b.fall });
-            return Ok(());
-        }
         // Where an error in taking the branch's packets is reported.
         let at = b.last_ip();
         st.ip = Some(at);
+        if b.ends_in_jcc() {
+            // `execute`'s conditional branch, without its dispatch on the
+            // class (most blocks end in one).
+            st.ip = Some(if self.take_tnt(st)? { b.target() } else { b.fall });
+            return Ok(());
+        }
         self.execute(st, at, b.last())?;
         if st.ip.is_none() {
             sink.event(FlowEvent::End { time: st.lo, at: None, disabled: true, to: st.pgd_ip });
