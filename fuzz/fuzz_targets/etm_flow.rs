@@ -33,11 +33,7 @@ fuzz_target!(|input: &[u8]| {
         ..EtmV4Config::default()
     };
     let configs = [config, EtmV4Config { traceidr: 0x11, ..config }];
-    let framing = if mode & 1 == 0 {
-        Framing::Raw { trace_id: 0x10 }
-    } else {
-        Framing::Aligned { reset_on_4x_fsync: mode & 2 != 0 }
-    };
+    let framing = if mode & 1 == 0 { Framing::Raw { trace_id: 0x10 } } else { Framing::Aligned { reset_on_4x_fsync: mode & 2 != 0 } };
     let recovery = if mode & 4 != 0 { ErrorRecovery::Continue } else { ErrorRecovery::Resync };
     let sources: &[EtmV4Config] = if mode & 1 == 0 { &configs[..1] } else { &configs };
 
@@ -60,11 +56,7 @@ fuzz_target!(|input: &[u8]| {
             ElemKind::Error(err) if !matches!(err, FlowError::UnsupportedIsa { .. }) => {
                 let next = elems[i + 1..].iter().find(|x| x.trace_id == e.trace_id).map(|x| x.kind);
                 assert!(
-                    matches!(
-                        next,
-                        Some(ElemKind::NoSync(UnsyncReason::BadPacket | UnsyncReason::ResetDecoder))
-                            | Some(ElemKind::EoTrace(_))
-                    ),
+                    matches!(next, Some(ElemKind::NoSync(UnsyncReason::BadPacket | UnsyncReason::ResetDecoder)) | Some(ElemKind::EoTrace(_))),
                     "{err} followed by {next:?}"
                 );
             }

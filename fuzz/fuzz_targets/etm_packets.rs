@@ -30,56 +30,22 @@ fuzz_target!(|input: &[u8]| {
     };
     let framing = match mode & 3 {
         0 => Framing::Raw { trace_id: 0x10 },
-        1 => Framing::Aligned {
-            reset_on_4x_fsync: mode & 4 != 0,
-        },
-        _ => Framing::Synced {
-            hsyncs: mode & 4 != 0,
-        },
+        1 => Framing::Aligned { reset_on_4x_fsync: mode & 4 != 0 },
+        _ => Framing::Synced { hsyncs: mode & 4 != 0 },
     };
-    let container = if mode & 8 != 0 && framing != (Framing::Raw { trace_id: 0x10 }) {
-        Container::Dstream
-    } else {
-        Container::Plain
-    };
-    let recovery = if mode & 16 != 0 {
-        ErrorRecovery::Continue
-    } else {
-        ErrorRecovery::Resync
-    };
+    let container = if mode & 8 != 0 && framing != (Framing::Raw { trace_id: 0x10 }) { Container::Dstream } else { Container::Plain };
+    let recovery = if mode & 16 != 0 { ErrorRecovery::Continue } else { ErrorRecovery::Resync };
     // Configurations switching on and off every optional packet and field size.
     let base = EtmV4Config {
-        configr: if cfg & 1 != 0 {
-            0x1 | 0x6 | (1 << 4) | (7 << 8) | (3 << 16)
-        } else {
-            0xC1
-        },
-        idr0: 0x28000EA1
-            | if cfg & 2 != 0 {
-                0x18 | 0x40 | (3 << 15)
-            } else {
-                0
-            }
-            | if cfg & 4 != 0 { 0 } else { 0x2000_0000 },
+        configr: if cfg & 1 != 0 { 0x1 | 0x6 | (1 << 4) | (7 << 8) | (3 << 16) } else { 0xC1 },
+        idr0: 0x28000EA1 | if cfg & 2 != 0 { 0x18 | 0x40 | (3 << 15) } else { 0 } | if cfg & 4 != 0 { 0 } else { 0x2000_0000 },
         idr1: if cfg & 8 != 0 { 0x4200F440 } else { 0x4100F403 },
-        idr2: 0x8
-            | (((cfg >> 4) & 1) as u32 * 4) << 5
-            | [0, 1, 2, 4][((cfg >> 5) & 3) as usize] << 10,
+        idr2: 0x8 | (((cfg >> 4) & 1) as u32 * 4) << 5 | [0, 1, 2, 4][((cfg >> 5) & 3) as usize] << 10,
         idr8: (cfg & 0x80 != 0) as u32 * 0x20,
-        profile: if cfg & 0x40 != 0 {
-            Profile::M
-        } else {
-            Profile::A
-        },
+        profile: if cfg & 0x40 != 0 { Profile::M } else { Profile::A },
         ..EtmV4Config::default()
     };
-    let configs: Vec<EtmV4Config> = [0x10u32, 0x11, 0x22]
-        .iter()
-        .map(|&id| EtmV4Config {
-            traceidr: id,
-            ..base
-        })
-        .collect();
+    let configs: Vec<EtmV4Config> = [0x10u32, 0x11, 0x22].iter().map(|&id| EtmV4Config { traceidr: id, ..base }).collect();
     let trace_len: u64 = match container {
         Container::Plain => data.len() as u64,
         Container::Dstream => data.chunks(512).map(|b| b.len().min(504) as u64).sum(),
@@ -97,12 +63,7 @@ fuzz_target!(|input: &[u8]| {
                 lost = [true; 128];
             }
             Item::Packet(id, index, packet, raw) => {
-                assert!(
-                    *index <= trace_len
-                        && !raw.is_empty()
-                        && raw.len() <= etm::decode::MAX_PACKET_LEN,
-                    "{i:?}"
-                );
+                assert!(*index <= trace_len && !raw.is_empty() && raw.len() <= etm::decode::MAX_PACKET_LEN, "{i:?}");
                 let id = *id as usize & 0x7F;
                 if recovery == ErrorRecovery::Resync {
                     match packet {

@@ -177,12 +177,21 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
     // the same events as a sink per segment.
     let lanes = 1 + trace.len() % 4;
     let mut interleaved = Vec::new();
-    FlowDecoder::new(&[], code, cfg.clone()).with_recovery(recovery).run_interleaved(trace, lanes, || Expanded(Vec::new()), |s| interleaved.extend(s.0));
+    FlowDecoder::new(&[], code, cfg.clone()).with_recovery(recovery).run_interleaved(
+        trace,
+        lanes,
+        || Expanded(Vec::new()),
+        |s| interleaved.extend(s.0),
+    );
     if let Some(i) = (0..joined.len().max(interleaved.len())).find(|&i| joined.get(i) != interleaved.get(i)) {
         panic!("event {i}: a sink per segment {:x?}, {lanes} lanes {:x?}", joined.get(i), interleaved.get(i));
     }
     let mut grouped = Vec::new();
-    ParallelFlow::new(code, cfg.clone()).with_recovery(recovery).with_lanes(lanes).run_segments(trace, || Expanded(Vec::new()), |s| grouped.extend(s.0));
+    ParallelFlow::new(code, cfg.clone()).with_recovery(recovery).with_lanes(lanes).run_segments(
+        trace,
+        || Expanded(Vec::new()),
+        |s| grouped.extend(s.0),
+    );
     assert!(grouped == joined, "{lanes} lanes a thread and a sink per segment differ");
 }
 

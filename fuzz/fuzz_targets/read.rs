@@ -15,9 +15,7 @@ fn extent(r: &Record<'_>) -> u64 {
     r.size as u64
         + match &r.body {
             RecordBody::Auxtrace(a) => a.data.len() as u64,
-            RecordBody::Other { record_type: rt::HEADER_TRACING_DATA, data } => {
-                (u32::from_le_bytes(data[..4].try_into().unwrap()) as u64 + 7) & !7
-            }
+            RecordBody::Other { record_type: rt::HEADER_TRACING_DATA, data } => (u32::from_le_bytes(data[..4].try_into().unwrap()) as u64 + 7) & !7,
             _ => 0,
         }
 }

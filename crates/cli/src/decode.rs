@@ -14,8 +14,8 @@ use perfdata::abi::auxtrace_type;
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
 use perfdata::{PerfFile, RecordBody};
 
-use crate::text::Text;
 use crate::symbols::Symbolizer;
+use crate::text::Text;
 
 /// What to print, from `--itrace` letters: b (branches), i (instructions),
 /// e (errors), and perf's period for instructions where it is a count.
@@ -245,12 +245,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             // perf queues AUX data by mmap index: one buffer per CPU, or per thread.
             RecordBody::Auxtrace(a) => match aux.iter_mut().find(|q| q.idx == a.idx) {
                 Some(q) => q.trace.extend_from_slice(a.data),
-                None => aux.push(Queue {
-                    idx: a.idx,
-                    cpu: a.cpu,
-                    thread: (a.cpu == u32::MAX).then_some(a.tid as i32),
-                    trace: a.data.to_vec(),
-                }),
+                None => aux.push(Queue { idx: a.idx, cpu: a.cpu, thread: (a.cpu == u32::MAX).then_some(a.tid as i32), trace: a.data.to_vec() }),
             },
             _ => {}
         }
@@ -362,10 +357,22 @@ fn pt_lines(
             s.spawn(move || {
                 let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &tx);
                 match image {
-                    "timeline" => FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink),
+                    "timeline" => {
+                        FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink)
+                    }
                     // The lines show no instruction's latest time: none is worked out.
-                    "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).with_shared_blocks(blocks).run_with(sink),
-                    _ => FlowDecoder::new(&q.trace, &Static(code), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).with_shared_blocks(blocks).run_with(sink),
+                    "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
+                        .with_mtc(mtc)
+                        .with_cyc(cyc)
+                        .with_upper_bounds(false)
+                        .with_shared_blocks(blocks)
+                        .run_with(sink),
+                    _ => FlowDecoder::new(&q.trace, &Static(code), cfg)
+                        .with_mtc(mtc)
+                        .with_cyc(cyc)
+                        .with_upper_bounds(false)
+                        .with_shared_blocks(blocks)
+                        .run_with(sink),
                 }
                 sink.finish();
             });
@@ -476,9 +483,12 @@ impl<'a> Collector<'a> {
     /// The taken branch of the previous instruction, now that where it went (`to`) is known.
     fn taken(&self, to: u64) -> Option<Out> {
         match self.prev {
-            Some((from, len, class, t)) if Self::is_taken(from, len, class, to) => {
-                Some(Out { time: t, queue: self.queue, cpu: self.cpu, kind: Kind::Branch { from, to, flags: flags_of(class, from, t, self.tl), from_len: Some(len) } })
-            }
+            Some((from, len, class, t)) if Self::is_taken(from, len, class, to) => Some(Out {
+                time: t,
+                queue: self.queue,
+                cpu: self.cpu,
+                kind: Kind::Branch { from, to, flags: flags_of(class, from, t, self.tl), from_len: Some(len) },
+            }),
             _ => None,
         }
     }
@@ -489,7 +499,12 @@ impl<'a> Collector<'a> {
         if self.itrace.branches {
             match self.taken(ip) {
                 Some(b) => self.lines.push(b),
-                None if !self.tracing => self.lines.push(Out { time, queue: self.queue, cpu: self.cpu, kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None } }),
+                None if !self.tracing => self.lines.push(Out {
+                    time,
+                    queue: self.queue,
+                    cpu: self.cpu,
+                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None },
+                }),
                 None => {}
             }
         }
@@ -568,7 +583,12 @@ impl FlowSink for Collector<'_> {
             }
             FlowEvent::Error { offset, time, ip, kind } => {
                 if self.itrace.errors {
-                    self.lines.push(Out { time, queue, cpu, kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() } });
+                    self.lines.push(Out {
+                        time,
+                        queue,
+                        cpu,
+                        kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() },
+                    });
                 }
                 self.tracing = false;
                 self.prev = None;
@@ -914,7 +934,15 @@ mod tests {
         assert_eq!(parsed("i0nse").unwrap(), (false, true, true, 1));
         assert_eq!(parsed("i0us").unwrap().3, 1);
         assert_eq!(parsed("i0").unwrap().3, 1);
-        for (bad, says) in [("i100us", "100us"), ("i10", "10ns"), ("i5t", "5t"), ("i2ms", "2ms"), ("ib99999999999999999999i", "too large"), ("bx", "'x'"), ("is", "'s'")] {
+        for (bad, says) in [
+            ("i100us", "100us"),
+            ("i10", "10ns"),
+            ("i5t", "5t"),
+            ("i2ms", "2ms"),
+            ("ib99999999999999999999i", "too large"),
+            ("bx", "'x'"),
+            ("is", "'s'"),
+        ] {
             let e = parsed(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
@@ -945,8 +973,12 @@ mod tests {
                         "time": l.time, "cpu": 3, "ip": from, "addr": to, "sym": "", "addr_sym": "",
                         "flags": flags.split(' ').filter(|f| !f.is_empty()).collect::<Vec<_>>(),
                     }),
-                    Kind::Insn { ip, uncertain, .. } => json!({"time": l.time, "cpu": 3, "ip": ip, "sym": "", "insn": "000000", "uncertain": uncertain}),
-                    Kind::Error { offset, ip, code, reason } => json!({"time": l.time, "cpu": 3, "ip": ip, "offset": offset, "error": reason, "code": code}),
+                    Kind::Insn { ip, uncertain, .. } => {
+                        json!({"time": l.time, "cpu": 3, "ip": ip, "sym": "", "insn": "000000", "uncertain": uncertain})
+                    }
+                    Kind::Error { offset, ip, code, reason } => {
+                        json!({"time": l.time, "cpu": 3, "ip": ip, "offset": offset, "error": reason, "code": code})
+                    }
                 };
                 if let (Some((pid, tid, comm)), Some(m)) = (who, v.as_object_mut()) {
                     m.insert("pid".into(), json!(pid));
@@ -987,7 +1019,12 @@ mod tests {
                         cuts.push(lines.len());
                         cuts.sort();
                         for w in cuts.windows(2) {
-                            let batch = lines[w[0]..w[1]].iter().map(|&(time, queue, k)| Out { time, queue, cpu: k as u32, kind: Kind::Branch { from: k, to: 0, flags: "jcc", from_len: None } });
+                            let batch = lines[w[0]..w[1]].iter().map(|&(time, queue, k)| Out {
+                                time,
+                                queue,
+                                cpu: k as u32,
+                                kind: Kind::Branch { from: k, to: 0, flags: "jcc", from_len: None },
+                            });
                             tx.send(batch.collect()).unwrap();
                         }
                     });

@@ -127,14 +127,9 @@ fn write_text(out: &mut impl Write, r: &Record<'_>, combined: u64, sample_id_all
                 text(m.filename)
             )?
         }
-        RecordBody::Comm(c) => write!(
-            out,
-            "{}: {}:{}/{}",
-            if r.misc & misc::COMM_EXEC != 0 { " exec" } else { "" },
-            text(c.comm),
-            c.pid as i32,
-            c.tid as i32
-        )?,
+        RecordBody::Comm(c) => {
+            write!(out, "{}: {}:{}/{}", if r.misc & misc::COMM_EXEC != 0 { " exec" } else { "" }, text(c.comm), c.pid as i32, c.tid as i32)?
+        }
         RecordBody::Fork(f) | RecordBody::Exit(f) => {
             write!(out, "({}:{}):({}:{})", f.pid as i32, f.tid as i32, f.ppid as i32, f.ptid as i32)?;
             extra.push(format!("time {}", f.time));
@@ -156,12 +151,8 @@ fn write_text(out: &mut impl Write, r: &Record<'_>, combined: u64, sample_id_all
             }
         }
         RecordBody::Lost(l) => write!(out, ": id:{}: lost:{}", l.id, l.lost)?,
-        RecordBody::LostSamples(l) => {
-            write!(out, ": id:{}: lost samples :{}", r.sample_id.attr_id().unwrap_or(u64::MAX), l.lost)?
-        }
-        RecordBody::Throttle(t) | RecordBody::Unthrottle(t) => {
-            write!(out, ": time {} id {} stream_id {}", t.time, t.id, t.stream_id)?
-        }
+        RecordBody::LostSamples(l) => write!(out, ": id:{}: lost samples :{}", r.sample_id.attr_id().unwrap_or(u64::MAX), l.lost)?,
+        RecordBody::Throttle(t) | RecordBody::Unthrottle(t) => write!(out, ": time {} id {} stream_id {}", t.time, t.id, t.stream_id)?,
         RecordBody::Aux(a) => {
             let f = |bit, c| if a.flags & bit != 0 { c } else { "" };
             write!(
@@ -185,15 +176,7 @@ fn write_text(out: &mut impl Write, r: &Record<'_>, combined: u64, sample_id_all
             s.next_prev_pid as i32,
             s.next_prev_tid as i32
         )?,
-        RecordBody::Ksymbol(k) => write!(
-            out,
-            " addr {:x} len {} type {} flags {:#x} name {}",
-            k.addr,
-            k.len,
-            k.ksym_type,
-            k.flags,
-            text(k.name)
-        )?,
+        RecordBody::Ksymbol(k) => write!(out, " addr {:x} len {} type {} flags {:#x} name {}", k.addr, k.len, k.ksym_type, k.flags, text(k.name))?,
         RecordBody::BpfEvent(b) => {
             write!(out, " type {}, flags {}, id {}", b.event_type, b.flags, b.id)?;
             extra.push(format!("tag {}", plain(&b.tag)));
@@ -247,7 +230,13 @@ fn write_text(out: &mut impl Write, r: &Record<'_>, combined: u64, sample_id_all
         extra.push(format!("in COMPRESSED data at +{inner:#x}"));
     }
     let s = &r.sample_id;
-    let hidden = [("pid", s.pid.map(|v| (v as i32).to_string())), ("tid", s.tid.map(|v| (v as i32).to_string())), ("id", s.id.map(|v| v.to_string())), ("stream_id", s.stream_id.map(|v| v.to_string())), ("identifier", s.identifier.map(|v| v.to_string()))];
+    let hidden = [
+        ("pid", s.pid.map(|v| (v as i32).to_string())),
+        ("tid", s.tid.map(|v| (v as i32).to_string())),
+        ("id", s.id.map(|v| v.to_string())),
+        ("stream_id", s.stream_id.map(|v| v.to_string())),
+        ("identifier", s.identifier.map(|v| v.to_string())),
+    ];
     let trailer: Vec<String> = hidden.iter().filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} {v}"))).collect();
     if ty != rt::SAMPLE && !trailer.is_empty() {
         extra.push(format!("sample_id: {}", trailer.join(" ")));
@@ -373,7 +362,18 @@ pub fn record_json(r: &Record<'_>, symbols: &Symbolizer) -> Value {
             put("time", json!(x.time));
         }
         RecordBody::Sample(s) => {
-            for (k, v) in [("ip", s.ip), ("addr", s.addr), ("period", s.period), ("weight", s.weight), ("data_src", s.data_src), ("transaction", s.transaction), ("phys_addr", s.phys_addr), ("cgroup", s.cgroup), ("data_page_size", s.data_page_size), ("code_page_size", s.code_page_size)] {
+            for (k, v) in [
+                ("ip", s.ip),
+                ("addr", s.addr),
+                ("period", s.period),
+                ("weight", s.weight),
+                ("data_src", s.data_src),
+                ("transaction", s.transaction),
+                ("phys_addr", s.phys_addr),
+                ("cgroup", s.cgroup),
+                ("data_page_size", s.data_page_size),
+                ("code_page_size", s.code_page_size),
+            ] {
                 if let Some(v) = v {
                     put(k, json!(v));
                 }
@@ -381,7 +381,15 @@ pub fn record_json(r: &Record<'_>, symbols: &Symbolizer) -> Value {
             if s.callchain.is_some() {
                 put("callchain", json!(s.callchain_ips().collect::<Vec<_>>()));
             }
-            for (k, v) in [("read", s.read), ("raw", s.raw), ("branch_stack", s.branch_stack), ("regs_user", s.regs_user), ("stack_user", s.stack_user), ("regs_intr", s.regs_intr), ("aux", s.aux)] {
+            for (k, v) in [
+                ("read", s.read),
+                ("raw", s.raw),
+                ("branch_stack", s.branch_stack),
+                ("regs_user", s.regs_user),
+                ("stack_user", s.stack_user),
+                ("regs_intr", s.regs_intr),
+                ("aux", s.aux),
+            ] {
                 if let Some(v) = v {
                     put(k, json!(plain(v)));
                 }

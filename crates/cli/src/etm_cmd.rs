@@ -175,12 +175,12 @@ fn text_line(e: &Element) -> String {
             if r.uncertain { " uncertain" } else { "" }
         ),
         ElemKind::AddrNacc(a) => format!("no code at {a:#x}"),
-        ElemKind::Exception { number, ret_addr, ret_addr_is_target } => format!(
-            "number {number:#x}, return to {ret_addr:#x}{}",
-            if ret_addr_is_target { " (also the last branch's target)" } else { "" }
-        ),
+        ElemKind::Exception { number, ret_addr, ret_addr_is_target } => {
+            format!("number {number:#x}, return to {ret_addr:#x}{}", if ret_addr_is_target { " (also the last branch's target)" } else { "" })
+        }
         ElemKind::PeContext(c) => {
-            let mut s = format!("{} EL{} {} {}-bit", c.isa.name(), c.el, if c.secure { "secure" } else { "non-secure" }, if c.aarch64 { 64 } else { 32 });
+            let mut s =
+                format!("{} EL{} {} {}-bit", c.isa.name(), c.el, if c.secure { "secure" } else { "non-secure" }, if c.aarch64 { 64 } else { 32 });
             if let Some(v) = c.vmid {
                 s += &format!(" vmid {v:#x}");
             }

@@ -162,7 +162,8 @@ fn main() {
         }
         Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc, cyc_thresh, elf, output } => {
             let cyc_thresh = cyc.then(|| cyc_thresh.unwrap_or(0));
-            let cfg = sim::SimConfig { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc_thresh, ..sim::SimConfig::default() };
+            let cfg =
+                sim::SimConfig { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc_thresh, ..sim::SimConfig::default() };
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
@@ -288,7 +289,14 @@ fn demo(out: &mut impl Write) -> Result<i32> {
     let runs = runs.iter().map(|r| ("x86_64", r)).chain(arm.iter().map(|r| ("aarch64", r)));
     for (arch, &(protocol, tsc_period, what)) in runs {
         let dir = root.join(format!("{arch}-{protocol}-{tsc_period}ns"));
-        let cfg = sim::SimConfig { arch: arch.into(), protocol: protocol.into(), instructions: 200_000, pokes: 400, tsc_period, ..sim::SimConfig::default() };
+        let cfg = sim::SimConfig {
+            arch: arch.into(),
+            protocol: protocol.into(),
+            instructions: 200_000,
+            pokes: 400,
+            tsc_period,
+            ..sim::SimConfig::default()
+        };
         sim::simulate(&cfg, &dir)?;
         writeln!(out, "== {what}\n   {}", dir.display())?;
         print_table(&sim::check::check(&dir)?, out)?;

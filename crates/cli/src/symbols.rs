@@ -8,8 +8,8 @@ use std::ops::Range;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use perfdata::kcore::Kallsyms;
 use object::{Object, ObjectSegment, ObjectSymbol};
+use perfdata::kcore::Kallsyms;
 use perfdata::{Ksymbol, PerfFile, RecordBody};
 
 /// One executable file mapping and the symbols of its file.

@@ -262,8 +262,22 @@ mod tests {
             assert_eq!(text(|t| _ = t.hex_0x(v)), format!("{v:#x}"));
             assert_eq!(text(|t| _ = t.hex_byte(v as u8)), format!("{:02x}", v as u8));
             let from = |t: &Text| t.mark();
-            assert_eq!(text(|t| { let m = from(t); t.int(i).right(m, w); }), format!("{i:>w$}"), "{i} {w}");
-            assert_eq!(text(|t| { let m = from(t); t.int(i).left(m, w); }), format!("{i:<w$}"), "{i} {w}");
+            assert_eq!(
+                text(|t| {
+                    let m = from(t);
+                    t.int(i).right(m, w);
+                }),
+                format!("{i:>w$}"),
+                "{i} {w}"
+            );
+            assert_eq!(
+                text(|t| {
+                    let m = from(t);
+                    t.int(i).left(m, w);
+                }),
+                format!("{i:<w$}"),
+                "{i} {w}"
+            );
         }
     }
 
@@ -281,7 +295,14 @@ mod tests {
         for s in ["", "a", "swapper", "perf-exec", "naïve", "日本語のスレッド", "exactly sixteen!", "longer than sixteen characters"] {
             for w in [0, 1, 5, 16, 32] {
                 assert_eq!(text(|t| _ = t.str_left(s, w)), format!("{s:<w$}"), "{s:?} {w}");
-                assert_eq!(text(|t| { let m = t.mark(); t.str(s).right(m, w); }), format!("{s:>w$}"), "{s:?} {w}");
+                assert_eq!(
+                    text(|t| {
+                        let m = t.mark();
+                        t.str(s).right(m, w);
+                    }),
+                    format!("{s:>w$}"),
+                    "{s:?} {w}"
+                );
             }
         }
     }

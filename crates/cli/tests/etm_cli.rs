@@ -24,11 +24,8 @@ fn lister_decode(snap: &Path, log: &str) -> Option<String> {
 fn packets_match_trc_pkt_lister_line_for_line() {
     let snap = juno();
     let Some(log) = lister_decode(&snap, "juno-trc_pkt_lister.ppl") else { return };
-    let theirs: Vec<String> = log
-        .lines()
-        .filter(|l| l.starts_with("Idx:") && !l.contains("OCSD_GEN_TRC_ELEM"))
-        .map(|l| l.trim_end().to_string())
-        .collect();
+    let theirs: Vec<String> =
+        log.lines().filter(|l| l.starts_with("Idx:") && !l.contains("OCSD_GEN_TRC_ELEM")).map(|l| l.trim_end().to_string()).collect();
     let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(["etm", "--packets"]).arg(&snap).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ours: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.trim_end().to_string()).collect();
@@ -71,7 +68,14 @@ fn decoded_elements_match_trc_pkt_lister_line_for_line() {
     let r = ranges[0];
     let want = format!(
         "Idx:{}; ID:{:x}; OCSD_GEN_TRC_ELEM_INSTR_RANGE(exec range={:#x}:[{:#x}] num_i({}) last_sz({}) (ISA={}) {} ",
-        r["idx"], r["id"].as_u64().unwrap(), r["start"].as_u64().unwrap(), r["end"].as_u64().unwrap(), r["num_i"], r["last_sz"], r["isa"].as_str().unwrap(), r["atom"].as_str().unwrap()
+        r["idx"],
+        r["id"].as_u64().unwrap(),
+        r["start"].as_u64().unwrap(),
+        r["end"].as_u64().unwrap(),
+        r["num_i"],
+        r["last_sz"],
+        r["isa"].as_str().unwrap(),
+        r["atom"].as_str().unwrap()
     );
     assert!(line.starts_with(&want), "{line}\n{want}");
     assert!(r["last_type"].is_string());

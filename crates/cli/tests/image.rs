@@ -18,8 +18,14 @@ fn fixture(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     let mut code = vec![0xcc; 0x100];
     code[0x40..0x45].copy_from_slice(&NOP5);
-    write_kcore_dir(&d.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: TEXT, bytes: code }], "ffffffff81000000 T _text\nffffffff81000040 T site_fn\n", "")
-        .unwrap();
+    write_kcore_dir(
+        &d.join("kcore_dir"),
+        Machine::X86_64,
+        &[Segment { vaddr: TEXT, bytes: code }],
+        "ffffffff81000000 T _text\nffffffff81000040 T site_fn\n",
+        "",
+    )
+    .unwrap();
     let attr = EventAttr {
         type_: 1,
         size: ATTR_SIZE_VER7,

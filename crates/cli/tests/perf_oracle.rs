@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{poketrace, simulate};
 use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
 use perfdata::kcore::{write_kcore_dir, Machine, Segment};
 use perfdata::*;
-use common::{poketrace, simulate};
 use testkit::{perf, perf_available, Rng};
 
 const TEXT: u64 = 0xffff_ffff_8100_0000;
@@ -79,10 +79,8 @@ fn write_varied(dir: &Path, seed: u64, n_pokes: usize) -> Varied {
         flags: attr_flag::SAMPLE_ID_ALL | attr_flag::KSYMBOL | attr_flag::BPF_EVENT | if text_poke { attr_flag::TEXT_POKE } else { 0 },
         ..EventAttr::default()
     };
-    let attrs = vec![
-        AttrWithIds { attr: attr(true), ids: vec![100, 101, 102, 103] },
-        AttrWithIds { attr: attr(false), ids: vec![200, 201, 202, 203] },
-    ];
+    let attrs =
+        vec![AttrWithIds { attr: attr(true), ids: vec![100, 101, 102, 103] }, AttrWithIds { attr: attr(false), ids: vec![200, 201, 202, 203] }];
     // Code: NOP5 at every 0x40 of the image, so pokes have something to replace.
     let mut code = vec![0xccu8; 0x4000];
     for chunk in code.chunks_mut(0x40) {
@@ -125,8 +123,7 @@ fn write_varied(dir: &Path, seed: u64, n_pokes: usize) -> Varied {
         let cpu = rng.below(4) as u32;
         let tid = [0, 43, 77][rng.below(3) as usize];
         *time += 1 + rng.below(5000);
-        w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr, old: &old, new: &new }), &sid(*time, cpu, tid, 100 + cpu as u64))
-            .unwrap();
+        w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr, old: &old, new: &new }), &sid(*time, cpu, tid, 100 + cpu as u64)).unwrap();
         state.insert(addr, new);
     };
     // The first kernel-text poke comes before any OOL KSYMBOL: perf drops OOL
@@ -170,7 +167,13 @@ fn write_varied(dir: &Path, seed: u64, n_pokes: usize) -> Varied {
     time += 10;
     w.write(
         misc::KERNEL,
-        &RecordBody::Ksymbol(Ksymbol { addr: OOL, len: 0x1000, ksym_type: ksymbol_type::OOL, flags: KSYMBOL_FLAG_UNREGISTER, name: b"ftrace_trampoline" }),
+        &RecordBody::Ksymbol(Ksymbol {
+            addr: OOL,
+            len: 0x1000,
+            ksym_type: ksymbol_type::OOL,
+            flags: KSYMBOL_FLAG_UNREGISTER,
+            name: b"ftrace_trampoline",
+        }),
         &sid(time, 2, 43, 102),
     )
     .unwrap();
@@ -183,10 +186,18 @@ fn write_varied(dir: &Path, seed: u64, n_pokes: usize) -> Varied {
         &sid(time, 1, 43, 201),
     )
     .unwrap();
-    w.write(misc::KERNEL, &RecordBody::BpfEvent(BpfEvent { event_type: 1, flags: 0, id: 7, tag: *b"\x01\x23\x45\x67\x89\xab\xcd\xef" }), &sid(time + 1, 1, 43, 201))
-        .unwrap();
-    w.write(misc::KERNEL, &RecordBody::BpfEvent(BpfEvent { event_type: 2, flags: 0, id: 7, tag: *b"\x01\x23\x45\x67\x89\xab\xcd\xef" }), &sid(time + 2, 1, 43, 201))
-        .unwrap();
+    w.write(
+        misc::KERNEL,
+        &RecordBody::BpfEvent(BpfEvent { event_type: 1, flags: 0, id: 7, tag: *b"\x01\x23\x45\x67\x89\xab\xcd\xef" }),
+        &sid(time + 1, 1, 43, 201),
+    )
+    .unwrap();
+    w.write(
+        misc::KERNEL,
+        &RecordBody::BpfEvent(BpfEvent { event_type: 2, flags: 0, id: 7, tag: *b"\x01\x23\x45\x67\x89\xab\xcd\xef" }),
+        &sid(time + 2, 1, 43, 201),
+    )
+    .unwrap();
     w.write(misc::USER, &RecordBody::Exit(ForkExit { pid: 42, ppid: 42, tid: 43, ptid: 42, time: time + 3 }), &sid(time + 3, 1, 43, 201)).unwrap();
     w.write(0, &RecordBody::FinishedRound, &SampleId::default()).unwrap();
     w.finish().unwrap();
@@ -489,7 +500,13 @@ fn simulated_intel_pt_decodes_the_same_in_perf_and_poketrace() {
         let ours = &our_branches[cpu];
         assert!(theirs.len() > 1000, "cpu {cpu}: only {} branches", theirs.len());
         let first = theirs.iter().zip(ours).position(|(a, b)| a != b);
-        assert_eq!(first, None, "cpu {cpu}: first difference at branch {first:?}: perf {:?} ours {:?}", first.map(|i| &theirs[i]), first.map(|i| &ours[i]));
+        assert_eq!(
+            first,
+            None,
+            "cpu {cpu}: first difference at branch {first:?}: perf {:?} ours {:?}",
+            first.map(|i| &theirs[i]),
+            first.map(|i| &ours[i])
+        );
         assert_eq!(theirs.len(), ours.len(), "cpu {cpu}: branch counts");
     }
 }
@@ -528,7 +545,11 @@ fn instruction_bytes_at_perf_times_match_the_timeline() {
 /// perf script's branch lines, per CPU, without trace start/end lines.
 fn perf_branches(home: &Path, dir: &Path) -> BTreeMap<u32, Vec<(String, u64, u64)>> {
     let theirs = perf(home, &["script", "-i", dir.to_str().unwrap(), "--itrace=be", "-F", "time,cpu,ip,addr,flags", "--ns"]);
-    assert!(!theirs.contains("error"), "perf reports decode errors:\n{}", theirs.lines().filter(|l| l.contains("error")).take(5).collect::<Vec<_>>().join("\n"));
+    assert!(
+        !theirs.contains("error"),
+        "perf reports decode errors:\n{}",
+        theirs.lines().filter(|l| l.contains("error")).take(5).collect::<Vec<_>>().join("\n")
+    );
     let mut out: BTreeMap<u32, Vec<(String, u64, u64)>> = BTreeMap::new();
     for l in theirs.lines() {
         let Some((head, rest)) = l.split_once(": ") else { continue };
@@ -587,7 +608,8 @@ fn gcc_program_trace_decodes_the_same_in_perf_and_poketrace() {
     }
     // And both are what ran.
     let check = poketrace(&["check", trace.to_str().unwrap(), "--json"]);
-    let timeline: serde_json::Value = check.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["mode"] == "timeline").unwrap();
+    let timeline: serde_json::Value =
+        check.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["mode"] == "timeline").unwrap();
     assert_eq!(timeline["correct"], timeline["instructions"], "{timeline}");
     assert_eq!(timeline["errors"], 0);
 }
@@ -740,7 +762,12 @@ fn cs_instructions_vs_truth_uncertain(dir: &Path) -> Vec<(Option<usize>, usize, 
     for (cpu, lines) in &ours {
         let n: usize = cpu.trim_matches(|c| c == '[' || c == ']').parse().unwrap();
         let truth: Vec<u64> = sim::TruthReader::open(&dir.join(format!("truth/cpu{n}.bin"))).unwrap().map(|r| r.unwrap().1).collect();
-        let want: Vec<u64> = truth.iter().zip(truth.iter().skip(1).map(Some).chain([None])).filter(|(_, next)| !next.is_some_and(|n| vectors.contains(n))).map(|(a, _)| *a).collect();
+        let want: Vec<u64> = truth
+            .iter()
+            .zip(truth.iter().skip(1).map(Some).chain([None]))
+            .filter(|(_, next)| !next.is_some_and(|n| vectors.contains(n)))
+            .map(|(a, _)| *a)
+            .collect();
         let got: Vec<u64> = lines.iter().map(|l| u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap()).collect();
         let first = got.iter().zip(&want).position(|(a, b)| a != b).or((got.len() != want.len()).then_some(got.len().min(want.len())));
         let json = poketrace(&["decode", d, "--itrace=i", "--json"]);
@@ -802,7 +829,10 @@ fn coresight_decode_prints_what_perf_prints() {
     // before the first uncertain one.
     for (first, n, uncertain) in cs_instructions_vs_truth_uncertain(&poked) {
         eprintln!("instructions: first difference {first:?} of {n}, first uncertain {uncertain:?}");
-        assert!(first.is_some_and(|f| uncertain.is_some_and(|u| u <= f)) || first.is_none(), "first difference {first:?}, first uncertain {uncertain:?}");
+        assert!(
+            first.is_some_and(|f| uncertain.is_some_and(|u| u <= f)) || first.is_none(),
+            "first difference {first:?}, first uncertain {uncertain:?}"
+        );
     }
 }
 

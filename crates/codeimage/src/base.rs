@@ -153,10 +153,7 @@ impl BaseImage {
         let file = object::File::parse(&map[..]).map_err(|e| Error::Elf { path: path.to_path_buf(), reason: e.to_string() })?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         for &(section, addr) in placements {
-            let s = file.section_by_name(section).ok_or_else(|| Error::Elf {
-                path: path.to_path_buf(),
-                reason: format!("no section {section}"),
-            })?;
+            let s = file.section_by_name(section).ok_or_else(|| Error::Elf { path: path.to_path_buf(), reason: format!("no section {section}") })?;
             if let Some((off, size)) = s.file_range() {
                 self.add_mapped(map.clone(), off as usize, size as usize, addr, format!("{name} {section}"));
             }

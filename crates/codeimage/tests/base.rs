@@ -122,8 +122,14 @@ fn from_a_perf_data_directory() {
     let jmp = [0xe9, 0x10, 0x00, 0x00, 0x00];
     let mut code = vec![0xcc; 0x100];
     code[0x40..0x45].copy_from_slice(&nop5);
-    perfdata::kcore::write_kcore_dir(&d.join("kcore_dir"), Machine::X86_64, &[Segment { vaddr: text, bytes: code }], "ffffffff81000000 T _text\n", "")
-        .unwrap();
+    perfdata::kcore::write_kcore_dir(
+        &d.join("kcore_dir"),
+        Machine::X86_64,
+        &[Segment { vaddr: text, bytes: code }],
+        "ffffffff81000000 T _text\n",
+        "",
+    )
+    .unwrap();
     let attr = EventAttr {
         type_: 1,
         size: ATTR_SIZE_VER7,

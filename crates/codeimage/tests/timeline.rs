@@ -70,9 +70,7 @@ fn build(base_bytes: &[u8], ops: &[(Time, Op)]) -> (CodeTimeline, Naive) {
                 (addr, old, bytes)
             }
             Op::Create { addr, bytes } if (0..bytes.len() as u64).all(|i| !state.contains_key(&(addr + i))) => (addr, vec![], bytes),
-            Op::Remove { addr, len } if mapped(addr, len) => {
-                (addr, (0..len as u64).map(|i| state[&(addr + i)]).collect(), vec![])
-            }
+            Op::Remove { addr, len } if mapped(addr, len) => (addr, (0..len as u64).map(|i| state[&(addr + i)]).collect(), vec![]),
             _ => continue,
         };
         b.poke(Poke { time: t, settled: None, addr, old: &old, new: &new, cpu: Some(0) });

@@ -31,12 +31,7 @@ struct Input {
 
 fn main() {
     let i = input();
-    eprintln!(
-        "bugfix-exact-match: {} bytes, {} sources, {} instructions",
-        i.buffer.data.len(),
-        i.buffer.configs.len(),
-        i.instructions
-    );
+    eprintln!("bugfix-exact-match: {} bytes, {} sources, {} instructions", i.buffer.data.len(), i.buffer.configs.len(), i.instructions);
     divan::main();
 }
 
@@ -44,15 +39,10 @@ fn input() -> &'static Input {
     static I: OnceLock<Input> = OnceLock::new();
     I.get_or_init(|| {
         let dir = common::snapshots_dir().join("bugfix-exact-match");
-        let snap = Snapshot::load(&dir)
-            .expect("the bugfix-exact-match snapshot (POKETRACE_OPENCSD_SNAPSHOTS)");
+        let snap = Snapshot::load(&dir).expect("the bugfix-exact-match snapshot (POKETRACE_OPENCSD_SNAPSHOTS)");
         let (code, _) = flow::snapshot_code(&snap);
         let buffer = common::first_buffer(&dir);
-        let mut i = Input {
-            buffer,
-            code,
-            instructions: 0,
-        };
+        let mut i = Input { buffer, code, instructions: 0 };
         i.instructions = decode(&i).1;
         i
     })
@@ -61,13 +51,7 @@ fn input() -> &'static Input {
 /// (elements, instructions).
 fn decode(i: &Input) -> (u64, u64) {
     let b = &i.buffer;
-    let mut r = PacketReader::with_container(
-        &b.data,
-        b.container,
-        b.framing,
-        &b.configs,
-        ErrorRecovery::Continue,
-    );
+    let mut r = PacketReader::with_container(&b.data, b.container, b.framing, &b.configs, ErrorRecovery::Continue);
     let mut d = FlowDecoder::for_buffer(&i.code, b.framing, &b.configs);
     let (mut elems, mut insns) = (0u64, 0u64);
     flow::run(&mut r, &mut d, |item| {
@@ -84,10 +68,7 @@ fn decode(i: &Input) -> (u64, u64) {
 #[divan::bench]
 fn decode_elements(bencher: Bencher) {
     let i = input();
-    bencher
-        .counter(BytesCount::new(i.buffer.data.len()))
-        .counter(ItemsCount::new(i.instructions))
-        .bench(|| black_box(decode(i)));
+    bencher.counter(BytesCount::new(i.buffer.data.len())).counter(ItemsCount::new(i.instructions)).bench(|| black_box(decode(i)));
 }
 
 #[divan::bench]
@@ -95,21 +76,12 @@ fn decode_and_list(bencher: Bencher) {
     let i = input();
     let b = &i.buffer;
     let mut text = Vec::with_capacity(200 << 20);
-    bencher
-        .counter(BytesCount::new(b.data.len()))
-        .counter(ItemsCount::new(i.instructions))
-        .bench_local(|| {
-            text.clear();
-            let mut r = PacketReader::with_container(
-                &b.data,
-                b.container,
-                b.framing,
-                &b.configs,
-                ErrorRecovery::Continue,
-            );
-            let mut d = FlowDecoder::for_buffer(&i.code, b.framing, &b.configs);
-            let mut printer = OpenCsdPrinter::new(Listing::Decode);
-            flow::run(&mut r, &mut d, |item| printer.write_item(&mut text, &item));
-            black_box(text.len())
-        });
+    bencher.counter(BytesCount::new(b.data.len())).counter(ItemsCount::new(i.instructions)).bench_local(|| {
+        text.clear();
+        let mut r = PacketReader::with_container(&b.data, b.container, b.framing, &b.configs, ErrorRecovery::Continue);
+        let mut d = FlowDecoder::for_buffer(&i.code, b.framing, &b.configs);
+        let mut printer = OpenCsdPrinter::new(Listing::Decode);
+        flow::run(&mut r, &mut d, |item| printer.write_item(&mut text, &item));
+        black_box(text.len())
+    });
 }

@@ -20,11 +20,7 @@ mod common;
 
 fn main() {
     let (b, what) = buffer();
-    eprintln!(
-        "{what}: {} bytes, {} sources",
-        b.data.len(),
-        b.configs.len()
-    );
+    eprintln!("{what}: {} bytes, {} sources", b.data.len(), b.configs.len());
     divan::main();
 }
 
@@ -36,34 +32,11 @@ fn buffer() -> &'static (common::Buffer, &'static str) {
             return (common::first_buffer(&dir), "bugfix-exact-match");
         }
         let mut rng = common::Rng(1);
-        let configs: Vec<etm::EtmV4Config> = (0..6)
-            .map(|i| etm::EtmV4Config {
-                traceidr: 0x10 + 2 * i,
-                ..etm::EtmV4Config::default()
-            })
-            .collect();
-        let traces: Vec<(u8, Vec<u8>)> = configs
-            .iter()
-            .map(|c| {
-                (
-                    c.trace_id(),
-                    common::synth::trace(&mut rng, c, 40_000, false),
-                )
-            })
-            .collect();
+        let configs: Vec<etm::EtmV4Config> = (0..6).map(|i| etm::EtmV4Config { traceidr: 0x10 + 2 * i, ..etm::EtmV4Config::default() }).collect();
+        let traces: Vec<(u8, Vec<u8>)> = configs.iter().map(|c| (c.trace_id(), common::synth::trace(&mut rng, c, 40_000, false))).collect();
         let data = common::synth::frames(&mut rng, &traces, &mut etm::FrameWriter::new());
-        let framing = etm::Framing::Aligned {
-            reset_on_4x_fsync: false,
-        };
-        (
-            common::Buffer {
-                data,
-                framing,
-                container: etm::Container::Plain,
-                configs,
-            },
-            "synthetic (no snapshot found)",
-        )
+        let framing = etm::Framing::Aligned { reset_on_4x_fsync: false };
+        (common::Buffer { data, framing, container: etm::Container::Plain, configs }, "synthetic (no snapshot found)")
     })
 }
 
@@ -71,13 +44,7 @@ fn buffer() -> &'static (common::Buffer, &'static str) {
 fn deformat_and_decode(bencher: Bencher) {
     let (b, _) = buffer();
     bencher.counter(BytesCount::new(b.data.len())).bench(|| {
-        let mut r = PacketReader::with_container(
-            &b.data,
-            b.container,
-            b.framing,
-            &b.configs,
-            ErrorRecovery::Continue,
-        );
+        let mut r = PacketReader::with_container(&b.data, b.container, b.framing, &b.configs, ErrorRecovery::Continue);
         let mut n = 0u64;
         while let Some(item) = r.next() {
             n += item.is_ok() as u64;
@@ -90,13 +57,7 @@ fn deformat_and_decode(bencher: Bencher) {
 fn decode_and_format_opencsd_lines(bencher: Bencher) {
     let (b, _) = buffer();
     bencher.counter(BytesCount::new(b.data.len())).bench(|| {
-        let mut r = PacketReader::with_container(
-            &b.data,
-            b.container,
-            b.framing,
-            &b.configs,
-            ErrorRecovery::Continue,
-        );
+        let mut r = PacketReader::with_container(&b.data, b.container, b.framing, &b.configs, ErrorRecovery::Continue);
         let mut printer = OpenCsdPrinter::new(Listing::Decode);
         let mut line = Vec::with_capacity(256);
         let mut bytes = 0usize;

@@ -15,18 +15,13 @@ use etm::{ErrorRecovery, PacketReader};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = args
-        .next()
-        .ok_or("usage: etm_decode SNAPSHOT [--elements] [--count]")?;
+    let dir = args.next().ok_or("usage: etm_decode SNAPSHOT [--elements] [--count]")?;
     let rest: Vec<String> = args.collect();
     let elements_only = rest.iter().any(|a| a == "--elements");
     let count_only = rest.iter().any(|a| a == "--count");
 
     let snap = Snapshot::load(&dir)?;
-    let buffer = snap
-        .buffers
-        .first()
-        .ok_or("the snapshot has no trace buffer")?;
+    let buffer = snap.buffers.first().ok_or("the snapshot has no trace buffer")?;
     let setup = snap.buffer_setup(&buffer.name)?;
     let data = snap.read_buffer(&setup.buffer)?;
     let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
@@ -34,13 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for n in notes {
         eprintln!("etm_decode: {n}");
     }
-    let mut reader = PacketReader::with_container(
-        &data,
-        setup.container,
-        setup.framing,
-        &configs,
-        ErrorRecovery::Continue,
-    );
+    let mut reader = PacketReader::with_container(&data, setup.container, setup.framing, &configs, ErrorRecovery::Continue);
     let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
     let mut printer = OpenCsdPrinter::new(Listing::Decode);
     let mut text = Vec::with_capacity(1 << 17);
@@ -80,10 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     out.write_all(&text)?;
     if count_only {
-        writeln!(
-            out,
-            "{packets} packets {elements} elements {instructions} instructions"
-        )?;
+        writeln!(out, "{packets} packets {elements} elements {instructions} instructions")?;
     }
     Ok(())
 }

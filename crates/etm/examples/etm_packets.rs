@@ -13,37 +13,18 @@ use etm::{ErrorRecovery, PacketReader};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = args
-        .next()
-        .ok_or("usage: etm_packets SNAPSHOT [--packets-only] [--count]")?;
+    let dir = args.next().ok_or("usage: etm_packets SNAPSHOT [--packets-only] [--count]")?;
     let rest: Vec<String> = args.collect();
-    let listing = if rest.iter().any(|a| a == "--packets-only") {
-        Listing::PacketsOnly
-    } else {
-        Listing::Decode
-    };
+    let listing = if rest.iter().any(|a| a == "--packets-only") { Listing::PacketsOnly } else { Listing::Decode };
     let count_only = rest.iter().any(|a| a == "--count");
 
     let snap = Snapshot::load(&dir)?;
-    let buffer = snap
-        .buffers
-        .first()
-        .ok_or("the snapshot has no trace buffer")?;
+    let buffer = snap.buffers.first().ok_or("the snapshot has no trace buffer")?;
     let setup = snap.buffer_setup(&buffer.name)?;
     let data = snap.read_buffer(&setup.buffer)?;
     let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
-    let container = if rest.iter().any(|a| a == "--no-dstream-blocks") {
-        etm::Container::Plain
-    } else {
-        setup.container
-    };
-    let mut reader = PacketReader::with_container(
-        &data,
-        container,
-        setup.framing,
-        &configs,
-        ErrorRecovery::Continue,
-    );
+    let container = if rest.iter().any(|a| a == "--no-dstream-blocks") { etm::Container::Plain } else { setup.container };
+    let mut reader = PacketReader::with_container(&data, container, setup.framing, &configs, ErrorRecovery::Continue);
 
     let (mut packets, mut errors) = (0u64, 0u64);
     let mut printer = OpenCsdPrinter::new(listing);
@@ -72,10 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     out.write_all(&text)?;
     out.flush()?;
     if count_only {
-        println!(
-            "{packets} packets, {errors} frame errors, {} bytes",
-            data.len()
-        );
+        println!("{packets} packets, {errors} frame errors, {} bytes", data.len());
     }
     Ok(())
 }

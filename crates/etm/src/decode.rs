@@ -82,23 +82,12 @@ pub(crate) struct ProtoState {
     pub cc_threshold: Option<u32>,
 }
 
-const RESET_ADDR: Address = Address {
-    value: 0,
-    is: 0,
-    form: AddrForm::Long64,
-    update_bits: 0,
-    valid_bits: 64,
-    is64: true,
-};
+const RESET_ADDR: Address = Address { value: 0, is: 0, form: AddrForm::Long64, update_bits: 0, valid_bits: 64, is64: true };
 
 impl ProtoState {
     pub fn new() -> ProtoState {
         ProtoState {
-            cur: Address {
-                valid_bits: 0,
-                is64: false,
-                ..RESET_ADDR
-            },
+            cur: Address { valid_bits: 0, is64: false, ..RESET_ADDR },
             stack: [RESET_ADDR; 3],
             ts: 0,
             ctx_valid: false,
@@ -115,14 +104,7 @@ impl ProtoState {
 
     #[inline]
     pub fn set_long64(&mut self, value: u64, is: u8) -> Address {
-        self.cur = Address {
-            value,
-            is,
-            form: AddrForm::Long64,
-            update_bits: 64,
-            valid_bits: 64,
-            is64: true,
-        };
+        self.cur = Address { value, is, form: AddrForm::Long64, update_bits: 64, valid_bits: 64, is64: true };
         self.push()
     }
 
@@ -174,11 +156,7 @@ impl ProtoState {
     /// nine); returns (value, bits updated).
     pub fn timestamp(&mut self, field: u64, nbytes: usize) -> (u64, u8) {
         let bits = if nbytes < 9 { nbytes as u8 * 7 } else { 64 };
-        let mask = if bits == 64 {
-            u64::MAX
-        } else {
-            (1u64 << bits) - 1
-        };
+        let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
         self.ts = (self.ts & !mask) | (field & mask);
         (self.ts, bits)
     }
@@ -250,10 +228,7 @@ pub struct PacketDecoder {
 
 impl std::fmt::Debug for PacketDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PacketDecoder")
-            .field("trace_id", &self.trace_id)
-            .field("synced", &self.synced)
-            .finish_non_exhaustive()
+        f.debug_struct("PacketDecoder").field("trace_id", &self.trace_id).field("synced", &self.synced).finish_non_exhaustive()
     }
 }
 
@@ -317,12 +292,7 @@ impl PacketDecoder {
     /// Decodes the next packet from `data[*pos..]`, where `data[0]` has trace
     /// index `base`. Returns None when the data is used up; a packet cut off
     /// at the end is kept and completed by the next call's data.
-    pub fn decode<'a>(
-        &'a mut self,
-        data: &'a [u8],
-        base: u64,
-        pos: &mut usize,
-    ) -> Option<TracePacket<'a>> {
+    pub fn decode<'a>(&'a mut self, data: &'a [u8], base: u64, pos: &mut usize) -> Option<TracePacket<'a>> {
         let e = self.step(data, base, pos)?;
         Some(self.resolve(e, data))
     }
@@ -340,12 +310,7 @@ impl PacketDecoder {
             RawLoc::Buf { len } => &self.buf[..len],
             RawLoc::Dump { len } => &self.dump[..len],
         };
-        TracePacket {
-            trace_id: self.trace_id,
-            index: e.index,
-            packet: e.packet,
-            raw,
-        }
+        TracePacket { trace_id: self.trace_id, index: e.index, packet: e.packet, raw }
     }
 
     pub(crate) fn finish_emit(&mut self) -> Option<Emit> {
@@ -382,11 +347,7 @@ impl PacketDecoder {
         let len = self.len;
         self.len = 0;
         self.new_packet = true;
-        Some(Emit {
-            index: self.start,
-            packet: Packet::IncompleteEot { during },
-            raw: RawLoc::Buf { len },
-        })
+        Some(Emit { index: self.start, packet: Packet::IncompleteEot { during }, raw: RawLoc::Buf { len } })
     }
 
     #[inline]
@@ -414,30 +375,18 @@ impl PacketDecoder {
                 let h = data[start];
                 if h >= 0xC0 {
                     *pos += 1;
-                    return Some(Emit {
-                        index: base + start as u64,
-                        packet: atom_packet(h),
-                        raw: RawLoc::Input { start, len: 1 },
-                    });
+                    return Some(Emit { index: base + start as u64, packet: atom_packet(h), raw: RawLoc::Input { start, len: 1 } });
                 }
                 let s = &data[start..data.len().min(start + MAX_PACKET_LEN)];
                 return match measure_capped(&self.table, &self.p, s) {
                     Measure::Done(n) => {
                         *pos += n;
                         let packet = decode_packet(&self.table, &self.p, &mut self.st, &s[..n]);
-                        Some(self.emitted(
-                            packet,
-                            base + start as u64,
-                            RawLoc::Input { start, len: n },
-                        ))
+                        Some(self.emitted(packet, base + start as u64, RawLoc::Input { start, len: n }))
                     }
                     Measure::Bad(n, during) => {
                         *pos += n;
-                        Some(self.emitted(
-                            Packet::BadSequence { during },
-                            base + start as u64,
-                            RawLoc::Input { start, len: n },
-                        ))
+                        Some(self.emitted(Packet::BadSequence { during }, base + start as u64, RawLoc::Input { start, len: n }))
                     }
                     Measure::Need => {
                         self.buf[..s.len()].copy_from_slice(s);
@@ -462,11 +411,7 @@ impl PacketDecoder {
                 Measure::Bad(n, during) => {
                     *pos += n - old;
                     self.len = 0;
-                    Some(self.emitted(
-                        Packet::BadSequence { during },
-                        self.start,
-                        RawLoc::Buf { len: n },
-                    ))
+                    Some(self.emitted(Packet::BadSequence { during }, self.start, RawLoc::Buf { len: n }))
                 }
                 Measure::Need => {
                     self.len = old + take;
@@ -526,17 +471,11 @@ impl PacketDecoder {
                             self.synced = true;
                             Packet::Async
                         } else {
-                            Packet::BadSequence {
-                                during: PacketType::Async,
-                            }
+                            Packet::BadSequence { during: PacketType::Async }
                         };
                         self.len = 0;
                         self.new_packet = true;
-                        return Some(Emit {
-                            index: self.start,
-                            packet,
-                            raw: RawLoc::Buf { len: 12 },
-                        });
+                        return Some(Emit { index: self.start, packet, raw: RawLoc::Buf { len: 12 } });
                     }
                 } else if self.len == 12 {
                     // A 12th zero: the first cannot belong to the A-sync.
@@ -552,13 +491,7 @@ impl PacketDecoder {
         self.dump[..n].copy_from_slice(&self.buf[..n]);
         self.buf.copy_within(n..self.len, 0);
         self.len -= n;
-        Emit {
-            index: self.start,
-            packet: Packet::NotSync {
-                in_async: self.scan == Scan::Zeros,
-            },
-            raw: RawLoc::Dump { len: n },
-        }
+        Emit { index: self.start, packet: Packet::NotSync { in_async: self.scan == Scan::Zeros }, raw: RawLoc::Dump { len: n } }
     }
 }
 
@@ -650,10 +583,7 @@ fn header_table(c: &EtmV4Config) -> [Slot; 256] {
 /// End of a continuation field (7 bits a byte, bit 7 set when more follow)
 /// starting at `i`. Like OpenCSD, no length limit (the packet has one).
 fn field_end(s: &[u8], i: usize) -> Result<usize, Measure> {
-    match s
-        .get(i..)
-        .and_then(|t| t.iter().position(|b| b & 0x80 == 0))
-    {
+    match s.get(i..).and_then(|t| t.iter().position(|b| b & 0x80 == 0)) {
         Some(k) => Ok(i + k + 1),
         None => Err(Measure::Need),
     }
@@ -669,8 +599,7 @@ fn fixed(s: &[u8], len: usize) -> Measure {
 
 /// Bytes of VMID and context ID an info byte announces.
 fn ctx_payload(p: &Params, info: u8) -> usize {
-    (if info & 0x40 != 0 { p.vmid_bytes } else { 0 }) as usize
-        + (if info & 0x80 != 0 { p.cid_bytes } else { 0 }) as usize
+    (if info & 0x40 != 0 { p.vmid_bytes } else { 0 }) as usize + (if info & 0x80 != 0 { p.cid_bytes } else { 0 }) as usize
 }
 
 /// `measure`, with packets longer than MAX_PACKET_LEN cut there as bad sequences.
@@ -708,11 +637,7 @@ fn measure(table: &[Slot; 256], p: &Params, s: &[u8]) -> Measure {
                         for i in 2..12 {
                             let b = *s.get(i).ok_or(Measure::Need)?;
                             if b != 0 {
-                                return if i == 11 && b == 0x80 {
-                                    Ok(12)
-                                } else {
-                                    Err(Measure::Bad(i + 1, Async))
-                                };
+                                return if i == 11 && b == 0x80 { Ok(12) } else { Err(Measure::Bad(i + 1, Async)) };
                             }
                         }
                         return Err(Measure::Bad(12, Async));
@@ -782,11 +707,7 @@ fn measure(table: &[Slot; 256], p: &Params, s: &[u8]) -> Measure {
                 }
             }
             AddrCtxtL32Is0 | AddrCtxtL32Is1 | AddrCtxtL64Is0 | AddrCtxtL64Is1 => {
-                let a = if matches!(ty, AddrCtxtL32Is0 | AddrCtxtL32Is1) {
-                    4
-                } else {
-                    8
-                };
+                let a = if matches!(ty, AddrCtxtL32Is0 | AddrCtxtL32Is1) { 4 } else { 8 };
                 let info = *s.get(1 + a).ok_or(Measure::Need)?;
                 return as_result(fixed(s, 2 + a + ctx_payload(p, info)));
             }
@@ -856,11 +777,8 @@ fn read_le(s: &[u8], i: &mut usize, n: u8) -> u32 {
 /// Address bits of a long address packet body (`s` starts after the header).
 #[inline]
 fn long_addr(s: &[u8], is: u8, bytes: usize) -> u64 {
-    let mut v = if is == 0 {
-        (((s[0] & 0x7F) as u64) << 2) | (((s[1] & 0x7F) as u64) << 9)
-    } else {
-        (((s[0] & 0x7F) as u64) << 1) | ((s[1] as u64) << 8)
-    };
+    let mut v =
+        if is == 0 { (((s[0] & 0x7F) as u64) << 2) | (((s[1] & 0x7F) as u64) << 9) } else { (((s[0] & 0x7F) as u64) << 1) | ((s[1] as u64) << 8) };
     for (k, &b) in s[2..bytes].iter().enumerate() {
         v |= (b as u64) << (16 + 8 * k);
     }
@@ -888,13 +806,7 @@ fn context_at(p: &Params, st: &mut ProtoState, s: &[u8], mut i: usize) -> Contex
     i += 1;
     let vmid = (info & 0x40 != 0 && p.vmid_bytes > 0).then(|| read_le(s, &mut i, p.vmid_bytes));
     let context_id = (info & 0x80 != 0 && p.cid_bytes > 0).then(|| read_le(s, &mut i, p.cid_bytes));
-    let c = Context {
-        el: info & 3,
-        aarch64: info & 0x10 != 0,
-        non_secure: info & 0x20 != 0,
-        vmid,
-        context_id,
-    };
+    let c = Context { el: info & 3, aarch64: info & 0x10 != 0, non_secure: info & 0x20 != 0, vmid, context_id };
     st.context(&c);
     c
 }
@@ -922,30 +834,12 @@ fn atoms_f5(h: u8) -> Atoms {
 #[inline]
 fn atom_packet(h: u8) -> Packet {
     match h {
-        0xF6 | 0xF7 => Packet::Atom {
-            format: 1,
-            atoms: Atoms::new((h & 1) as u32, 1),
-        },
-        0xD8..=0xDB => Packet::Atom {
-            format: 2,
-            atoms: Atoms::new((h & 3) as u32, 2),
-        },
-        0xF8..=0xFF => Packet::Atom {
-            format: 3,
-            atoms: Atoms::new((h & 7) as u32, 3),
-        },
-        0xDC..=0xDF => Packet::Atom {
-            format: 4,
-            atoms: Atoms::new([0xE, 0x0, 0xA, 0x5][(h & 3) as usize], 4),
-        },
-        0xD5..=0xD7 | 0xF5 => Packet::Atom {
-            format: 5,
-            atoms: atoms_f5(h),
-        },
-        _ => Packet::Atom {
-            format: 6,
-            atoms: atoms_f6(h),
-        },
+        0xF6 | 0xF7 => Packet::Atom { format: 1, atoms: Atoms::new((h & 1) as u32, 1) },
+        0xD8..=0xDB => Packet::Atom { format: 2, atoms: Atoms::new((h & 3) as u32, 2) },
+        0xF8..=0xFF => Packet::Atom { format: 3, atoms: Atoms::new((h & 7) as u32, 3) },
+        0xDC..=0xDF => Packet::Atom { format: 4, atoms: Atoms::new([0xE, 0x0, 0xA, 0x5][(h & 3) as usize], 4) },
+        0xD5..=0xD7 | 0xF5 => Packet::Atom { format: 5, atoms: atoms_f5(h) },
+        _ => Packet::Atom { format: 6, atoms: atoms_f6(h) },
     }
 }
 
@@ -966,12 +860,7 @@ fn decode_packet(table: &[Slot; 256], p: &Params, st: &mut ProtoState, s: &[u8])
     let ty = match table[h as usize] {
         Slot::Valid(t) => t,
         Slot::Reserved => return Packet::Reserved { header: h },
-        Slot::ReservedCfg(t) => {
-            return Packet::ReservedConfig {
-                header: h,
-                would_be: t,
-            }
-        }
+        Slot::ReservedCfg(t) => return Packet::ReservedConfig { header: h, would_be: t },
     };
     let mut i = 1;
     match ty {
@@ -1024,13 +913,8 @@ fn decode_packet(table: &[Slot; 256], p: &Params, st: &mut ProtoState, s: &[u8])
                 }
             }
             let (value, updated_bits) = st.timestamp(field, n);
-            let cycle_count =
-                (h & 1 == 1).then(|| cont(s, &mut i, 3).unwrap_or(0) as u32 & p.cc_mask);
-            Packet::Timestamp(Timestamp {
-                value,
-                updated_bits,
-                cycle_count,
-            })
+            let cycle_count = (h & 1 == 1).then(|| cont(s, &mut i, 3).unwrap_or(0) as u32 & p.cc_mask);
+            Packet::Timestamp(Timestamp { value, updated_bits, cycle_count })
         }
         T::TraceOn => Packet::TraceOn,
         T::FuncRet => Packet::FunctionReturn,
@@ -1043,73 +927,34 @@ fn decode_packet(table: &[Slot; 256], p: &Params, st: &mut ProtoState, s: &[u8])
                 number |= ((s[2] & 0x1F) as u16) << 5;
                 fault_pending = s[2] & 0x20 != 0;
             }
-            Packet::Exception(Exception {
-                number,
-                addr_interp,
-                fault_pending,
-                m_profile: p.m_profile,
-            })
+            Packet::Exception(Exception { number, addr_interp, fault_pending, m_profile: p.m_profile })
         }
         T::ExceptionReturn => Packet::ExceptionReturn,
         T::CcntF1 => {
             let commit = (!p.commit_opt1).then(|| cont(s, &mut i, 5).unwrap_or(0) as u32);
-            let count = (h & 1 == 0)
-                .then(|| (cont(s, &mut i, 3).unwrap_or(0) as u32).wrapping_add(st.threshold()));
-            Packet::CycleCount(CycleCount {
-                format: 1,
-                count,
-                commit,
-            })
+            let count = (h & 1 == 0).then(|| (cont(s, &mut i, 3).unwrap_or(0) as u32).wrapping_add(st.threshold()));
+            Packet::CycleCount(CycleCount { format: 1, count, commit })
         }
         T::CcntF2 => {
             let b1 = s[1];
-            let offset = if h & 1 == 1 {
-                p.max_spec_depth.wrapping_sub(15)
-            } else {
-                1
-            };
+            let offset = if h & 1 == 1 { p.max_spec_depth.wrapping_sub(15) } else { 1 };
             let commit = Some(((b1 >> 4) as u32).wrapping_add(offset));
-            Packet::CycleCount(CycleCount {
-                format: 2,
-                count: Some(st.threshold().wrapping_add((b1 & 0xF) as u32)),
-                commit,
-            })
+            Packet::CycleCount(CycleCount { format: 2, count: Some(st.threshold().wrapping_add((b1 & 0xF) as u32)), commit })
         }
         T::CcntF3 => {
             let commit = (!p.commit_opt1).then_some(((h >> 2) & 3) as u32 + 1);
-            Packet::CycleCount(CycleCount {
-                format: 3,
-                count: Some(st.threshold().wrapping_add((h & 3) as u32)),
-                commit,
-            })
+            Packet::CycleCount(CycleCount { format: 3, count: Some(st.threshold().wrapping_add((h & 3) as u32)), commit })
         }
-        T::NumDsMkr => Packet::DataSync {
-            numbered: true,
-            value: h & 7,
-        },
-        T::UnnumDsMkr => Packet::DataSync {
-            numbered: false,
-            value: h & 7,
-        },
+        T::NumDsMkr => Packet::DataSync { numbered: true, value: h & 7 },
+        T::UnnumDsMkr => Packet::DataSync { numbered: false, value: h & 7 },
         T::Commit => Packet::Commit(cont(s, &mut i, 5).unwrap_or(0) as u32),
-        T::CancelF1 | T::CancelF1Mispred => Packet::CancelF1 {
-            count: cont(s, &mut i, 5).unwrap_or(0) as u32,
-            mispredict: h & 1 == 1,
-        },
+        T::CancelF1 | T::CancelF1Mispred => Packet::CancelF1 { count: cont(s, &mut i, 5).unwrap_or(0) as u32, mispredict: h & 1 == 1 },
         T::Mispredict => Packet::Mispredict(atoms_mispredict(h)),
         T::CancelF2 => Packet::CancelF2(atoms_mispredict(h)),
-        T::CancelF3 => Packet::CancelF3 {
-            e_atom: h & 1 == 1,
-            count: ((h >> 1) & 3) + 2,
-        },
-        T::CondIF1 => Packet::CondInstr(CondInstr::F1 {
-            key: cont(s, &mut i, 5).unwrap_or(0) as u32,
-        }),
+        T::CancelF3 => Packet::CancelF3 { e_atom: h & 1 == 1, count: ((h >> 1) & 3) + 2 },
+        T::CondIF1 => Packet::CondInstr(CondInstr::F1 { key: cont(s, &mut i, 5).unwrap_or(0) as u32 }),
         T::CondIF2 => Packet::CondInstr(CondInstr::F2 { code: h & 3 }),
-        T::CondIF3 => Packet::CondInstr(CondInstr::F3 {
-            count: ((s[1] >> 1) & 0x3F) + (s[1] & 1),
-            final_elem: s[1] & 1 == 1,
-        }),
+        T::CondIF3 => Packet::CondInstr(CondInstr::F3 { count: ((s[1] >> 1) & 0x3F) + (s[1] & 1), final_elem: s[1] & 1 == 1 }),
         T::CondFlush => Packet::CondFlush,
         T::CondResF1 => {
             let two = h & 0xFC != 0x6C;
@@ -1119,18 +964,10 @@ fn decode_packet(table: &[Slot; 256], p: &Params, st: &mut ProtoState, s: &[u8])
                 let key = (cont(s, &mut i, 6).unwrap_or(0) >> 4) as u32;
                 *r = Some((key, result));
             }
-            Packet::CondResult(CondResult::F1 {
-                results,
-                ci: [h & 1 == 1, two && h & 2 != 0],
-            })
+            Packet::CondResult(CondResult::F1 { results, ci: [h & 1 == 1, two && h & 2 != 0] })
         }
-        T::CondResF2 => Packet::CondResult(CondResult::F2 {
-            key_incr: if h & 4 != 0 { 2 } else { 1 },
-            token: h & 3,
-        }),
-        T::CondResF3 => Packet::CondResult(CondResult::F3 {
-            tokens: s[1] as u16 | ((h as u16 & 0xF) << 8),
-        }),
+        T::CondResF2 => Packet::CondResult(CondResult::F2 { key_incr: if h & 4 != 0 { 2 } else { 1 }, token: h & 3 }),
+        T::CondResF3 => Packet::CondResult(CondResult::F3 { tokens: s[1] as u16 | ((h as u16 & 0xF) << 8) }),
         T::CondResF4 => Packet::CondResult(CondResult::F4 { token: h & 3 }),
         T::Ignore => Packet::Ignore,
         T::Event => Packet::Event(h & 0xF),
@@ -1147,10 +984,7 @@ fn decode_packet(table: &[Slot; 256], p: &Params, st: &mut ProtoState, s: &[u8])
         }
         T::AddrMatch => {
             let index = h & 3;
-            Packet::ExactMatch {
-                index,
-                addr: st.exact_match(index),
-            }
+            Packet::ExactMatch { index, addr: st.exact_match(index) }
         }
         T::AddrSIs0 | T::AddrSIs1 => {
             let is = (ty == T::AddrSIs1) as u8;
@@ -1168,10 +1002,7 @@ fn decode_packet(table: &[Slot; 256], p: &Params, st: &mut ProtoState, s: &[u8])
         T::Q => {
             let qtype = h & 0xF;
             let addr = match qtype {
-                0..=2 => QAddress::ExactMatch {
-                    index: qtype,
-                    addr: st.exact_match(qtype),
-                },
+                0..=2 => QAddress::ExactMatch { index: qtype, addr: st.exact_match(qtype) },
                 5 | 6 => {
                     let is = qtype - 5;
                     let (v, bits) = short_addr(s, &mut i, is);
@@ -1189,13 +1020,8 @@ fn decode_packet(table: &[Slot; 256], p: &Params, st: &mut ProtoState, s: &[u8])
         }
         T::AtomF1 | T::AtomF2 | T::AtomF3 | T::AtomF4 | T::AtomF5 | T::AtomF6 => atom_packet(h),
         // Never in the table as valid headers.
-        T::NotSync
-        | T::IncompleteEot
-        | T::BadSequence
-        | T::Reserved
-        | T::ReservedCfg
-        | T::Async
-        | T::Discard
-        | T::Overflow => Packet::Reserved { header: h },
+        T::NotSync | T::IncompleteEot | T::BadSequence | T::Reserved | T::ReservedCfg | T::Async | T::Discard | T::Overflow => {
+            Packet::Reserved { header: h }
+        }
     }
 }

@@ -16,10 +16,7 @@ pub struct EncodeError {
 }
 
 fn err<T>(t: PacketType, reason: &'static str) -> Result<T, EncodeError> {
-    Err(EncodeError {
-        packet: t.name(),
-        reason,
-    })
+    Err(EncodeError { packet: t.name(), reason })
 }
 
 /// Encodes packets for one ETMv4 source configuration.
@@ -67,10 +64,7 @@ fn mispredict_code(a: &Atoms, t: PacketType) -> Result<u8, EncodeError> {
 
 impl Encoder {
     pub fn new(config: &EtmV4Config) -> Encoder {
-        Encoder {
-            p: Params::new(config),
-            st: ProtoState::new(),
-        }
+        Encoder { p: Params::new(config), st: ProtoState::new() }
     }
 
     /// Appends `packet`'s bytes to `out`. Addresses are written in the form
@@ -85,16 +79,9 @@ impl Encoder {
         r
     }
 
-    fn encode_inner(
-        &mut self,
-        packet: &Packet,
-        t: PacketType,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn encode_inner(&mut self, packet: &Packet, t: PacketType, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         match *packet {
-            Packet::NotSync { .. } | Packet::BadSequence { .. } | Packet::IncompleteEot { .. } => {
-                return err(t, "an error report, not a packet")
-            }
+            Packet::NotSync { .. } | Packet::BadSequence { .. } | Packet::IncompleteEot { .. } => return err(t, "an error report, not a packet"),
             Packet::Reserved { header } | Packet::ReservedConfig { header, .. } => out.push(header),
             Packet::Async => {
                 out.extend_from_slice(&[0; 11]);
@@ -134,10 +121,7 @@ impl Encoder {
             Packet::Timestamp(ts) => self.timestamp(&ts, out)?,
             Packet::Exception(e) => {
                 let ext = e.number > 0x1F || e.fault_pending;
-                let b1 = ((e.number as u8 & 0x1F) << 1)
-                    | (e.addr_interp & 1)
-                    | ((e.addr_interp >> 1) & 1) << 6
-                    | (ext as u8) << 7;
+                let b1 = ((e.number as u8 & 0x1F) << 1) | (e.addr_interp & 1) | ((e.addr_interp >> 1) & 1) << 6 | (ext as u8) << 7;
                 out.extend_from_slice(&[0x06, b1]);
                 if ext {
                     if e.number >> 10 != 0 {
@@ -253,10 +237,7 @@ impl Encoder {
             }
             Packet::Q(q) => self.q(&q, t, out)?,
             Packet::Atom { format, atoms } => {
-                out.push(atom_header(format, &atoms).ok_or(EncodeError {
-                    packet: t.name(),
-                    reason: "pattern not in this format",
-                })?)
+                out.push(atom_header(format, &atoms).ok_or(EncodeError { packet: t.name(), reason: "pattern not in this format" })?)
             }
         }
         Ok(())
@@ -285,21 +266,12 @@ impl Encoder {
             }
             put_cont_max(out, cc as u64, 3, t)?;
         }
-        let field = if n < 9 {
-            ts.value & ((1u64 << (7 * n)) - 1)
-        } else {
-            ts.value
-        };
+        let field = if n < 9 { ts.value & ((1u64 << (7 * n)) - 1) } else { ts.value };
         self.st.timestamp(field, n);
         Ok(())
     }
 
-    fn cycle_count(
-        &mut self,
-        c: &CycleCount,
-        t: PacketType,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn cycle_count(&mut self, c: &CycleCount, t: PacketType, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let thr = self.st.threshold();
         let over = |count: Option<u32>| count.map(|n| n.wrapping_sub(thr));
         match c.format {
@@ -322,14 +294,8 @@ impl Encoder {
                     return err(t, "count must be threshold + 0..=15");
                 };
                 let commit = c.commit.unwrap_or(1);
-                let (f, a) = if (1..=16).contains(&commit) {
-                    (0, commit - 1)
-                } else {
-                    (
-                        1,
-                        commit.wrapping_sub(self.p.max_spec_depth.wrapping_sub(15)),
-                    )
-                };
+                let (f, a) =
+                    if (1..=16).contains(&commit) { (0, commit - 1) } else { (1, commit.wrapping_sub(self.p.max_spec_depth.wrapping_sub(15))) };
                 if a > 15 {
                     return err(t, "commit count out of range");
                 }
@@ -351,30 +317,15 @@ impl Encoder {
         Ok(())
     }
 
-    fn context(
-        &mut self,
-        c: &Context,
-        t: PacketType,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
-        if c.el > 3
-            || (c.vmid.is_some() && self.p.vmid_bytes == 0)
-            || (c.context_id.is_some() && self.p.cid_bytes == 0)
-        {
+    fn context(&mut self, c: &Context, t: PacketType, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        if c.el > 3 || (c.vmid.is_some() && self.p.vmid_bytes == 0) || (c.context_id.is_some() && self.p.cid_bytes == 0) {
             return err(t, "EL over 3, or an ID the configuration does not trace");
         }
-        let vmid_fits = c
-            .vmid
-            .is_none_or(|v| self.p.vmid_bytes >= 4 || v >> (8 * self.p.vmid_bytes) == 0);
+        let vmid_fits = c.vmid.is_none_or(|v| self.p.vmid_bytes >= 4 || v >> (8 * self.p.vmid_bytes) == 0);
         if !vmid_fits {
             return err(t, "VMID wider than TRCIDR2.VMIDSIZE");
         }
-        out.push(
-            c.el | (c.aarch64 as u8) << 4
-                | (c.non_secure as u8) << 5
-                | (c.vmid.is_some() as u8) << 6
-                | (c.context_id.is_some() as u8) << 7,
-        );
+        out.push(c.el | (c.aarch64 as u8) << 4 | (c.non_secure as u8) << 5 | (c.vmid.is_some() as u8) << 6 | (c.context_id.is_some() as u8) << 7);
         if let Some(v) = c.vmid {
             put_le(out, v, self.p.vmid_bytes);
         }
@@ -396,47 +347,29 @@ impl Encoder {
             out.push((v >> (8 * k)) as u8);
         }
         if bytes == 8 {
-            self.st
-                .set_long64(v & !(if a.is == 0 { 3 } else { 1 }), a.is);
+            self.st.set_long64(v & !(if a.is == 0 { 3 } else { 1 }), a.is);
         } else {
-            self.st
-                .set_long32((v as u32) & !(if a.is == 0 { 3 } else { 1 }), a.is);
+            self.st.set_long32((v as u32) & !(if a.is == 0 { 3 } else { 1 }), a.is);
         }
     }
 
-    fn short_address(
-        &mut self,
-        a: &Address,
-        t: PacketType,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn short_address(&mut self, a: &Address, t: PacketType, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let shift = if a.is == 0 { 2 } else { 1 };
         let long = match a.update_bits.checked_sub(shift) {
             Some(7) => false,
             Some(15) => true,
-            _ => {
-                return err(
-                    t,
-                    "a short address updates 9 or 17 bits (IS0), 8 or 16 (IS1)",
-                )
-            }
+            _ => return err(t, "a short address updates 9 or 17 bits (IS0), 8 or 16 (IS1)"),
         };
         let v = a.value;
         out.push(((v >> shift) & 0x7F) as u8 | (long as u8) << 7);
         if long {
             out.push((v >> (7 + shift)) as u8);
         }
-        self.st
-            .set_short(v & !((1 << shift) - 1), a.is, a.update_bits);
+        self.st.set_short(v & !((1 << shift) - 1), a.is, a.update_bits);
         Ok(())
     }
 
-    fn address_packet(
-        &mut self,
-        a: &Address,
-        t: PacketType,
-        out: &mut Vec<u8>,
-    ) -> Result<(), EncodeError> {
+    fn address_packet(&mut self, a: &Address, t: PacketType, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let is = (a.is != 0) as u8;
         match a.form {
             AddrForm::Short => {
@@ -459,9 +392,7 @@ impl Encoder {
         let ok = match (q.qtype, &q.addr) {
             (0..=2, QAddress::ExactMatch { index, .. }) => *index == q.qtype,
             (5 | 6, QAddress::Address(a)) => a.form == AddrForm::Short && a.is == q.qtype - 5,
-            (0xA | 0xB, QAddress::Address(a)) => {
-                a.form == AddrForm::Long32 && a.is == q.qtype - 0xA
-            }
+            (0xA | 0xB, QAddress::Address(a)) => a.form == AddrForm::Long32 && a.is == q.qtype - 0xA,
             (0xC | 0xF, QAddress::None) => true,
             _ => false,
         };
@@ -486,12 +417,7 @@ impl Encoder {
     /// Writes the shortest packet that makes a decoder's address `value`
     /// (instruction set `is`): an exact match, a short or a long address.
     /// Returns the packet written.
-    pub fn address(
-        &mut self,
-        value: u64,
-        is: u8,
-        out: &mut Vec<u8>,
-    ) -> Result<Packet, EncodeError> {
+    pub fn address(&mut self, value: u64, is: u8, out: &mut Vec<u8>) -> Result<Packet, EncodeError> {
         let t = PacketType::AddrL64Is0;
         let is = (is != 0) as u8;
         let align = if is == 0 { 3 } else { 1 };
@@ -500,41 +426,17 @@ impl Encoder {
         }
         let st = &self.st;
         if let Some(i) = st.stack.iter().position(|a| a.value == value && a.is == is) {
-            let p = Packet::ExactMatch {
-                index: i as u8,
-                addr: st.stack[i],
-            };
+            let p = Packet::ExactMatch { index: i as u8, addr: st.stack[i] };
             self.encode(&p, out)?;
             return Ok(p);
         }
         let same_above = |bits: u8| (st.cur.value ^ value) >> bits == 0;
-        let short_bits = [7 + 2 - is, 15 + 2 - is]
-            .into_iter()
-            .find(|&b| same_above(b));
-        let base = Address {
-            value,
-            is,
-            form: AddrForm::Long64,
-            update_bits: 64,
-            valid_bits: 64,
-            is64: true,
-        };
+        let short_bits = [7 + 2 - is, 15 + 2 - is].into_iter().find(|&b| same_above(b));
+        let base = Address { value, is, form: AddrForm::Long64, update_bits: 64, valid_bits: 64, is64: true };
         let addr = if let Some(bits) = short_bits {
-            Address {
-                form: AddrForm::Short,
-                update_bits: bits,
-                is64: st.cur.is64,
-                ..base
-            }
-        } else if (st.ctx_valid && st.ctx_aarch64 && same_above(32))
-            || (!(st.ctx_valid && st.ctx_aarch64) && value >> 32 == 0)
-        {
-            Address {
-                form: AddrForm::Long32,
-                update_bits: 32,
-                is64: st.ctx_valid && st.ctx_aarch64,
-                ..base
-            }
+            Address { form: AddrForm::Short, update_bits: bits, is64: st.cur.is64, ..base }
+        } else if (st.ctx_valid && st.ctx_aarch64 && same_above(32)) || (!(st.ctx_valid && st.ctx_aarch64) && value >> 32 == 0) {
+            Address { form: AddrForm::Long32, update_bits: 32, is64: st.ctx_valid && st.ctx_aarch64, ..base }
         } else {
             base
         };
@@ -556,12 +458,7 @@ impl Encoder {
                 let n = e_run.min(24);
                 (n, (1u32 << n) - 1)
             } else {
-                let pack = |n: usize| {
-                    rest[..n]
-                        .iter()
-                        .enumerate()
-                        .fold(0u32, |b, (k, &a)| b | (a as u32) << k)
-                };
+                let pack = |n: usize| rest[..n].iter().enumerate().fold(0u32, |b, (k, &a)| b | (a as u32) << k);
                 let n = rest.len().min(5);
                 if n == 5 && [0x1E, 0x00, 0x0A, 0x15].contains(&pack(5)) {
                     (5, pack(5))
@@ -594,10 +491,7 @@ fn atom_header(format: u8, a: &Atoms) -> Option<u8> {
         (1, 1) => Some(0xF6 | bits as u8),
         (2, 2) => Some(0xD8 | bits as u8),
         (3, 3) => Some(0xF8 | bits as u8),
-        (4, 4) => [0xE, 0x0, 0xA, 0x5]
-            .iter()
-            .position(|&p| p == bits)
-            .map(|i| 0xDC | i as u8),
+        (4, 4) => [0xE, 0x0, 0xA, 0x5].iter().position(|&p| p == bits).map(|i| 0xDC | i as u8),
         (5, 5) => match bits {
             0x1E => Some(0xF5),
             0x00 => Some(0xD5),

@@ -295,11 +295,7 @@ impl<C: CodeSource> FlowDecoder<C> {
                 });
             }
         }
-        FlowDecoder {
-            code,
-            sources,
-            route,
-        }
+        FlowDecoder { code, sources, route }
     }
 
     /// Decoders for a buffer with `framing`: unframed data is one source's
@@ -308,10 +304,7 @@ impl<C: CodeSource> FlowDecoder<C> {
     pub fn for_buffer(code: C, framing: Framing, configs: &[EtmV4Config]) -> FlowDecoder<C> {
         match (framing, configs.first()) {
             (Framing::Raw { trace_id }, Some(c)) => {
-                let c = EtmV4Config {
-                    traceidr: trace_id as u32,
-                    ..*c
-                };
+                let c = EtmV4Config { traceidr: trace_id as u32, ..*c };
                 FlowDecoder::new(code, &[c])
             }
             _ => FlowDecoder::new(code, configs),
@@ -334,12 +327,7 @@ impl<C: CodeSource> FlowDecoder<C> {
     pub fn window_timestamps(&mut self, mut reader: crate::PacketReader<'_>) {
         let mut all = vec![Vec::new(); 128];
         while let Some(item) = reader.next() {
-            if let Ok(TracePacket {
-                trace_id,
-                packet: crate::Packet::Timestamp(t),
-                ..
-            }) = item
-            {
+            if let Ok(TracePacket { trace_id, packet: crate::Packet::Timestamp(t), .. }) = item {
                 all[(trace_id & 0x7F) as usize].push(t.value);
             }
         }
@@ -368,10 +356,7 @@ impl<C: CodeSource> FlowDecoder<C> {
             return;
         };
         if s.stamps.is_empty() {
-            let mut code = Code {
-                src: &self.code,
-                cache: &mut s.cache,
-            };
+            let mut code = Code { src: &self.code, cache: &mut s.cache };
             s.source.packet(p, &mut code, out);
             return;
         }
@@ -406,12 +391,7 @@ impl Slot {
     /// and settles the hypotheses the trace decides. Kept out of line: the
     /// decode at one time stays as small as it was.
     #[inline(never)]
-    fn window_packet<C: CodeSource>(
-        &mut self,
-        p: &TracePacket<'_>,
-        src: &C,
-        out: &mut Vec<Element>,
-    ) {
+    fn window_packet<C: CodeSource>(&mut self, p: &TracePacket<'_>, src: &C, out: &mut Vec<Element>) {
         if let crate::Packet::Timestamp(t) = p.packet {
             let next = self.stamps.partition_point(|&s| s <= t.value);
             let hi = self.stamps.get(next).copied().unwrap_or(Time::MAX);
@@ -420,10 +400,7 @@ impl Slot {
                 a.source.hi = hi;
             }
         }
-        let mut code = Code {
-            src,
-            cache: &mut self.cache,
-        };
+        let mut code = Code { src, cache: &mut self.cache };
         if self.alts.is_empty() {
             self.before.clone_from(&self.source);
             let mark = out.len();
@@ -471,10 +448,7 @@ impl Slot {
             return;
         }
         for a in &mut self.alts {
-            a.source.misfit |= a
-                .out
-                .iter()
-                .any(|e| matches!(e.kind, ElemKind::Error(_) | ElemKind::AddrNacc(_)));
+            a.source.misfit |= a.out.iter().any(|e| matches!(e.kind, ElemKind::Error(_) | ElemKind::AddrNacc(_)));
         }
         let fits = self.alts.iter().filter(|a| !a.source.misfit).count();
         if fits == 0 {
@@ -486,9 +460,7 @@ impl Slot {
             return;
         }
         self.alts.retain(|a| !a.source.misfit);
-        let alike = self.alts[1..]
-            .iter()
-            .all(|a| a.source.same_future(&self.alts[0].source));
+        let alike = self.alts[1..].iter().all(|a| a.source.same_future(&self.alts[0].source));
         if self.alts.len() > 1 && !alike && !force && self.since_fork < MAX_FORK_PACKETS {
             return;
         }
@@ -497,11 +469,7 @@ impl Slot {
         let mut a = first.next().expect("one hypothesis fits");
         let others: Vec<Alt> = first.collect();
         // Certain: what every hypothesis produced alike, up to the first difference.
-        let same = others
-            .iter()
-            .map(|o| o.out.iter().zip(&a.out).take_while(|(x, y)| x == y).count())
-            .min()
-            .unwrap_or(a.out.len());
+        let same = others.iter().map(|o| o.out.iter().zip(&a.out).take_while(|(x, y)| x == y).count()).min().unwrap_or(a.out.len());
         let from = if self.truncated { 0 } else { same };
         for e in &mut a.out[from..] {
             if let ElemKind::InstrRange(r) = &mut e.kind {
@@ -523,13 +491,7 @@ impl Slot {
 /// Decodes packet `p` from the state `before` once per choice among the
 /// candidates its walks meet (depth first, oldest content first), onto
 /// `alts`; true when the bound dropped some.
-fn expand<C: CodeSource>(
-    before: &Source,
-    p: &TracePacket<'_>,
-    code: &mut Code<'_, C>,
-    out: Vec<Element>,
-    alts: &mut Vec<Alt>,
-) -> bool {
+fn expand<C: CodeSource>(before: &Source, p: &TracePacket<'_>, code: &mut Code<'_, C>, out: Vec<Element>, alts: &mut Vec<Alt>) -> bool {
     let mut todo: Vec<Vec<u8>> = vec![Vec::new()];
     let mut truncated = false;
     while let Some(script) = todo.pop() {
@@ -573,18 +535,11 @@ pub enum Item<'a> {
 /// Decodes a whole buffer: every packet of `reader`, then the elements it
 /// produced; at the end each source's EO_TRACE, in trace ID order (a
 /// source's cut-off last packet comes just before its own end).
-pub fn run<C: CodeSource>(
-    reader: &mut crate::PacketReader<'_>,
-    flow: &mut FlowDecoder<C>,
-    mut f: impl FnMut(Item<'_>),
-) {
+pub fn run<C: CodeSource>(reader: &mut crate::PacketReader<'_>, flow: &mut FlowDecoder<C>, mut f: impl FnMut(Item<'_>)) {
     let mut elems = Vec::with_capacity(256);
     let ids: Vec<u8> = flow.trace_ids().collect();
     let mut ended = 0;
-    let mut end = |flow: &mut FlowDecoder<C>,
-                   upto: u16,
-                   elems: &mut Vec<Element>,
-                   f: &mut dyn FnMut(Item<'_>)| {
+    let mut end = |flow: &mut FlowDecoder<C>, upto: u16, elems: &mut Vec<Element>, f: &mut dyn FnMut(Item<'_>)| {
         while ended < ids.len() && (ids[ended] as u16) < upto {
             flow.finish(ids[ended], elems);
             for e in elems.drain(..) {

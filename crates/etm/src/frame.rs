@@ -88,12 +88,7 @@ pub(crate) fn unpack(f: &[u8; 16], sof: u64, cur_id: &mut Option<u8>, out: &mut 
     let aux = f[15];
     let mut n = 0usize;
     let mut c = 0usize;
-    out.chunks[0] = Chunk {
-        id: *cur_id,
-        index: sof,
-        start: 0,
-        end: 0,
-    };
+    out.chunks[0] = Chunk { id: *cur_id, index: sof, start: 0, end: 0 };
     for k in 0..7 {
         let i = 2 * k;
         let flag = (aux >> k) & 1;
@@ -111,12 +106,7 @@ pub(crate) fn unpack(f: &[u8; 16], sof: u64, cur_id: &mut Option<u8>, out: &mut 
                 if n > out.chunks[c].start as usize {
                     out.chunks[c].end = n as u8;
                     c += 1;
-                    out.chunks[c] = Chunk {
-                        id: Some(id),
-                        index: sof + i as u64,
-                        start: n as u8,
-                        end: 0,
-                    };
+                    out.chunks[c] = Chunk { id: Some(id), index: sof + i as u64, start: n as u8, end: 0 };
                 } else {
                     out.chunks[c].id = Some(id);
                 }
@@ -224,18 +214,10 @@ impl Deformatter {
     pub fn next(&mut self, data: &[u8], base: u64, pos: &mut usize) -> Option<DfEvent> {
         match self.framing {
             Framing::Raw { .. } => None,
-            Framing::Aligned { reset_on_4x_fsync } => {
-                self.next_aligned(data, base, pos, reset_on_4x_fsync)
-            }
+            Framing::Aligned { reset_on_4x_fsync } => self.next_aligned(data, base, pos, reset_on_4x_fsync),
             Framing::Synced { hsyncs } => {
                 let pend = self.pend;
-                let mut c = Cursor {
-                    a: &pend[..self.pend_len],
-                    a_index: self.pend_index,
-                    b: &data[*pos..],
-                    b_index: base + *pos as u64,
-                    pos: 0,
-                };
+                let mut c = Cursor { a: &pend[..self.pend_len], a_index: self.pend_index, b: &data[*pos..], b_index: base + *pos as u64, pos: 0 };
                 let ev = self.next_synced(&mut c, hsyncs);
                 // Keep what could not be used yet (less than a sync word or pair).
                 if ev.is_none() {
@@ -263,20 +245,10 @@ impl Deformatter {
         }
     }
 
-    fn next_aligned(
-        &mut self,
-        data: &[u8],
-        base: u64,
-        pos: &mut usize,
-        reset: bool,
-    ) -> Option<DfEvent> {
+    fn next_aligned(&mut self, data: &[u8], base: u64, pos: &mut usize, reset: bool) -> Option<DfEvent> {
         // The usual case: a whole frame in the input, not an FSYNC.
         let left = &data[*pos..];
-        if self.pend_len == 0
-            && self.fsync_run == 0
-            && left.len() >= 16
-            && !(reset && left[..4] == FSYNC)
-        {
+        if self.pend_len == 0 && self.fsync_run == 0 && left.len() >= 16 && !(reset && left[..4] == FSYNC) {
             let frame: [u8; 16] = left[..16].try_into().unwrap_or([0; 16]);
             let sof = base + *pos as u64;
             *pos += 16;
@@ -290,8 +262,7 @@ impl Deformatter {
                 self.pend_index = base + *pos as u64;
             }
             let take = (need - self.pend_len).min(data.len() - *pos);
-            self.pend[self.pend_len..self.pend_len + take]
-                .copy_from_slice(&data[*pos..*pos + take]);
+            self.pend[self.pend_len..self.pend_len + take].copy_from_slice(&data[*pos..*pos + take]);
             self.pend_len += take;
             *pos += take;
             if self.pend_len < need {
@@ -310,10 +281,7 @@ impl Deformatter {
                 continue;
             }
             self.pend_len = 0;
-            return Some(DfEvent::Frame {
-                frame: self.pend,
-                sof: self.pend_index,
-            });
+            return Some(DfEvent::Frame { frame: self.pend, sof: self.pend_index });
         }
     }
 
@@ -324,10 +292,7 @@ impl Deformatter {
         match n {
             0 => None,
             n if n.is_multiple_of(4) => Some(DfEvent::Reset),
-            n => Some(DfEvent::Error(FrameError {
-                offset: self.fsync_at,
-                kind: FrameErrorKind::FsyncCount(n),
-            })),
+            n => Some(DfEvent::Error(FrameError { offset: self.fsync_at, kind: FrameErrorKind::FsyncCount(n) })),
         }
     }
 
@@ -384,10 +349,7 @@ impl Deformatter {
             c.pos += 2;
         }
         self.frame_len = 0;
-        Some(DfEvent::Frame {
-            frame: self.frame,
-            sof: self.sof,
-        })
+        Some(DfEvent::Frame { frame: self.frame, sof: self.sof })
     }
 
     fn lost_sync(&mut self, offset: u64, kind: FrameErrorKind) -> DfEvent {
@@ -405,18 +367,13 @@ impl Deformatter {
         let (len, offset) = match self.framing {
             Framing::Raw { .. } => return None,
             Framing::Aligned { .. } => (self.pend_len, self.pend_index),
-            Framing::Synced { .. } if self.frame_len > 0 => {
-                (self.frame_len + self.pend_len, self.sof)
-            }
+            Framing::Synced { .. } if self.frame_len > 0 => (self.frame_len + self.pend_len, self.sof),
             // Fewer than four bytes that might still have been an FSYNC.
             Framing::Synced { .. } => (self.pend_len * self.synced as usize, self.pend_index),
         };
         self.pend_len = 0;
         self.frame_len = 0;
-        (len > 0).then_some(FrameError {
-            offset,
-            kind: FrameErrorKind::PartialFrame(len),
-        })
+        (len > 0).then_some(FrameError { offset, kind: FrameErrorKind::PartialFrame(len) })
     }
 }
 
@@ -440,10 +397,7 @@ impl FrameWriter {
 
     /// A port capture: an FSYNC before the first frame and after every `n` frames.
     pub fn with_fsync_every(n: u32) -> FrameWriter {
-        FrameWriter {
-            fsync_every: Some(n.max(1)),
-            ..FrameWriter::default()
-        }
+        FrameWriter { fsync_every: Some(n.max(1)), ..FrameWriter::default() }
     }
 
     /// Appends `data` of source `id` (1..=0x6F).
@@ -475,10 +429,7 @@ impl FrameWriter {
     fn advance(&mut self, n: usize, out: &mut Vec<u8>) {
         self.slot += n;
         if self.slot == 15 {
-            if self
-                .fsync_every
-                .is_some_and(|k| self.frames.is_multiple_of(k as u64))
-            {
+            if self.fsync_every.is_some_and(|k| self.frames.is_multiple_of(k as u64)) {
                 out.extend_from_slice(&FSYNC);
             }
             self.frame[15] = self.aux;

@@ -103,20 +103,13 @@ pub struct TracePacket<'a> {
 impl TracePacket<'_> {
     /// The fault this packet reports, if it is an error packet.
     pub fn error(&self) -> Option<PacketError> {
-        self.packet.is_error().then_some(PacketError {
-            trace_id: self.trace_id,
-            index: self.index,
-            packet: self.packet,
-        })
+        self.packet.is_error().then_some(PacketError { trace_id: self.trace_id, index: self.index, packet: self.packet })
     }
 }
 
 /// Bad trace found by the packet decoder: where, and what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "trace ID {trace_id:#04x}, trace index {index:#x}: {}",
-    describe(packet)
-)]
+#[error("trace ID {trace_id:#04x}, trace index {index:#x}: {}", describe(packet))]
 pub struct PacketError {
     pub trace_id: u8,
     pub index: u64,
@@ -127,10 +120,7 @@ fn describe(p: &Packet) -> String {
     match *p {
         Packet::Reserved { header } => format!("reserved packet header {header:#04x}"),
         Packet::ReservedConfig { header, would_be } => {
-            format!(
-                "header {header:#04x} ({}) is not produced by this source's configuration",
-                would_be.name()
-            )
+            format!("header {header:#04x} ({}) is not produced by this source's configuration", would_be.name())
         }
         Packet::BadSequence { during } => {
             format!("invalid byte sequence in a {} packet", during.name())

@@ -41,11 +41,7 @@ pub struct OpenCsdPrinter {
 
 impl OpenCsdPrinter {
     pub fn new(listing: Listing) -> OpenCsdPrinter {
-        OpenCsdPrinter {
-            listing,
-            cc_threshold: [0; 128],
-            in_not_sync: [false; 128],
-        }
+        OpenCsdPrinter { listing, cc_threshold: [0; 128], in_not_sync: [false; 128] }
     }
 
     /// Appends `p`'s line and a newline to `out` (ASCII text). In the
@@ -57,11 +53,7 @@ impl OpenCsdPrinter {
         let not_sync = matches!(p.packet, Packet::NotSync { .. });
         let repeat = not_sync && self.in_not_sync[id];
         self.in_not_sync[id] = not_sync;
-        if let Packet::TraceInfo(TraceInfo {
-            cc_threshold: Some(t),
-            ..
-        }) = p.packet
-        {
+        if let Packet::TraceInfo(TraceInfo { cc_threshold: Some(t), .. }) = p.packet {
             self.cc_threshold[id] = t;
         }
         if self.listing == Listing::PacketsOnly && repeat {
@@ -77,13 +69,7 @@ impl OpenCsdPrinter {
         if self.listing == Listing::Decode {
             out.extend_from_slice(b"; [");
             for b in p.raw {
-                out.extend_from_slice(&[
-                    b'0',
-                    b'x',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 0xF) as usize],
-                    b' ',
-                ]);
+                out.extend_from_slice(&[b'0', b'x', HEX[(b >> 4) as usize], HEX[(b & 0xF) as usize], b' ']);
             }
             out.extend_from_slice(b"];\t");
         } else {
@@ -146,11 +132,7 @@ pub fn write_description(out: &mut Vec<u8>, packet: &Packet, cc_threshold: u32) 
 
 fn fields(out: &mut Vec<u8>, packet: &Packet, cc_threshold: u32) -> std::io::Result<()> {
     match *packet {
-        Packet::BadSequence { during }
-        | Packet::IncompleteEot { during }
-        | Packet::ReservedConfig {
-            would_be: during, ..
-        } => {
+        Packet::BadSequence { during } | Packet::IncompleteEot { during } | Packet::ReservedConfig { would_be: during, .. } => {
             write!(out, "[{}]", during.name())
         }
         Packet::Address(a) => {
@@ -159,15 +141,7 @@ fn fields(out: &mut Vec<u8>, packet: &Packet, cc_threshold: u32) -> std::io::Res
                 AddrForm::Short => write_val(out, &a, a.update_bits),
                 AddrForm::Long32 | AddrForm::Long64 => {
                     let limit = if a.form == AddrForm::Long64 { 64 } else { 32 };
-                    write_val(
-                        out,
-                        &a,
-                        if a.update_bits < limit {
-                            a.update_bits
-                        } else {
-                            0
-                        },
-                    );
+                    write_val(out, &a, if a.update_bits < limit { a.update_bits } else { 0 });
                     out.extend_from_slice(b"; ");
                 }
             }
@@ -176,15 +150,7 @@ fn fields(out: &mut Vec<u8>, packet: &Packet, cc_threshold: u32) -> std::io::Res
         Packet::AddressContext(a, c) => {
             out.extend_from_slice(b"; Addr=");
             let limit = if a.form == AddrForm::Long64 { 64 } else { 32 };
-            write_val(
-                out,
-                &a,
-                if a.update_bits < limit {
-                    a.update_bits
-                } else {
-                    0
-                },
-            );
+            write_val(out, &a, if a.update_bits < limit { a.update_bits } else { 0 });
             out.extend_from_slice(b"; ");
             write_context(out, Some(&c))
         }
@@ -287,11 +253,7 @@ fn write_atoms(out: &mut Vec<u8>, a: &Atoms) {
 fn write_hex(out: &mut Vec<u8>, v: u64, width: usize) {
     let digits = (64 - v.leading_zeros() as usize).div_ceil(4).max(1);
     out.extend(std::iter::repeat_n(b'0', width.saturating_sub(digits)));
-    out.extend(
-        (0..digits)
-            .rev()
-            .map(|k| b"0123456789ABCDEF"[((v >> (4 * k)) & 0xF) as usize]),
-    );
+    out.extend((0..digits).rev().map(|k| b"0123456789ABCDEF"[((v >> (4 * k)) & 0xF) as usize]));
 }
 
 /// OpenCSD's address text: `0x` and hex digits for the valid bits, `?` for
@@ -300,19 +262,8 @@ fn write_val(out: &mut Vec<u8>, a: &Address, update_bits: u8) {
     let total = if a.is64 { 64 } else { 32 };
     let valid_chars = (a.valid_bits as usize).div_ceil(4);
     out.extend_from_slice(b"0x");
-    out.extend(std::iter::repeat_n(
-        b'?',
-        (total / 4usize).saturating_sub(valid_chars),
-    ));
-    write_hex(
-        out,
-        if a.valid_bits > 32 {
-            a.value
-        } else {
-            a.value as u32 as u64
-        },
-        valid_chars,
-    );
+    out.extend(std::iter::repeat_n(b'?', (total / 4usize).saturating_sub(valid_chars)));
+    write_hex(out, if a.valid_bits > 32 { a.value } else { a.value as u32 as u64 }, valid_chars);
     if (a.valid_bits as usize) < total {
         let _ = write!(out, " ({}:0)", a.valid_bits as i32 - 1);
     }
@@ -328,17 +279,8 @@ fn write_context(out: &mut Vec<u8>, c: Option<&Context>) -> std::io::Result<()> 
         out.extend_from_slice(b"Ctxt: Same");
         return Ok(());
     };
-    out.extend_from_slice(if c.aarch64 {
-        b"Ctxt: AArch64,EL"
-    } else {
-        b"Ctxt: AArch32, EL"
-    });
-    write!(
-        out,
-        "{}, {}",
-        c.el,
-        if c.non_secure { "NS; " } else { "S; " }
-    )?;
+    out.extend_from_slice(if c.aarch64 { b"Ctxt: AArch64,EL" } else { b"Ctxt: AArch32, EL" });
+    write!(out, "{}, {}", c.el, if c.non_secure { "NS; " } else { "S; " })?;
     if let Some(cid) = c.context_id {
         write!(out, "CID=0x{cid:08x}; ")?;
     }
@@ -449,11 +391,7 @@ pub fn write_element(out: &mut Vec<u8>, e: &Element) -> bool {
 fn write_hex_lower(out: &mut Vec<u8>, v: u64) {
     let digits = (64 - v.leading_zeros() as usize).div_ceil(4).max(1);
     out.extend_from_slice(b"0x");
-    out.extend(
-        (0..digits)
-            .rev()
-            .map(|k| HEX[((v >> (4 * k)) & 0xF) as usize]),
-    );
+    out.extend((0..digits).rev().map(|k| HEX[((v >> (4 * k)) & 0xF) as usize]));
 }
 
 /// OpenCSD's element text after `OCSD_GEN_TRC_ELEM_`: the type name and its fields in parentheses.
@@ -527,19 +465,11 @@ fn write_element_body(out: &mut Vec<u8>, k: &ElemKind) {
             }
             out.push(b')');
         }
-        ElemKind::Exception {
-            number,
-            ret_addr,
-            ret_addr_is_target,
-        } => {
+        ElemKind::Exception { number, ret_addr, ret_addr_is_target } => {
             let _ = write!(
                 out,
                 "EXCEPTION(pref ret addr:0x{ret_addr:x}{}; excep num (0x{number:02x}) )",
-                if ret_addr_is_target {
-                    " [addr also prev br tgt]"
-                } else {
-                    ""
-                }
+                if ret_addr_is_target { " [addr also prev br tgt]" } else { "" }
             );
         }
         ElemKind::ExceptionReturn => out.extend_from_slice(b"EXCEPTION_RET()"),

@@ -89,10 +89,7 @@ impl PacketType {
             IncompleteEot => ("I_INCOMPLETE_EOT", "Incomplete packet at end of trace."),
             BadSequence => ("I_BAD_SEQUENCE", "Invalid Sequence in packet."),
             Reserved => ("I_RESERVED", "Reserved Packet Header"),
-            ReservedCfg => (
-                "I_RESERVED_CFG",
-                "Reserved header for current configuration.",
-            ),
+            ReservedCfg => ("I_RESERVED_CFG", "Reserved header for current configuration."),
             Extension => ("I_EXTENSION", "Extension packet header."),
             Async => ("I_ASYNC", "Alignment Synchronisation."),
             Discard => ("I_DISCARD", "Discard."),
@@ -107,10 +104,7 @@ impl PacketType {
             CcntF2 => ("I_CCNT_F2", "Cycle Count format 2."),
             CcntF3 => ("I_CCNT_F3", "Cycle Count format 3."),
             NumDsMkr => ("I_NUM_DS_MKR", "Data Synchronisation Marker - Numbered."),
-            UnnumDsMkr => (
-                "I_UNNUM_DS_MKR",
-                "Data Synchronisation Marker - Unnumbered.",
-            ),
+            UnnumDsMkr => ("I_UNNUM_DS_MKR", "Data Synchronisation Marker - Unnumbered."),
             Commit => ("I_COMMIT", "Commit"),
             CancelF1 => ("I_CANCEL_F1", "Cancel Format 1."),
             CancelF1Mispred => ("I_CANCEL_F1_MISPRED", "Cancel Format 1 + Mispredict."),
@@ -129,22 +123,11 @@ impl PacketType {
             Event => ("I_EVENT", "Trace Event."),
             Context => ("I_CTXT", "Context Packet."),
             // OpenCSD's text says IS0 for the IS1 form too; kept so lines diff cleanly.
-            AddrCtxtL32Is0 | AddrCtxtL32Is1 => (
-                if self == AddrCtxtL32Is0 {
-                    "I_ADDR_CTXT_L_32IS0"
-                } else {
-                    "I_ADDR_CTXT_L_32IS1"
-                },
-                "Address & Context, Long, 32 bit, IS0.",
-            ),
-            AddrCtxtL64Is0 => (
-                "I_ADDR_CTXT_L_64IS0",
-                "Address & Context, Long, 64 bit, IS0.",
-            ),
-            AddrCtxtL64Is1 => (
-                "I_ADDR_CTXT_L_64IS1",
-                "Address & Context, Long, 64 bit, IS1.",
-            ),
+            AddrCtxtL32Is0 | AddrCtxtL32Is1 => {
+                (if self == AddrCtxtL32Is0 { "I_ADDR_CTXT_L_32IS0" } else { "I_ADDR_CTXT_L_32IS1" }, "Address & Context, Long, 32 bit, IS0.")
+            }
+            AddrCtxtL64Is0 => ("I_ADDR_CTXT_L_64IS0", "Address & Context, Long, 64 bit, IS0."),
+            AddrCtxtL64Is1 => ("I_ADDR_CTXT_L_64IS1", "Address & Context, Long, 64 bit, IS1."),
             AddrMatch => ("I_ADDR_MATCH", "Exact Address Match."),
             AddrSIs0 => ("I_ADDR_S_IS0", "Address, Short, IS0."),
             AddrSIs1 => ("I_ADDR_S_IS1", "Address, Short, IS1."),
@@ -427,16 +410,10 @@ impl Packet {
                 _ => T::CcntF3,
             },
             Packet::DataSync { numbered: true, .. } => T::NumDsMkr,
-            Packet::DataSync {
-                numbered: false, ..
-            } => T::UnnumDsMkr,
+            Packet::DataSync { numbered: false, .. } => T::UnnumDsMkr,
             Packet::Commit(_) => T::Commit,
-            Packet::CancelF1 {
-                mispredict: false, ..
-            } => T::CancelF1,
-            Packet::CancelF1 {
-                mispredict: true, ..
-            } => T::CancelF1Mispred,
+            Packet::CancelF1 { mispredict: false, .. } => T::CancelF1,
+            Packet::CancelF1 { mispredict: true, .. } => T::CancelF1Mispred,
             Packet::Mispredict(_) => T::Mispredict,
             Packet::CancelF2(_) => T::CancelF2,
             Packet::CancelF3 { .. } => T::CancelF3,
@@ -484,12 +461,6 @@ impl Packet {
 
     /// Whether the packet reports bad or missing trace rather than trace.
     pub fn is_error(&self) -> bool {
-        matches!(
-            self,
-            Packet::Reserved { .. }
-                | Packet::ReservedConfig { .. }
-                | Packet::BadSequence { .. }
-                | Packet::IncompleteEot { .. }
-        )
+        matches!(self, Packet::Reserved { .. } | Packet::ReservedConfig { .. } | Packet::BadSequence { .. } | Packet::IncompleteEot { .. })
     }
 }

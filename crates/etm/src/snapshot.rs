@@ -23,18 +23,12 @@ struct Section {
 
 impl Section {
     fn get(&self, key: &str) -> Option<&str> {
-        self.entries
-            .iter()
-            .find(|(k, _, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v, _)| v.as_str())
+        self.entries.iter().find(|(k, _, _)| k.eq_ignore_ascii_case(key)).map(|(_, v, _)| v.as_str())
     }
 }
 
 fn parse_ini(path: &Path) -> Result<Vec<Section>> {
-    let text = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
     let text = String::from_utf8_lossy(&text);
     let mut sections: Vec<Section> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
@@ -44,36 +38,18 @@ fn parse_ini(path: &Path) -> Result<Vec<Section>> {
         }
         if let Some(name) = line.strip_prefix('[') {
             let Some(name) = name.strip_suffix(']') else {
-                return Err(Error::snapshot(
-                    path,
-                    i + 1,
-                    format!("unterminated section header {line:?}"),
-                ));
+                return Err(Error::snapshot(path, i + 1, format!("unterminated section header {line:?}")));
             };
-            sections.push(Section {
-                name: name.trim().to_string(),
-                line: i + 1,
-                entries: Vec::new(),
-            });
+            sections.push(Section { name: name.trim().to_string(), line: i + 1, entries: Vec::new() });
             continue;
         }
         let Some((k, v)) = line.split_once('=') else {
-            return Err(Error::snapshot(
-                path,
-                i + 1,
-                format!("expected key=value, found {line:?}"),
-            ));
+            return Err(Error::snapshot(path, i + 1, format!("expected key=value, found {line:?}")));
         };
         let Some(section) = sections.last_mut() else {
-            return Err(Error::snapshot(
-                path,
-                i + 1,
-                "key=value before any [section]",
-            ));
+            return Err(Error::snapshot(path, i + 1, "key=value before any [section]"));
         };
-        section
-            .entries
-            .push((k.trim().to_string(), v.trim().to_string(), i + 1));
+        section.entries.push((k.trim().to_string(), v.trim().to_string(), i + 1));
     }
     Ok(sections)
 }
@@ -103,19 +79,10 @@ pub struct Register {
 
 fn parse_register(key: &str, value: &str) -> std::result::Result<Register, String> {
     let (name, attrs) = match key.split_once('(') {
-        Some((n, rest)) => (
-            n.trim(),
-            rest.strip_suffix(')')
-                .ok_or_else(|| format!("unclosed ( in register {key:?}"))?,
-        ),
+        Some((n, rest)) => (n.trim(), rest.strip_suffix(')').ok_or_else(|| format!("unclosed ( in register {key:?}"))?),
         None => (key.trim(), ""),
     };
-    let mut reg = Register {
-        name: name.to_string(),
-        id: None,
-        size: None,
-        value: 0,
-    };
+    let mut reg = Register { name: name.to_string(), id: None, size: None, value: 0 };
     for attr in attrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         let (k, v) = attr.split_once(':').unwrap_or(("id", attr));
         let n = parse_num(v).ok_or_else(|| format!("bad number {v:?} in register {key:?}"))? as u32;
@@ -125,8 +92,7 @@ fn parse_register(key: &str, value: &str) -> std::result::Result<Register, Strin
             other => return Err(format!("unknown register attribute {other:?}")),
         }
     }
-    reg.value =
-        parse_num(value).ok_or_else(|| format!("bad value {value:?} for register {name}"))?;
+    reg.value = parse_num(value).ok_or_else(|| format!("bad value {value:?} for register {name}"))?;
     Ok(reg)
 }
 
@@ -160,24 +126,17 @@ pub struct Device {
 impl Device {
     /// A register's value by name (case-insensitive).
     pub fn register(&self, name: &str) -> Option<u64> {
-        self.registers
-            .iter()
-            .find(|r| r.name.eq_ignore_ascii_case(name))
-            .map(|r| r.value)
+        self.registers.iter().find(|r| r.name.eq_ignore_ascii_case(name)).map(|r| r.value)
     }
 
     /// Whether this is an ETMv4 trace source (`ETM4`, `ETM4.x`).
     pub fn is_etmv4(&self) -> bool {
-        self.kind
-            .split('.')
-            .next()
-            .is_some_and(|k| k.eq_ignore_ascii_case("ETM4"))
+        self.kind.split('.').next().is_some_and(|k| k.eq_ignore_ascii_case("ETM4"))
     }
 
     fn load(path: &Path, dir: &Path) -> Result<Device> {
         let sections = parse_ini(path)?;
-        let dev = section(&sections, "device")
-            .ok_or_else(|| Error::snapshot(path, 1, "no [device] section"))?;
+        let dev = section(&sections, "device").ok_or_else(|| Error::snapshot(path, 1, "no [device] section"))?;
         let mut d = Device {
             name: dev.get("name").unwrap_or_default().to_string(),
             class: dev.get("class").unwrap_or_default().to_string(),
@@ -188,20 +147,13 @@ impl Device {
         };
         if let Some(regs) = section(&sections, "regs") {
             for (k, v, line) in &regs.entries {
-                d.registers
-                    .push(parse_register(k, v).map_err(|r| Error::snapshot(path, *line, r))?);
+                d.registers.push(parse_register(k, v).map_err(|r| Error::snapshot(path, *line, r))?);
             }
         }
-        for s in sections
-            .iter()
-            .filter(|s| s.name.to_ascii_lowercase().starts_with("dump"))
-        {
+        for s in sections.iter().filter(|s| s.name.to_ascii_lowercase().starts_with("dump")) {
             let bad = |what: &str| Error::snapshot(path, s.line, format!("[{}]: {what}", s.name));
-            let num = |key: &str| -> Result<Option<u64>> {
-                s.get(key)
-                    .map(|v| parse_num(v).ok_or_else(|| bad(&format!("bad {key}={v}"))))
-                    .transpose()
-            };
+            let num =
+                |key: &str| -> Result<Option<u64>> { s.get(key).map(|v| parse_num(v).ok_or_else(|| bad(&format!("bad {key}={v}")))).transpose() };
             let file = s.get("file").ok_or_else(|| bad("no file="))?;
             d.dumps.push(MemoryDump {
                 file: dir.join(file),
@@ -282,9 +234,7 @@ impl Snapshot {
         let sections = parse_ini(&path)?;
         let mut snap = Snapshot {
             dir: dir.to_path_buf(),
-            version: section(&sections, "snapshot")
-                .and_then(|s| s.get("version"))
-                .map(str::to_string),
+            version: section(&sections, "snapshot").and_then(|s| s.get("version")).map(str::to_string),
             devices: Vec::new(),
             clusters: Vec::new(),
             buffers: Vec::new(),
@@ -298,14 +248,7 @@ impl Snapshot {
         }
         if let Some(clusters) = section(&sections, "clusters") {
             for (name, cores, _) in &clusters.entries {
-                snap.clusters.push((
-                    name.clone(),
-                    cores
-                        .split(',')
-                        .map(|c| c.trim().to_string())
-                        .filter(|c| !c.is_empty())
-                        .collect(),
-                ));
+                snap.clusters.push((name.clone(), cores.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect()));
             }
         }
         if let Some(meta) = section(&sections, "trace").and_then(|s| s.get("metadata")) {
@@ -316,13 +259,9 @@ impl Snapshot {
 
     fn load_trace_metadata(&mut self, path: &Path) -> Result<()> {
         let sections = parse_ini(path)?;
-        let list = section(&sections, "trace_buffers")
-            .and_then(|s| s.get("buffers"))
-            .unwrap_or_default();
+        let list = section(&sections, "trace_buffers").and_then(|s| s.get("buffers")).unwrap_or_default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let s = section(&sections, name).ok_or_else(|| {
-                Error::snapshot(path, 1, format!("buffer {name} has no [{name}] section"))
-            })?;
+            let s = section(&sections, name).ok_or_else(|| Error::snapshot(path, 1, format!("buffer {name} has no [{name}] section")))?;
             let bad = |what: &str| Error::snapshot(path, s.line, format!("[{name}]: {what}"));
             self.buffers.push(TraceBuffer {
                 name: s.get("name").ok_or_else(|| bad("no name="))?.to_string(),
@@ -331,14 +270,7 @@ impl Snapshot {
             });
         }
         let pairs = |name: &str| -> Vec<(String, String)> {
-            section(&sections, name)
-                .map(|s| {
-                    s.entries
-                        .iter()
-                        .map(|(k, v, _)| (k.clone(), v.clone()))
-                        .collect()
-                })
-                .unwrap_or_default()
+            section(&sections, name).map(|s| s.entries.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect()).unwrap_or_default()
         };
         self.source_buffers = pairs("source_buffers");
         self.core_trace_sources = pairs("core_trace_sources");
@@ -363,13 +295,10 @@ impl Snapshot {
     /// defaults for TRCIDR1 and TRCIDR8-13 when absent) and its core's type.
     pub fn etm_config(&self, source: &Device) -> Result<EtmV4Config> {
         let need = |reg: &str| {
-            source.register(reg).map(|v| v as u32).ok_or_else(|| {
-                Error::snapshot(
-                    &source.path,
-                    1,
-                    format!("ETMv4 source {} has no {reg}", source.name),
-                )
-            })
+            source
+                .register(reg)
+                .map(|v| v as u32)
+                .ok_or_else(|| Error::snapshot(&source.path, 1, format!("ETMv4 source {} has no {reg}", source.name)))
         };
         let d = EtmV4Config::default();
         let opt = |reg: &str, default: u32| source.register(reg).map_or(default, |v| v as u32);
@@ -385,86 +314,50 @@ impl Snapshot {
             idr11: opt("TRCIDR11", 0),
             idr12: opt("TRCIDR12", 0),
             idr13: opt("TRCIDR13", 0),
-            profile: self
-                .core_of(&source.name)
-                .map_or(Profile::A, |c| Profile::from_core_type(&c.kind)),
+            profile: self.core_of(&source.name).map_or(Profile::A, |c| Profile::from_core_type(&c.kind)),
         })
     }
 
     /// Framing and ETMv4 sources of a buffer. A `source_data` buffer holds
     /// one source: the first by name, as OpenCSD takes it.
     pub fn buffer_setup(&self, buffer: &str) -> Result<BufferSetup> {
-        let b = self.buffer(buffer).ok_or_else(|| {
-            Error::snapshot(
-                self.dir.join("snapshot.ini"),
-                1,
-                format!("no trace buffer named {buffer}"),
-            )
-        })?;
-        let mut names: Vec<&str> = self
-            .source_buffers
-            .iter()
-            .filter(|(_, buf)| buf == buffer)
-            .map(|(s, _)| s.as_str())
-            .collect();
+        let b = self.buffer(buffer).ok_or_else(|| Error::snapshot(self.dir.join("snapshot.ini"), 1, format!("no trace buffer named {buffer}")))?;
+        let mut names: Vec<&str> = self.source_buffers.iter().filter(|(_, buf)| buf == buffer).map(|(s, _)| s.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         if b.format == BufferFormat::SourceData {
             names.truncate(1);
         }
-        let container = if b.format == BufferFormat::DstreamCoresight {
-            Container::Dstream
-        } else {
-            Container::Plain
-        };
+        let container = if b.format == BufferFormat::DstreamCoresight { Container::Dstream } else { Container::Plain };
         let mut setup = BufferSetup {
             buffer: b.clone(),
-            framing: Framing::Aligned {
-                reset_on_4x_fsync: false,
-            },
+            framing: Framing::Aligned { reset_on_4x_fsync: false },
             container,
             sources: Vec::new(),
             unsupported: Vec::new(),
         };
         for name in names {
-            let dev = self.device(name).ok_or_else(|| {
-                Error::snapshot(
-                    self.dir.join("snapshot.ini"),
-                    1,
-                    format!("trace source {name} is not in the device list"),
-                )
-            })?;
+            let dev = self
+                .device(name)
+                .ok_or_else(|| Error::snapshot(self.dir.join("snapshot.ini"), 1, format!("trace source {name} is not in the device list")))?;
             if dev.is_etmv4() {
-                setup
-                    .sources
-                    .push((name.to_string(), self.etm_config(dev)?));
+                setup.sources.push((name.to_string(), self.etm_config(dev)?));
             } else {
                 setup.unsupported.push((name.to_string(), dev.kind.clone()));
             }
         }
         setup.framing = match &b.format {
-            BufferFormat::Coresight => Framing::Aligned {
-                reset_on_4x_fsync: false,
-            },
+            BufferFormat::Coresight => Framing::Aligned { reset_on_4x_fsync: false },
             BufferFormat::DstreamCoresight => Framing::Synced { hsyncs: false },
             // OpenCSD reports a single source's packets under ID 0.
             BufferFormat::SourceData => Framing::Raw { trace_id: 0 },
-            BufferFormat::Other(f) => {
-                return Err(Error::snapshot(
-                    self.dir.join("snapshot.ini"),
-                    1,
-                    format!("buffer {buffer}: unknown format {f}"),
-                ))
-            }
+            BufferFormat::Other(f) => return Err(Error::snapshot(self.dir.join("snapshot.ini"), 1, format!("buffer {buffer}: unknown format {f}"))),
         };
         Ok(setup)
     }
 
     /// The bytes of a buffer's file.
     pub fn read_buffer(&self, buffer: &TraceBuffer) -> Result<Vec<u8>> {
-        std::fs::read(&buffer.file).map_err(|source| Error::Io {
-            path: buffer.file.clone(),
-            source,
-        })
+        std::fs::read(&buffer.file).map_err(|source| Error::Io { path: buffer.file.clone(), source })
     }
 }

@@ -5,10 +5,7 @@
 
 use crate::config::EtmV4Config;
 use crate::decode::{Emit, ErrorRecovery, PacketDecoder};
-use crate::frame::{
-    unpack, Container, Deformatter, DfEvent, FrameData, FrameError, Framing, DSTREAM_BLOCK,
-    DSTREAM_FOOTER,
-};
+use crate::frame::{unpack, Container, Deformatter, DfEvent, FrameData, FrameError, Framing, DSTREAM_BLOCK, DSTREAM_FOOTER};
 use crate::TracePacket;
 
 const NO_DECODER: u8 = u8::MAX;
@@ -80,10 +77,7 @@ impl PacketStream {
             // Unframed data has no ID: it all goes to the first source.
             if let Some(c) = configs.first() {
                 route[trace_id as usize & 0x7F] = 0;
-                let c = EtmV4Config {
-                    traceidr: trace_id as u32,
-                    ..*c
-                };
+                let c = EtmV4Config { traceidr: trace_id as u32, ..*c };
                 decoders.push(PacketDecoder::new(&c).with_recovery(recovery));
             }
         } else {
@@ -110,25 +104,18 @@ impl PacketStream {
     }
 
     pub fn stats(&self) -> StreamStats {
-        StreamStats {
-            unsynced_bytes: self.deformatter.unsynced_bytes,
-            ..self.stats
-        }
+        StreamStats { unsynced_bytes: self.deformatter.unsynced_bytes, ..self.stats }
     }
 
     /// The decoder of a trace ID, if the stream has one.
     pub fn decoder(&self, trace_id: u8) -> Option<&PacketDecoder> {
-        self.decoders
-            .get(*self.route.get(trace_id as usize)? as usize)
+        self.decoders.get(*self.route.get(trace_id as usize)? as usize)
     }
 
     /// The next packet from `input`, or a frame error; None when `input` is
     /// used up (more input may follow, or [`PacketStream::finish`]).
     #[inline]
-    pub fn next<'s, 'd: 's>(
-        &'s mut self,
-        input: &mut Input<'d>,
-    ) -> Option<Result<TracePacket<'s>, FrameError>> {
+    pub fn next<'s, 'd: 's>(&'s mut self, input: &mut Input<'d>) -> Option<Result<TracePacket<'s>, FrameError>> {
         let t = self.advance(input)?;
         Some(t.map(|t| self.resolve(t, input.data)))
     }
@@ -152,11 +139,7 @@ impl PacketStream {
                 return None;
             };
             let emit = dec.step(input.data, input.base, &mut input.pos)?;
-            return Some(Ok(Token {
-                slot,
-                emit,
-                from_input: true,
-            }));
+            return Some(Ok(Token { slot, emit, from_input: true }));
         }
         loop {
             if self.chunk < self.frame.n {
@@ -165,11 +148,7 @@ impl PacketStream {
                 if let Some(dec) = self.decoders.get_mut(slot) {
                     let bytes = &self.frame.data[c.start as usize..c.end as usize];
                     if let Some(emit) = dec.step(bytes, c.index, &mut self.chunk_pos) {
-                        return Some(Ok(Token {
-                            slot,
-                            emit,
-                            from_input: false,
-                        }));
+                        return Some(Ok(Token { slot, emit, from_input: false }));
                     }
                 } else {
                     self.stats.unrouted_bytes += (c.end - c.start) as u64;
@@ -178,10 +157,7 @@ impl PacketStream {
                 self.chunk_pos = 0;
                 continue;
             }
-            match self
-                .deformatter
-                .next(input.data, input.base, &mut input.pos)?
-            {
+            match self.deformatter.next(input.data, input.base, &mut input.pos)? {
                 DfEvent::Frame { frame, sof } => {
                     unpack(&frame, sof, &mut self.cur_id, &mut self.frame);
                     self.stats.frames += 1;
@@ -208,11 +184,7 @@ impl PacketStream {
             let slot = self.route[self.finish_step - 1] as usize;
             self.finish_step += 1;
             if let Some(emit) = self.decoders.get_mut(slot).and_then(|d| d.finish_emit()) {
-                return Some(Ok(Token {
-                    slot,
-                    emit,
-                    from_input: true,
-                }));
+                return Some(Ok(Token { slot, emit, from_input: true }));
             }
         }
         None
@@ -261,12 +233,7 @@ pub struct PacketReader<'d> {
 }
 
 impl<'d> PacketReader<'d> {
-    pub fn new(
-        data: &'d [u8],
-        framing: Framing,
-        configs: &[EtmV4Config],
-        recovery: ErrorRecovery,
-    ) -> PacketReader<'d> {
+    pub fn new(data: &'d [u8], framing: Framing, configs: &[EtmV4Config], recovery: ErrorRecovery) -> PacketReader<'d> {
         PacketReader::with_container(data, Container::Plain, framing, configs, recovery)
     }
 
@@ -301,11 +268,7 @@ impl<'d> PacketReader<'d> {
             Container::Plain => (0, self.data.len(), 0),
             Container::Dstream => {
                 let start = self.block * DSTREAM_BLOCK;
-                (
-                    start,
-                    DSTREAM_BLOCK - DSTREAM_FOOTER,
-                    (self.block * (DSTREAM_BLOCK - DSTREAM_FOOTER)) as u64,
-                )
+                (start, DSTREAM_BLOCK - DSTREAM_FOOTER, (self.block * (DSTREAM_BLOCK - DSTREAM_FOOTER)) as u64)
             }
         };
         if start >= self.data.len() || (self.block > 0 && self.container == Container::Plain) {
@@ -329,9 +292,7 @@ impl<'d> PacketReader<'d> {
     pub fn next_item(&mut self) -> Option<(bool, Result<TracePacket<'_>, FrameError>)> {
         while !self.ended {
             match self.stream.advance(&mut self.input) {
-                Some(t) => {
-                    return Some((false, t.map(|t| self.stream.resolve(t, self.input.data))))
-                }
+                Some(t) => return Some((false, t.map(|t| self.stream.resolve(t, self.input.data)))),
                 None => self.ended = !self.next_block(),
             }
         }

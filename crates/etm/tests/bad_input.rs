@@ -15,23 +15,14 @@ use etm::{Container, ErrorRecovery, EtmV4Config, FrameErrorKind, Framing, Packet
 fn pieces(data: &[u8], container: Container) -> Vec<(&[u8], u64)> {
     match container {
         Container::Plain => vec![(data, 0)],
-        Container::Dstream => data
-            .chunks(512)
-            .enumerate()
-            .map(|(k, b)| (&b[..b.len().min(504)], k as u64 * 504))
-            .collect(),
+        Container::Dstream => data.chunks(512).enumerate().map(|(k, b)| (&b[..b.len().min(504)], k as u64 * 504)).collect(),
     }
 }
 
 fn drain(s: &mut PacketStream, input: &mut Input<'_>, out: &mut Vec<Item>) {
     while let Some(item) = s.next(input) {
         out.push(match item {
-            Ok(p) => Item::Packet {
-                id: p.trace_id,
-                index: p.index,
-                packet: p.packet,
-                raw: p.raw.to_vec(),
-            },
+            Ok(p) => Item::Packet { id: p.trace_id, index: p.index, packet: p.packet, raw: p.raw.to_vec() },
             Err(e) => Item::Frame(e),
         });
     }
@@ -41,12 +32,7 @@ fn finish(s: &mut PacketStream) -> Vec<Item> {
     let mut out = Vec::new();
     while let Some(item) = s.finish() {
         out.push(match item {
-            Ok(p) => Item::Packet {
-                id: p.trace_id,
-                index: p.index,
-                packet: p.packet,
-                raw: p.raw.to_vec(),
-            },
+            Ok(p) => Item::Packet { id: p.trace_id, index: p.index, packet: p.packet, raw: p.raw.to_vec() },
             Err(e) => Item::Frame(e),
         });
     }
@@ -56,13 +42,7 @@ fn finish(s: &mut PacketStream) -> Vec<Item> {
 /// Cuts the trace at every byte: what was decoded before the cut is what an
 /// uncut decode gives, and the end reports only a frame cut short and
 /// packets cut short, once each, inside the trace.
-fn cut_everywhere(
-    name: &str,
-    data: &[u8],
-    container: Container,
-    framing: Framing,
-    configs: &[EtmV4Config],
-) -> usize {
+fn cut_everywhere(name: &str, data: &[u8], container: Container, framing: Framing, configs: &[EtmV4Config]) -> usize {
     const STEP: usize = 16;
     let mut main = PacketStream::new(framing, configs, ErrorRecovery::Resync);
     let mut full: Vec<Item> = Vec::new();
@@ -72,44 +52,22 @@ fn cut_everywhere(
             let step = &bytes[at..(at + STEP).min(bytes.len())];
             // What the uncut decode gives next.
             let mut next = Vec::new();
-            drain(
-                &mut main.clone(),
-                &mut Input::new(step, base + at as u64),
-                &mut next,
-            );
+            drain(&mut main.clone(), &mut Input::new(step, base + at as u64), &mut next);
             for k in 0..step.len() {
                 let mut s = main.clone();
                 let mut out = Vec::new();
-                drain(
-                    &mut s,
-                    &mut Input::new(&step[..k], base + at as u64),
-                    &mut out,
-                );
+                drain(&mut s, &mut Input::new(&step[..k], base + at as u64), &mut out);
                 let end_index = base + (at + k) as u64;
-                assert!(
-                    next.starts_with(&out),
-                    "{name}: cut at trace index {end_index}: {out:?} is not a prefix of {next:?}"
-                );
+                assert!(next.starts_with(&out), "{name}: cut at trace index {end_index}: {out:?} is not a prefix of {next:?}");
                 let tail = finish(&mut s);
                 let mut last_id = None;
                 for (i, item) in tail.iter().enumerate() {
                     match item {
-                        Item::Frame(e) => assert!(
-                            i == 0
-                                && matches!(e.kind, FrameErrorKind::PartialFrame(_))
-                                && e.offset <= end_index,
-                            "{name}: {e}"
-                        ),
-                        Item::Packet {
-                            id,
-                            index,
-                            packet: Packet::IncompleteEot { .. },
-                            raw,
-                        } => {
-                            assert!(
-                                last_id < Some(*id) && *index <= end_index && !raw.is_empty(),
-                                "{name}: {item:?}"
-                            );
+                        Item::Frame(e) => {
+                            assert!(i == 0 && matches!(e.kind, FrameErrorKind::PartialFrame(_)) && e.offset <= end_index, "{name}: {e}")
+                        }
+                        Item::Packet { id, index, packet: Packet::IncompleteEot { .. }, raw } => {
+                            assert!(last_id < Some(*id) && *index <= end_index && !raw.is_empty(), "{name}: {item:?}");
                             last_id = Some(*id);
                         }
                         other => panic!("{name}: cut at {end_index}: {other:?} after the end"),
@@ -117,11 +75,7 @@ fn cut_everywhere(
                 }
                 cuts += 1;
             }
-            drain(
-                &mut main,
-                &mut Input::new(step, base + at as u64),
-                &mut full,
-            );
+            drain(&mut main, &mut Input::new(step, base + at as u64), &mut full);
             assert!(full.ends_with(&next));
         }
     }
@@ -148,24 +102,11 @@ fn check(what: &str, items: &[Item], trace_len: u64, recovery: ErrorRecovery) {
     for item in items {
         match item {
             Item::Frame(e) => {
-                assert!(
-                    e.offset <= trace_len,
-                    "{what}: {e} past the end ({trace_len})"
-                );
+                assert!(e.offset <= trace_len, "{what}: {e} past the end ({trace_len})");
                 lost = [true; 128];
             }
-            Item::Packet {
-                id,
-                index,
-                packet,
-                raw,
-            } => {
-                assert!(
-                    *index <= trace_len
-                        && !raw.is_empty()
-                        && raw.len() <= etm::decode::MAX_PACKET_LEN,
-                    "{what}: {item:?}"
-                );
+            Item::Packet { id, index, packet, raw } => {
+                assert!(*index <= trace_len && !raw.is_empty() && raw.len() <= etm::decode::MAX_PACKET_LEN, "{what}: {item:?}");
                 let id = *id as usize & 0x7F;
                 if recovery == ErrorRecovery::Resync {
                     match packet {
@@ -196,20 +137,13 @@ fn random_byte_flips_in_real_buffers() {
         let b = common::first_buffer(&dir);
         for _ in 0..150 {
             // A window starting on a frame (and DSTREAM block) boundary.
-            let start = if b.data.len() > 8192 {
-                rng.below((b.data.len() - 8192) as u64 / 512) as usize * 512
-            } else {
-                0
-            };
+            let start = if b.data.len() > 8192 { rng.below((b.data.len() - 8192) as u64 / 512) as usize * 512 } else { 0 };
             let mut w = b.data[start..(start + 8192).min(b.data.len())].to_vec();
             for _ in 0..1 + rng.below(4) {
                 let i = rng.below(w.len() as u64) as usize;
                 w[i] ^= 1 << rng.below(8);
             }
-            let trace_len = pieces(&w, b.container)
-                .iter()
-                .map(|p| p.0.len() as u64)
-                .sum();
+            let trace_len = pieces(&w, b.container).iter().map(|p| p.0.len() as u64).sum();
             for recovery in [ErrorRecovery::Resync, ErrorRecovery::Continue] {
                 let items = common::decode_all(&w, b.container, b.framing, &b.configs, recovery);
                 check(name, &items, trace_len, recovery);
@@ -227,11 +161,8 @@ fn random_bytes_in_every_framing() {
     for round in 0..400 {
         let len = rng.below(3000) as usize;
         // Mostly packet-like bytes: valid trace with damage, or plain noise.
-        let mut data = if round % 2 == 0 {
-            synth::trace(&mut rng, &configs[round % 4], len / 4, true)
-        } else {
-            (0..len).map(|_| rng.next() as u8).collect()
-        };
+        let mut data =
+            if round % 2 == 0 { synth::trace(&mut rng, &configs[round % 4], len / 4, true) } else { (0..len).map(|_| rng.next() as u8).collect() };
         for _ in 0..rng.below(20) {
             if !data.is_empty() {
                 let i = rng.below(data.len() as u64) as usize;
@@ -240,30 +171,14 @@ fn random_bytes_in_every_framing() {
         }
         let framing = match round % 4 {
             0 => Framing::Raw { trace_id: 0x10 },
-            1 => Framing::Aligned {
-                reset_on_4x_fsync: round % 8 == 1,
-            },
-            _ => Framing::Synced {
-                hsyncs: round % 8 == 2,
-            },
+            1 => Framing::Aligned { reset_on_4x_fsync: round % 8 == 1 },
+            _ => Framing::Synced { hsyncs: round % 8 == 2 },
         };
-        let container = if round % 16 == 3 {
-            Container::Dstream
-        } else {
-            Container::Plain
-        };
-        let trace_len = pieces(&data, container)
-            .iter()
-            .map(|p| p.0.len() as u64)
-            .sum();
+        let container = if round % 16 == 3 { Container::Dstream } else { Container::Plain };
+        let trace_len = pieces(&data, container).iter().map(|p| p.0.len() as u64).sum();
         for recovery in [ErrorRecovery::Resync, ErrorRecovery::Continue] {
             let items = common::decode_all(&data, container, framing, &configs, recovery);
-            assert!(
-                items.len() <= data.len() + 130,
-                "round {round}: {} items from {} bytes",
-                items.len(),
-                data.len()
-            );
+            assert!(items.len() <= data.len() + 130, "round {round}: {} items from {} bytes", items.len(), data.len());
             check(&format!("round {round}"), &items, trace_len, recovery);
         }
     }
@@ -280,40 +195,22 @@ fn a_fault_is_named_and_decoding_resumes_at_the_next_async() {
     let second_half = synth::trace(&mut rng, &c, 200, false);
     enc.encode(&Packet::Async, &mut clean).unwrap();
     let resume_at = clean.len() - 12;
-    clean.extend_from_slice(
-        &second_half[second_half.iter().position(|&b| b == 0x80).unwrap() + 1..],
-    );
+    clean.extend_from_slice(&second_half[second_half.iter().position(|&b| b == 0x80).unwrap() + 1..]);
     let fault = resume_at - 40;
     let mut bad = clean.clone();
     bad.insert(fault, 0x08);
     let framing = Framing::Raw { trace_id: 0x10 };
-    let good = common::decode_all(
-        &clean,
-        Container::Plain,
-        framing,
-        &[c],
-        ErrorRecovery::Resync,
-    );
+    let good = common::decode_all(&clean, Container::Plain, framing, &[c], ErrorRecovery::Resync);
     let items = common::decode_all(&bad, Container::Plain, framing, &[c], ErrorRecovery::Resync);
     let err = items.iter().find_map(|i| match i {
-        Item::Packet {
-            id, index, packet, ..
-        } if packet.is_error() => Some((*id, *index, *packet)),
+        Item::Packet { id, index, packet, .. } if packet.is_error() => Some((*id, *index, *packet)),
         _ => None,
     });
     // The fault may fall inside a packet, which then breaks there instead.
     let (id, index, _) = err.expect("no fault reported");
     assert_eq!(id, 0x10);
     assert!(index <= fault as u64);
-    let msg = etm::TracePacket {
-        trace_id: id,
-        index,
-        packet: Packet::Reserved { header: 8 },
-        raw: &[8],
-    }
-    .error()
-    .unwrap()
-    .to_string();
+    let msg = etm::TracePacket { trace_id: id, index, packet: Packet::Reserved { header: 8 }, raw: &[8] }.error().unwrap().to_string();
     assert!(msg.starts_with("trace ID 0x10, trace index"), "{msg}");
     // From the A-sync after the fault on, the same packets (one byte later).
     let tail = |items: &[Item], from: u64| -> Vec<Packet> {

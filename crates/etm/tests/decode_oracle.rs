@@ -25,19 +25,11 @@ fn our_listing(dir: &std::path::Path) -> String {
     for n in notes {
         eprintln!("{n}");
     }
-    let mut reader = PacketReader::with_container(
-        &data,
-        setup.container,
-        setup.framing,
-        &configs,
-        ErrorRecovery::Continue,
-    );
+    let mut reader = PacketReader::with_container(&data, setup.container, setup.framing, &configs, ErrorRecovery::Continue);
     let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
     let mut printer = OpenCsdPrinter::new(Listing::Decode);
     let mut text = Vec::new();
-    flow::run(&mut reader, &mut decoder, |item| {
-        printer.write_item(&mut text, &item)
-    });
+    flow::run(&mut reader, &mut decoder, |item| printer.write_item(&mut text, &item));
     String::from_utf8(text).unwrap()
 }
 
@@ -151,10 +143,7 @@ fn synthetic_runs() {
         }
         assert_eq!(theirs.len(), ours.len(), "{name}: line counts differ");
         let n = theirs.iter().filter(|l| is_element(l)).count();
-        assert!(
-            theirs.iter().any(|l| l.contains("INSTR_RANGE")),
-            "{name}: no ranges"
-        );
+        assert!(theirs.iter().any(|l| l.contains("INSTR_RANGE")), "{name}: no ranges");
         elements += n;
         lines += theirs.len();
     }
@@ -206,21 +195,13 @@ fn random_packet_sequences() {
         // Up to the first A32 or T32 code OpenCSD walks (an exception's
         // walk ignores a missing context, and a reset leaves AArch32): we
         // report such code as unsupported rather than walk it.
-        if let Some(cut) = theirs
-            .iter()
-            .position(|l| l.contains("INSTR_RANGE") && !l.contains("(ISA=A64)"))
-        {
+        if let Some(cut) = theirs.iter().position(|l| l.contains("INSTR_RANGE") && !l.contains("(ISA=A64)")) {
             a32_cuts += 1;
             theirs.truncate(cut);
             ours.truncate(cut);
         }
         if let Some(i) = theirs.iter().zip(&ours).position(|(t, o)| t != o) {
-            panic!(
-                "{name}: line {i} differs:\n  trc_pkt_lister {}\n  ours           {}\n(snapshot in {})",
-                theirs[i],
-                ours[i],
-                dir.display()
-            );
+            panic!("{name}: line {i} differs:\n  trc_pkt_lister {}\n  ours           {}\n(snapshot in {})", theirs[i], ours[i], dir.display());
         }
         assert_eq!(theirs.len(), ours.len(), "{name}: line counts differ");
         elements += theirs.iter().filter(|l| is_element(l)).count();

@@ -50,13 +50,7 @@ fn count(name: &str, windows: bool) -> Option<(usize, u64, u64)> {
     let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
     let (code, _) = flow::snapshot_code(&snap);
     let mut before = allocs();
-    let mut reader = PacketReader::with_container(
-        &data,
-        setup.container,
-        setup.framing,
-        &configs,
-        ErrorRecovery::Continue,
-    );
+    let mut reader = PacketReader::with_container(&data, setup.container, setup.framing, &configs, ErrorRecovery::Continue);
     let mut d = FlowDecoder::for_buffer(&code, setup.framing, &configs);
     if windows {
         d.window_timestamps(reader.clone());
@@ -74,16 +68,10 @@ fn count(name: &str, windows: bool) -> Option<(usize, u64, u64)> {
 
 #[test]
 fn allocations_do_not_grow_with_the_trace() {
-    let (Some(small), Some(big)) = (
-        count("juno_r1_1", false),
-        count("bugfix-exact-match", false),
-    ) else {
+    let (Some(small), Some(big)) = (count("juno_r1_1", false), count("bugfix-exact-match", false)) else {
         return;
     };
-    eprintln!(
-        "juno_r1_1: {} allocations for {} elements; bugfix-exact-match: {} for {}",
-        small.0, small.1, big.0, big.1
-    );
+    eprintln!("juno_r1_1: {} allocations for {} elements; bugfix-exact-match: {} for {}", small.0, small.1, big.0, big.1);
     assert!(big.1 > 100 * small.1);
     // Set-up only: a few per source (6 in each), none per packet or element.
     assert!(big.0 <= 100 && small.0 <= 100, "{small:?} {big:?}");
@@ -107,41 +95,15 @@ fn window_decode_of_a_long_trace_does_not_allocate_per_packet() {
     words[3] = 0x17fffffd;
     words[0x40] = 0xd65f03c0;
     let mut base = BaseImage::new();
-    base.add_bytes(
-        0x2000,
-        words.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        "program",
-    );
+    base.add_bytes(0x2000, words.iter().flat_map(|w| w.to_le_bytes()).collect(), "program");
     let mut b = TimelineBuilder::new(base);
-    b.poke(Poke {
-        time: 10,
-        settled: None,
-        addr: 0x2000,
-        old: &0xd503201f_u32.to_le_bytes(),
-        new: &0xd503201f_u32.to_le_bytes(),
-        cpu: None,
-    });
+    b.poke(Poke { time: 10, settled: None, addr: 0x2000, old: &0xd503201f_u32.to_le_bytes(), new: &0xd503201f_u32.to_le_bytes(), cpu: None });
     let code = b.build();
-    let ctx = Context {
-        el: 1,
-        aarch64: true,
-        non_secure: true,
-        vmid: None,
-        context_id: None,
-    };
-    let cfg = EtmV4Config {
-        configr: 1,
-        traceidr: 0x10,
-        ..EtmV4Config::default()
-    };
+    let ctx = Context { el: 1, aarch64: true, non_secure: true, vmid: None, context_id: None };
+    let cfg = EtmV4Config { configr: 1, traceidr: 0x10, ..EtmV4Config::default() };
     let decode = |iterations: u64| {
-        let mut p = vec![
-            Packet::Async,
-            Packet::TraceInfo(TraceInfo::default()),
-            Packet::TraceOn,
-            ts(100),
-            Packet::AddressContext(long_addr(0x2000), ctx),
-        ];
+        let mut p =
+            vec![Packet::Async, Packet::TraceInfo(TraceInfo::default()), Packet::TraceOn, ts(100), Packet::AddressContext(long_addr(0x2000), ctx)];
         let mut stamps = vec![100];
         for i in 0..iterations {
             p.push(atoms("NEE"));
@@ -156,17 +118,9 @@ fn window_decode_of_a_long_trace_does_not_allocate_per_packet() {
         let mut ranges = 0u64;
         let before = allocs();
         for (i, pk) in p.iter().enumerate() {
-            let tp = TracePacket {
-                trace_id: 0x10,
-                index: i as u64,
-                packet: *pk,
-                raw: &[],
-            };
+            let tp = TracePacket { trace_id: 0x10, index: i as u64, packet: *pk, raw: &[] };
             d.packet(&tp, &mut out);
-            ranges += out
-                .iter()
-                .filter(|e| matches!(e.kind, flow::ElemKind::InstrRange(_)))
-                .count() as u64;
+            ranges += out.iter().filter(|e| matches!(e.kind, flow::ElemKind::InstrRange(_))).count() as u64;
             out.clear();
         }
         (allocs() - before, ranges)

@@ -15,15 +15,8 @@ use etm::{Container, ErrorRecovery, EtmV4Config, Framing, PacketReader};
 
 /// Elements of a buffer, each with the trace index of the packet being
 /// decoded when it came out (None for the end-of-trace flush).
-fn elements(
-    data: &[u8],
-    container: Container,
-    framing: Framing,
-    configs: &[EtmV4Config],
-    code: &CodeTimeline,
-) -> Vec<(Option<u64>, Element)> {
-    let mut reader =
-        PacketReader::with_container(data, container, framing, configs, ErrorRecovery::Continue);
+fn elements(data: &[u8], container: Container, framing: Framing, configs: &[EtmV4Config], code: &CodeTimeline) -> Vec<(Option<u64>, Element)> {
+    let mut reader = PacketReader::with_container(data, container, framing, configs, ErrorRecovery::Continue);
     let mut d = FlowDecoder::for_buffer(code, framing, configs);
     let mut out = Vec::new();
     let mut at = None;
@@ -59,14 +52,9 @@ fn check_resets(what: &str, elems: &[(Option<u64>, Element)]) -> bool {
         if matches!(err, FlowError::UnsupportedIsa { .. }) {
             continue;
         }
-        let mut same = elems[i + 1..]
-            .iter()
-            .map(|x| x.1)
-            .filter(|x| x.trace_id == e.trace_id);
+        let mut same = elems[i + 1..].iter().map(|x| x.1).filter(|x| x.trace_id == e.trace_id);
         match same.next().map(|x| x.kind) {
-            Some(ElemKind::NoSync(UnsyncReason::BadPacket | UnsyncReason::ResetDecoder))
-            | Some(ElemKind::EoTrace(_))
-            | None => {}
+            Some(ElemKind::NoSync(UnsyncReason::BadPacket | UnsyncReason::ResetDecoder)) | Some(ElemKind::EoTrace(_)) | None => {}
             other => panic!("{what}: after {err} at {:#x} comes {other:?}", e.index),
         }
         resumed |= same.any(|x| matches!(x.kind, ElemKind::InstrRange(_) | ElemKind::AddrNacc(_)));
@@ -88,19 +76,13 @@ fn byte_flips_give_errors_then_resync() {
         }
         let elems = elements(&data, b.container, b.framing, &b.configs, &code);
         for (_, e) in &elems {
-            assert!(
-                e.index < data.len() as u64,
-                "element index {:#x} outside the trace",
-                e.index
-            );
+            assert!(e.index < data.len() as u64, "element index {:#x} outside the trace", e.index);
         }
         errors += elems.iter().any(|e| matches!(e.1.kind, ElemKind::Error(_))) as usize;
         resumed += check_resets("flipped", &elems) as usize;
         assert!(elems.len() < full.len() * 2 + 1000);
     }
-    eprintln!(
-        "48 flipped buffers: {errors} with error elements, {resumed} decoding again after one"
-    );
+    eprintln!("48 flipped buffers: {errors} with error elements, {resumed} decoding again after one");
     assert!(errors > 0 && resumed > 0);
 }
 
@@ -114,18 +96,10 @@ fn cut_buffers_decode_the_same_up_to_the_cut() {
         let elems = elements(&b.data[..cut], b.container, b.framing, &b.configs, &code);
         // Packets well before the cut are whole in both: their elements agree.
         let bound = cut.saturating_sub(1024) as u64;
-        let before = |v: &[(Option<u64>, Element)]| -> Vec<Element> {
-            v.iter()
-                .filter(|x| x.0.is_some_and(|i| i < bound))
-                .map(|x| x.1)
-                .collect()
-        };
+        let before = |v: &[(Option<u64>, Element)]| -> Vec<Element> { v.iter().filter(|x| x.0.is_some_and(|i| i < bound)).map(|x| x.1).collect() };
         assert_eq!(before(&elems), before(&full), "cut at {cut:#x}");
         // Every source ends.
-        let ends = elems
-            .iter()
-            .filter(|x| matches!(x.1.kind, ElemKind::EoTrace(_)))
-            .count();
+        let ends = elems.iter().filter(|x| matches!(x.1.kind, ElemKind::EoTrace(_))).count();
         assert_eq!(ends, b.configs.len(), "cut at {cut:#x}");
     }
 }
@@ -154,21 +128,12 @@ fn random_packets_under_every_configuration() {
                 len = t.len();
                 t
             };
-            let framing = Framing::Raw {
-                trace_id: cfg.trace_id(),
-            };
+            let framing = Framing::Raw { trace_id: cfg.trace_id() };
             let elems = elements(&data, Container::Plain, framing, &[cfg], &code);
-            assert!(
-                elems.len() <= 50 * len + 10,
-                "{name}: {} elements from {len} bytes",
-                elems.len()
-            );
+            assert!(elems.len() <= 50 * len + 10, "{name}: {} elements from {len} bytes", elems.len());
             check_resets(name, &elems);
             total += elems.len();
-            ranges += elems
-                .iter()
-                .filter(|e| matches!(e.1.kind, ElemKind::AddrNacc(_) | ElemKind::InstrRange(_)))
-                .count();
+            ranges += elems.iter().filter(|e| matches!(e.1.kind, ElemKind::AddrNacc(_) | ElemKind::InstrRange(_))).count();
         }
     }
     eprintln!("random packets: {total} elements, {ranges} ranges or inaccessible code");
@@ -213,35 +178,17 @@ fn memory_dumps_that_lie() {
     };
     let (reference, _) = decode_dir(&src);
     // Longer than the file: cut to the file, with a note; the same decode.
-    let dir = juno_with_dump(
-        "too-long",
-        "[dump1]\nfile=kernel_dump.bin\naddress=0xFFFFFFC000081000\nlength=0x00100000\n",
-    )
-    .unwrap();
+    let dir = juno_with_dump("too-long", "[dump1]\nfile=kernel_dump.bin\naddress=0xFFFFFFC000081000\nlength=0x00100000\n").unwrap();
     let (elems, notes) = decode_dir(&dir);
-    assert!(
-        notes.len() == 1 && notes[0].contains("kernel_dump.bin") && notes[0].contains("0x100000"),
-        "{notes:?}"
-    );
+    assert!(notes.len() == 1 && notes[0].contains("kernel_dump.bin") && notes[0].contains("0x100000"), "{notes:?}");
     assert_eq!(elems, reference);
 
     // A missing file: a note, and every atom meets inaccessible code.
-    let dir = juno_with_dump(
-        "missing",
-        "[dump1]\nfile=nothing.bin\naddress=0xFFFFFFC000081000\n",
-    )
-    .unwrap();
+    let dir = juno_with_dump("missing", "[dump1]\nfile=nothing.bin\naddress=0xFFFFFFC000081000\n").unwrap();
     let (elems, notes) = decode_dir(&dir);
-    assert!(
-        notes.len() == 1 && notes[0].contains("nothing.bin"),
-        "{notes:?}"
-    );
-    assert!(!elems
-        .iter()
-        .any(|e| matches!(e.kind, ElemKind::InstrRange(_))));
-    assert!(elems
-        .iter()
-        .any(|e| matches!(e.kind, ElemKind::AddrNacc(_))));
+    assert!(notes.len() == 1 && notes[0].contains("nothing.bin"), "{notes:?}");
+    assert!(!elems.iter().any(|e| matches!(e.kind, ElemKind::InstrRange(_))));
+    assert!(elems.iter().any(|e| matches!(e.kind, ElemKind::AddrNacc(_))));
 
     // Shorter than the code traced, and an offset past the end of the file.
     let dir = juno_with_dump(
@@ -252,28 +199,17 @@ fn memory_dumps_that_lie() {
     let (elems, notes) = decode_dir(&dir);
     assert!(notes.is_empty(), "{notes:?}"); // an offset past the end leaves nothing to map
                                             // A dump that would run past the top of the address space is cut there.
-    let top = juno_with_dump(
-        "top",
-        "[dump1]\nfile=kernel_dump.bin\naddress=0xFFFFFFFFFFFFF000\n",
-    )
-    .unwrap();
+    let top = juno_with_dump("top", "[dump1]\nfile=kernel_dump.bin\naddress=0xFFFFFFFFFFFFF000\n").unwrap();
     let (_, top_notes) = decode_dir(&top);
-    assert!(
-        top_notes.len() == 1 && top_notes[0].contains("top of the address space"),
-        "{top_notes:?}"
-    );
+    assert!(top_notes.len() == 1 && top_notes[0].contains("top of the address space"), "{top_notes:?}");
     let end = 0xFFFF_FFC0_0008_3000u64;
     for e in &elems {
         if let ElemKind::InstrRange(r) = e.kind {
             assert!(r.start >= 0xFFFF_FFC0_0008_1000 && r.end <= end, "{r:?}");
         }
     }
-    assert!(elems
-        .iter()
-        .any(|e| matches!(e.kind, ElemKind::InstrRange(_))));
-    assert!(elems.iter().any(
-        |e| matches!(e.kind, ElemKind::AddrNacc(a) if (end..0xFFFF_FFC0_000D_1000).contains(&a))
-    ));
+    assert!(elems.iter().any(|e| matches!(e.kind, ElemKind::InstrRange(_))));
+    assert!(elems.iter().any(|e| matches!(e.kind, ElemKind::AddrNacc(a) if (end..0xFFFF_FFC0_000D_1000).contains(&a))));
 }
 
 /// A buffer that ends inside a frame lost those bytes only: no source is
@@ -284,16 +220,8 @@ fn a_frame_cut_short_at_the_end_resets_nothing() {
     for cut in [7, 9, 15] {
         let data = &b.data[..b.data.len() - cut];
         let elems = elements(data, b.container, b.framing, &b.configs, &code);
-        assert!(
-            !elems
-                .iter()
-                .any(|e| matches!(e.1.kind, ElemKind::Error(FlowError::Frame))),
-            "cut {cut}"
-        );
-        let ends = elems
-            .iter()
-            .filter(|e| matches!(e.1.kind, ElemKind::EoTrace(_)))
-            .count();
+        assert!(!elems.iter().any(|e| matches!(e.1.kind, ElemKind::Error(FlowError::Frame))), "cut {cut}");
+        let ends = elems.iter().filter(|e| matches!(e.1.kind, ElemKind::EoTrace(_))).count();
         assert_eq!(ends, b.configs.len());
     }
 }

@@ -10,10 +10,7 @@ mod common;
 
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use common::packets::{atoms, decode_all, long_addr};
-use etm::flow::{
-    ElemKind, FlowDecoder, FlowError, InstrRange, InstrSubtype, InstrType, Isa, TraceOnReason,
-    UnsyncReason,
-};
+use etm::flow::{ElemKind, FlowDecoder, FlowError, InstrRange, InstrSubtype, InstrType, Isa, TraceOnReason, UnsyncReason};
 use etm::packet::{Atoms, Context, Exception, Packet, Timestamp, TraceInfo};
 use etm::EtmV4Config;
 
@@ -45,53 +42,26 @@ fn code() -> CodeTimeline {
 }
 
 fn config(max_spec: u32, return_stack: bool) -> EtmV4Config {
-    EtmV4Config {
-        configr: 0x1 | if return_stack { 1 << 12 } else { 0 },
-        traceidr: 0x10,
-        idr8: max_spec,
-        ..EtmV4Config::default()
-    }
+    EtmV4Config { configr: 0x1 | if return_stack { 1 << 12 } else { 0 }, traceidr: 0x10, idr8: max_spec, ..EtmV4Config::default() }
 }
 
 fn ctx(aarch64: bool) -> Context {
-    Context {
-        el: 1,
-        aarch64,
-        non_secure: true,
-        vmid: None,
-        context_id: Some(7),
-    }
+    Context { el: 1, aarch64, non_secure: true, vmid: None, context_id: Some(7) }
 }
 
 /// A-sync, TRACE_INFO, TRACE_ON, address and context at `start`.
 fn sync(start: u64) -> Vec<Packet> {
-    vec![
-        Packet::Async,
-        Packet::TraceInfo(TraceInfo::default()),
-        Packet::TraceOn,
-        Packet::AddressContext(long_addr(start), ctx(true)),
-    ]
+    vec![Packet::Async, Packet::TraceInfo(TraceInfo::default()), Packet::TraceOn, Packet::AddressContext(long_addr(start), ctx(true))]
 }
 
 /// Decodes the packets (index = position) and returns the elements with
 /// their indices, EO_TRACE included.
 fn decode(cfg: EtmV4Config, packets: &[Packet]) -> Vec<(u64, ElemKind)> {
     let mut d = FlowDecoder::new(code(), &[cfg]);
-    decode_all(&mut d, packets)
-        .into_iter()
-        .map(|e| (e.index, e.kind))
-        .collect()
+    decode_all(&mut d, packets).into_iter().map(|e| (e.index, e.kind)).collect()
 }
 
-fn range(
-    start: u64,
-    end: u64,
-    num_i: u32,
-    executed: bool,
-    ty: InstrType,
-    sub: InstrSubtype,
-    cond: bool,
-) -> ElemKind {
+fn range(start: u64, end: u64, num_i: u32, executed: bool, ty: InstrType, sub: InstrSubtype, cond: bool) -> ElemKind {
     ElemKind::InstrRange(InstrRange {
         start,
         end,
@@ -125,19 +95,14 @@ fn atoms_follow_the_code_without_speculation() {
     use InstrType as T;
     assert_eq!(e[0], (0, ElemKind::NoSync(UnsyncReason::InitDecoder)));
     assert_eq!(e[1], (2, ElemKind::TraceOn(TraceOnReason::Normal)));
-    assert!(
-        matches!(e[2], (3, ElemKind::PeContext(c)) if c.isa == Isa::A64 && c.context_id == Some(7))
-    );
+    assert!(matches!(e[2], (3, ElemKind::PeContext(c)) if c.isa == Isa::A64 && c.context_id == Some(7)));
     assert_eq!(
         e[3..7],
         [
             (4, range(0x2000, 0x2008, 2, true, T::Branch, S::None, true)),
             (4, range(0x2000, 0x2008, 2, false, T::Branch, S::None, true)),
             (4, range(0x2008, 0x200c, 1, true, T::Branch, S::Link, false)),
-            (
-                4,
-                range(0x2100, 0x2104, 1, true, T::IndirectBranch, S::Ret, false)
-            ),
+            (4, range(0x2100, 0x2104, 1, true, T::IndirectBranch, S::Ret, false)),
         ]
     );
     assert_eq!(e[7], (4, ElemKind::EoTrace(UnsyncReason::EndOfTrace)));
@@ -150,15 +115,7 @@ fn return_stack_gives_the_return_target() {
     // bl, ret (target from the return stack), b back to 0x2000, b.ne taken.
     p.push(atoms("EEEE"));
     let e = decode(config(0, true), &p);
-    assert_eq!(
-        ranges(&e),
-        [
-            (0x2008, 0x200c, true),
-            (0x2100, 0x2104, true),
-            (0x200c, 0x2010, true),
-            (0x2000, 0x2008, true),
-        ]
-    );
+    assert_eq!(ranges(&e), [(0x2008, 0x200c, true), (0x2100, 0x2104, true), (0x200c, 0x2010, true), (0x2000, 0x2008, true),]);
     // Without the return stack the return needs an address: the atoms after it are skipped.
     let e = decode(config(0, false), &p);
     assert_eq!(ranges(&e), [(0x2008, 0x200c, true), (0x2100, 0x2104, true)]);
@@ -171,14 +128,7 @@ fn an_address_after_an_indirect_branch_overrides_the_return_stack() {
     p.push(Packet::Address(long_addr(0x2010)));
     p.push(atoms("E"));
     let e = decode(config(0, true), &p);
-    assert_eq!(
-        ranges(&e),
-        [
-            (0x2008, 0x200c, true),
-            (0x2100, 0x2104, true),
-            (0x2010, 0x2014, true)
-        ]
-    );
+    assert_eq!(ranges(&e), [(0x2008, 0x200c, true), (0x2100, 0x2104, true), (0x2010, 0x2014, true)]);
 }
 
 #[test]
@@ -188,21 +138,13 @@ fn speculative_atoms_wait_for_their_commit() {
     let e = decode(config(8, false), &p);
     // Nothing committed: TRACE_ON and the context are not output either,
     // and at the end the uncommitted atoms are dropped.
-    assert_eq!(
-        e.iter().map(|x| x.1).collect::<Vec<_>>(),
-        [
-            ElemKind::NoSync(UnsyncReason::InitDecoder),
-            ElemKind::EoTrace(UnsyncReason::EndOfTrace)
-        ]
-    );
+    assert_eq!(e.iter().map(|x| x.1).collect::<Vec<_>>(), [ElemKind::NoSync(UnsyncReason::InitDecoder), ElemKind::EoTrace(UnsyncReason::EndOfTrace)]);
     p.push(Packet::Commit(1));
     let e = decode(config(8, false), &p);
     assert_eq!(ranges(&e), [(0x2000, 0x2008, true)]);
     assert!(e.iter().any(|x| matches!(x.1, ElemKind::TraceOn(_))));
     // The commit packet's index.
-    assert!(e
-        .iter()
-        .all(|x| !matches!(x.1, ElemKind::InstrRange(_)) || x.0 == 4));
+    assert!(e.iter().all(|x| !matches!(x.1, ElemKind::InstrRange(_)) || x.0 == 4));
 }
 
 #[test]
@@ -218,16 +160,10 @@ fn cancel_drops_the_newest_and_mispredict_flips_the_newest_left() {
     let mut p = sync(0x2000);
     p.push(atoms("EEN"));
     // Cancel the N; the newest remaining E was mispredicted: it is N.
-    p.push(Packet::CancelF1 {
-        count: 1,
-        mispredict: true,
-    });
+    p.push(Packet::CancelF1 { count: 1, mispredict: true });
     p.push(Packet::Commit(2));
     let e = decode(config(8, false), &p);
-    assert_eq!(
-        ranges(&e),
-        [(0x2000, 0x2008, true), (0x2000, 0x2008, false)]
-    );
+    assert_eq!(ranges(&e), [(0x2000, 0x2008, true), (0x2000, 0x2008, false)]);
 
     // Cancel format 2 with atoms: cancel one, flip the newest left, then add the packet's atoms.
     let mut p = sync(0x2000);
@@ -236,10 +172,7 @@ fn cancel_drops_the_newest_and_mispredict_flips_the_newest_left() {
     p.push(Packet::Commit(2));
     let e = decode(config(8, false), &p);
     // E flipped to N (falls through to the bl), then the new E takes the bl.
-    assert_eq!(
-        ranges(&e),
-        [(0x2000, 0x2008, false), (0x2008, 0x200c, true)]
-    );
+    assert_eq!(ranges(&e), [(0x2000, 0x2008, false), (0x2008, 0x200c, true)]);
 }
 
 #[test]
@@ -253,29 +186,15 @@ fn mispredict_drops_addresses_traced_after_the_atom() {
     let e = decode(config(8, false), &p);
     use InstrSubtype as S;
     use InstrType as T;
-    let r: Vec<ElemKind> = e
-        .iter()
-        .map(|x| x.1)
-        .filter(|k| matches!(k, ElemKind::InstrRange(_)))
-        .collect();
-    assert_eq!(
-        r,
-        [
-            range(0x2010, 0x2014, 1, false, T::IndirectBranch, S::None, false),
-            range(0x2014, 0x2018, 1, true, T::Isb, S::None, false),
-        ]
-    );
+    let r: Vec<ElemKind> = e.iter().map(|x| x.1).filter(|k| matches!(k, ElemKind::InstrRange(_))).collect();
+    assert_eq!(r, [range(0x2010, 0x2014, 1, false, T::IndirectBranch, S::None, false), range(0x2014, 0x2018, 1, true, T::Isb, S::None, false),]);
 }
 
 #[test]
 fn discard_drops_speculation_and_overflow_marks_the_restart() {
     let mut p = sync(0x2000);
     p.push(atoms("EE"));
-    p.push(Packet::Timestamp(Timestamp {
-        value: 0x1234,
-        updated_bits: 64,
-        cycle_count: None,
-    }));
+    p.push(Packet::Timestamp(Timestamp { value: 0x1234, updated_bits: 64, cycle_count: None }));
     p.push(Packet::Overflow);
     p.push(Packet::Ignore);
     p.extend(sync(0x2000));
@@ -285,10 +204,7 @@ fn discard_drops_speculation_and_overflow_marks_the_restart() {
     let e = decode(config(8, false), &p);
     let kinds: Vec<ElemKind> = e.iter().map(|x| x.1).collect();
     // The timestamp survives the discard; the atoms do not.
-    assert!(kinds.contains(&ElemKind::Timestamp {
-        value: 0x1234,
-        cycles: None
-    }));
+    assert!(kinds.contains(&ElemKind::Timestamp { value: 0x1234, cycles: None }));
     assert!(kinds.contains(&ElemKind::NoSync(UnsyncReason::Overflow)));
     assert!(kinds.contains(&ElemKind::TraceOn(TraceOnReason::Overflow)));
     assert_eq!(ranges(&e), [(0x2000, 0x2008, true)]);
@@ -298,11 +214,7 @@ fn discard_drops_speculation_and_overflow_marks_the_restart() {
 fn exception_ends_the_code_before_its_return_address() {
     let mut p = sync(0x2000);
     p.push(atoms("N")); // 2000..2008 not taken, now at 0x2008
-    p.push(Packet::Exception(Exception {
-        number: 14,
-        addr_interp: 1,
-        ..Default::default()
-    }));
+    p.push(Packet::Exception(Exception { number: 14, addr_interp: 1, ..Default::default() }));
     p.push(Packet::Address(long_addr(0x2010))); // preferred return address: after the bl and b
     p.push(Packet::Address(long_addr(0x2100))); // the handler
     p.push(atoms("E"));
@@ -314,18 +226,8 @@ fn exception_ends_the_code_before_its_return_address() {
         tail,
         [
             (5, range(0x2008, 0x2010, 2, true, T::Branch, S::None, false)),
-            (
-                5,
-                ElemKind::Exception {
-                    number: 14,
-                    ret_addr: 0x2010,
-                    ret_addr_is_target: false
-                }
-            ),
-            (
-                8,
-                range(0x2100, 0x2104, 1, true, T::IndirectBranch, S::Ret, false)
-            ),
+            (5, ElemKind::Exception { number: 14, ret_addr: 0x2010, ret_addr_is_target: false }),
+            (8, range(0x2100, 0x2104, 1, true, T::IndirectBranch, S::Ret, false)),
             (8, ElemKind::EoTrace(UnsyncReason::EndOfTrace)),
         ]
     );
@@ -339,13 +241,7 @@ fn code_outside_the_image_is_not_accessible() {
     p.push(atoms("E"));
     let e = decode(config(0, false), &p);
     let kinds: Vec<ElemKind> = e.iter().map(|x| x.1).collect();
-    assert_eq!(
-        kinds
-            .iter()
-            .filter(|k| **k == ElemKind::AddrNacc(0x9000))
-            .count(),
-        1
-    );
+    assert_eq!(kinds.iter().filter(|k| **k == ElemKind::AddrNacc(0x9000)).count(), 1);
     assert_eq!(ranges(&e), [(0x2010, 0x2014, true)]);
 }
 
@@ -355,14 +251,8 @@ fn aarch32_code_is_reported_not_guessed() {
     p[3] = Packet::AddressContext(long_addr(0x2000), ctx(false));
     p.push(atoms("E"));
     let e = decode(config(0, false), &p);
-    assert!(e
-        .iter()
-        .any(|x| matches!(x.1, ElemKind::PeContext(c) if c.isa == Isa::A32)));
-    assert!(e.iter().any(|x| x.1
-        == ElemKind::Error(FlowError::UnsupportedIsa {
-            isa: Isa::A32,
-            addr: 0x2000
-        })));
+    assert!(e.iter().any(|x| matches!(x.1, ElemKind::PeContext(c) if c.isa == Isa::A32)));
+    assert!(e.iter().any(|x| x.1 == ElemKind::Error(FlowError::UnsupportedIsa { isa: Isa::A32, addr: 0x2000 })));
     assert!(ranges(&e).is_empty());
 }
 
@@ -375,10 +265,7 @@ fn bad_trace_gives_an_error_then_waits_for_the_next_async() {
     p.push(atoms("E"));
     let e = decode(config(8, false), &p);
     let kinds: Vec<ElemKind> = e.iter().map(|x| x.1).collect();
-    let err = kinds
-        .iter()
-        .position(|k| *k == ElemKind::Error(FlowError::CommitOverrun))
-        .expect("an error element");
+    let err = kinds.iter().position(|k| *k == ElemKind::Error(FlowError::CommitOverrun)).expect("an error element");
     assert_eq!(kinds[err + 1], ElemKind::NoSync(UnsyncReason::BadPacket));
     // A reserved header resets the same way; after the next A-sync and
     // TRACE_INFO decoding resumes.
@@ -389,10 +276,7 @@ fn bad_trace_gives_an_error_then_waits_for_the_next_async() {
     p.push(atoms("E"));
     let e = decode(config(0, false), &p);
     let kinds: Vec<ElemKind> = e.iter().map(|x| x.1).collect();
-    let err = kinds
-        .iter()
-        .position(|k| matches!(k, ElemKind::Error(FlowError::BadPacket(_))))
-        .unwrap();
+    let err = kinds.iter().position(|k| matches!(k, ElemKind::Error(FlowError::BadPacket(_)))).unwrap();
     assert_eq!(kinds[err + 1], ElemKind::NoSync(UnsyncReason::BadPacket));
     assert_eq!(ranges(&e), [(0x2000, 0x2008, true)]);
 }
@@ -407,52 +291,22 @@ fn wfi_is_p0_only_when_the_trace_unit_says_so() {
         ..config(0, false)
     };
     // WFXMODE is RES0 before ETMv4.3.
-    let old = EtmV4Config {
-        idr1: 0x4100F420,
-        ..wfx
-    };
-    assert_eq!(
-        ranges(&decode(old, &p)),
-        [(0x2014, 0x2018, true), (0x2018, 0x2104, true)]
-    );
-    assert_eq!(
-        ranges(&decode(wfx, &p)),
-        [(0x2014, 0x2018, true), (0x2018, 0x201c, true)]
-    );
+    let old = EtmV4Config { idr1: 0x4100F420, ..wfx };
+    assert_eq!(ranges(&decode(old, &p)), [(0x2014, 0x2018, true), (0x2018, 0x2104, true)]);
+    assert_eq!(ranges(&decode(wfx, &p)), [(0x2014, 0x2018, true), (0x2018, 0x201c, true)]);
     // Without WFXMODE the walk runs through the wfi and the nops to the ret at 0x2100.
-    assert_eq!(
-        ranges(&decode(config(0, false), &p)),
-        [(0x2014, 0x2018, true), (0x2018, 0x2104, true)]
-    );
+    assert_eq!(ranges(&decode(config(0, false), &p)), [(0x2014, 0x2018, true), (0x2018, 0x2104, true)]);
 }
 
 #[test]
 fn timestamps_come_out_in_trace_order_with_cycle_counts_when_enabled() {
     let mut p = sync(0x2000);
     p.push(atoms("E"));
-    p.push(Packet::Timestamp(Timestamp {
-        value: 0x99,
-        updated_bits: 64,
-        cycle_count: Some(12),
-    }));
+    p.push(Packet::Timestamp(Timestamp { value: 0x99, updated_bits: 64, cycle_count: Some(12) }));
     p.push(atoms("N"));
-    let cci = EtmV4Config {
-        configr: 0x1 | (1 << 4),
-        ..config(0, false)
-    };
+    let cci = EtmV4Config { configr: 0x1 | (1 << 4), ..config(0, false) };
     let e = decode(cci, &p);
-    let ts = e
-        .iter()
-        .position(|x| {
-            matches!(
-                x.1,
-                ElemKind::Timestamp {
-                    value: 0x99,
-                    cycles: Some(12)
-                }
-            )
-        })
-        .unwrap();
+    let ts = e.iter().position(|x| matches!(x.1, ElemKind::Timestamp { value: 0x99, cycles: Some(12) })).unwrap();
     assert!(matches!(e[ts - 1].1, ElemKind::InstrRange(r) if r.executed));
     assert!(matches!(e[ts + 1].1, ElemKind::InstrRange(r) if !r.executed));
 }
@@ -462,21 +316,12 @@ fn timestamps_come_out_in_trace_order_with_cycle_counts_when_enabled() {
 #[test]
 fn huge_speculation_depth_is_an_error_not_an_overflow() {
     let mut p = sync(0x2000);
-    p[1] = Packet::TraceInfo(TraceInfo {
-        spec_depth: u32::MAX,
-        ..TraceInfo::default()
-    });
+    p[1] = Packet::TraceInfo(TraceInfo { spec_depth: u32::MAX, ..TraceInfo::default() });
     p.push(atoms("EEEE"));
-    p.push(Packet::Exception(Exception {
-        number: 1,
-        addr_interp: 1,
-        ..Default::default()
-    }));
+    p.push(Packet::Exception(Exception { number: 1, addr_interp: 1, ..Default::default() }));
     p.push(Packet::Address(long_addr(0x2000)));
     let e = decode(config(0, false), &p);
-    assert!(e
-        .iter()
-        .any(|x| x.1 == ElemKind::Error(FlowError::CommitOverrun)));
+    assert!(e.iter().any(|x| x.1 == ElemKind::Error(FlowError::CommitOverrun)));
 }
 
 /// The code is read as it was at the latest timestamp: a poke at time 100
@@ -500,13 +345,7 @@ fn code_is_read_at_the_trace_time() {
         cpu: None,
     });
     let poked = b.build();
-    let ts = |value| {
-        Packet::Timestamp(Timestamp {
-            value,
-            updated_bits: 64,
-            cycle_count: None,
-        })
-    };
+    let ts = |value| Packet::Timestamp(Timestamp { value, updated_bits: 64, cycle_count: None });
     let mut p = sync(0x2000);
     p.push(ts(50));
     p.push(atoms("E")); // b.ne at 0x2004 taken: back to 0x2000
@@ -515,18 +354,8 @@ fn code_is_read_at_the_trace_time() {
     p.push(ts(160));
     p.push(atoms("E")); // bl at 0x2008
     let mut d = FlowDecoder::new(&poked, &[config(0, false)]);
-    let e: Vec<(u64, ElemKind)> = decode_all(&mut d, &p)
-        .into_iter()
-        .map(|e| (e.index, e.kind))
-        .collect();
-    assert_eq!(
-        ranges(&e),
-        [
-            (0x2000, 0x2008, true),
-            (0x2000, 0x2004, true),
-            (0x2008, 0x200c, true)
-        ]
-    );
+    let e: Vec<(u64, ElemKind)> = decode_all(&mut d, &p).into_iter().map(|e| (e.index, e.kind)).collect();
+    assert_eq!(ranges(&e), [(0x2000, 0x2008, true), (0x2000, 0x2004, true), (0x2008, 0x200c, true)]);
 }
 
 /// Unframed source data is reported under the framing's trace ID (OpenCSD
@@ -558,7 +387,5 @@ fn unframed_data_decodes_under_the_framing_trace_id() {
         })
         .collect();
     assert_eq!(r, [(0, 0x2000, 0x2008), (0, 0x2000, 0x2008)]);
-    assert!(got
-        .iter()
-        .any(|(id, _, k)| *id == 0 && matches!(k, ElemKind::EoTrace(_))));
+    assert!(got.iter().any(|(id, _, k)| *id == 0 && matches!(k, ElemKind::EoTrace(_))));
 }

@@ -38,42 +38,19 @@ fn code_with(at: u64, new: u32, settled: Option<u64>) -> CodeTimeline {
     let mut base = BaseImage::new();
     base.add_bytes(0x2000, bytes, "program");
     let mut b = TimelineBuilder::new(base);
-    b.poke(Poke {
-        time: 100,
-        settled,
-        addr: at,
-        old: &old.to_le_bytes(),
-        new: &new.to_le_bytes(),
-        cpu: None,
-    });
+    b.poke(Poke { time: 100, settled, addr: at, old: &old.to_le_bytes(), new: &new.to_le_bytes(), cpu: None });
     b.build()
 }
 
 fn config() -> EtmV4Config {
-    EtmV4Config {
-        configr: 0x1,
-        traceidr: 0x10,
-        ..EtmV4Config::default()
-    }
+    EtmV4Config { configr: 0x1, traceidr: 0x10, ..EtmV4Config::default() }
 }
 
 /// Sync at 0x2000 with timestamp 50, then `body`, then timestamp 150: the
 /// poke at 100 lands inside the window of every atom in `body`.
 fn trace(body: &[Packet]) -> Vec<Packet> {
-    let ctx = Context {
-        el: 1,
-        aarch64: true,
-        non_secure: true,
-        vmid: None,
-        context_id: None,
-    };
-    let mut p = vec![
-        Packet::Async,
-        Packet::TraceInfo(TraceInfo::default()),
-        Packet::TraceOn,
-        ts(50),
-        Packet::AddressContext(long_addr(0x2000), ctx),
-    ];
+    let ctx = Context { el: 1, aarch64: true, non_secure: true, vmid: None, context_id: None };
+    let mut p = vec![Packet::Async, Packet::TraceInfo(TraceInfo::default()), Packet::TraceOn, ts(50), Packet::AddressContext(long_addr(0x2000), ctx)];
     p.extend_from_slice(body);
     p.push(ts(150));
     p
@@ -85,10 +62,7 @@ fn decode(code: &CodeTimeline, packets: &[Packet], windows: bool) -> Vec<ElemKin
     if windows {
         d.set_timestamps(TRACE_ID, vec![50, 150]);
     }
-    decode_all(&mut d, packets)
-        .into_iter()
-        .map(|e| e.kind)
-        .collect()
+    decode_all(&mut d, packets).into_iter().map(|e| e.kind).collect()
 }
 
 /// (start, end, executed, uncertain) of each range.
@@ -96,13 +70,7 @@ fn ranges(elems: &[ElemKind]) -> Vec<(u64, u64, bool, bool)> {
     elems
         .iter()
         .filter_map(|k| match k {
-            ElemKind::InstrRange(InstrRange {
-                start,
-                end,
-                executed,
-                uncertain,
-                ..
-            }) => Some((*start, *end, *executed, *uncertain)),
+            ElemKind::InstrRange(InstrRange { start, end, executed, uncertain, .. }) => Some((*start, *end, *executed, *uncertain)),
             _ => None,
         })
         .collect()
@@ -127,12 +95,7 @@ fn nop_to_b_decided_by_an_n_atom() {
     let got = decode(&code, &p, true);
     assert_eq!(
         ranges(&got),
-        [
-            (0x2000, 0x2008, false, false),
-            (0x2008, 0x200c, true, false),
-            (0x2100, 0x2104, true, false),
-            (0x200c, 0x2010, true, false),
-        ]
+        [(0x2000, 0x2008, false, false), (0x2008, 0x200c, true, false), (0x2100, 0x2104, true, false), (0x200c, 0x2010, true, false),]
     );
     assert!(errors(&got).is_empty(), "{got:?}");
 }
@@ -147,12 +110,7 @@ fn nop_to_b_decided_by_the_addresses_that_follow() {
     let got = decode(&code, &p, true);
     assert_eq!(
         ranges(&got),
-        [
-            (0x2000, 0x2004, true, false),
-            (0x2008, 0x200c, true, false),
-            (0x2100, 0x2104, true, false),
-            (0x200c, 0x2010, true, false),
-        ]
+        [(0x2000, 0x2004, true, false), (0x2008, 0x200c, true, false), (0x2100, 0x2104, true, false), (0x200c, 0x2010, true, false),]
     );
     assert!(errors(&got).is_empty(), "{got:?}");
     // At one time (the latest timestamp, 50) the NOP is taken: a different walk.
@@ -171,12 +129,7 @@ fn bl_retarget_with_alike_callees_is_uncertain() {
     let got = decode(&code, &p, true);
     assert_eq!(
         ranges(&got),
-        [
-            (0x2000, 0x2008, false, false),
-            (0x2008, 0x200c, true, false),
-            (0x2100, 0x2104, true, true),
-            (0x200c, 0x2010, true, true),
-        ]
+        [(0x2000, 0x2008, false, false), (0x2008, 0x200c, true, false), (0x2100, 0x2104, true, true), (0x200c, 0x2010, true, true),]
     );
     assert!(errors(&got).is_empty(), "{got:?}");
 }
@@ -188,11 +141,7 @@ fn no_content_fits_is_an_error() {
     let code = code(0x2000, 0x14000002); // b 0x2008
     let p = trace(&[atoms("NN")]);
     let got = decode(&code, &p, true);
-    assert_eq!(
-        errors(&got),
-        [FlowError::NoCandidateFits { addr: 0x2000 }],
-        "{got:?}"
-    );
+    assert_eq!(errors(&got), [FlowError::NoCandidateFits { addr: 0x2000 }], "{got:?}");
     assert!(ranges(&got).is_empty(), "{got:?}");
 }
 
@@ -211,24 +160,14 @@ fn unchanged_code_decodes_as_at_one_time() {
     let mut single = Vec::new();
     let mut s = FlowDecoder::new(&code, &[config()]);
     for (i, pk) in p.iter().enumerate() {
-        let tp = TracePacket {
-            trace_id: 0x10,
-            index: i as u64,
-            packet: *pk,
-            raw: &[],
-        };
+        let tp = TracePacket { trace_id: 0x10, index: i as u64, packet: *pk, raw: &[] };
         d.packet(&tp, &mut windowed);
         s.packet(&tp, &mut single);
     }
     assert_eq!(windowed, single);
     assert_eq!(
         ranges(&windowed.iter().map(|e| e.kind).collect::<Vec<_>>()),
-        [
-            (0x2000, 0x2004, true, false),
-            (0x2008, 0x200c, true, false),
-            (0x2100, 0x2104, true, false),
-            (0x200c, 0x2010, true, false),
-        ]
+        [(0x2000, 0x2004, true, false), (0x2008, 0x200c, true, false), (0x2100, 0x2104, true, false), (0x200c, 0x2010, true, false),]
     );
 }
 
@@ -238,15 +177,8 @@ fn unchanged_code_decodes_as_at_one_time() {
 #[test]
 fn pre_post_pair_is_decided_by_the_trace() {
     let code = code_with(0x2000, 0x14000002, Some(120)); // b 0x2008
-    for (atoms_run, first) in [
-        ("NEE", (0x2000, 0x2008, false, false)),
-        ("EEE", (0x2000, 0x2004, true, false)),
-    ] {
-        let p = trace(&[
-            atoms(atoms_run),
-            Packet::Address(long_addr(0x200c)),
-            atoms("E"),
-        ]);
+    for (atoms_run, first) in [("NEE", (0x2000, 0x2008, false, false)), ("EEE", (0x2000, 0x2004, true, false))] {
+        let p = trace(&[atoms(atoms_run), Packet::Address(long_addr(0x200c)), atoms("E")]);
         let got = decode(&code, &p, true);
         assert_eq!(ranges(&got)[0], first, "{atoms_run}: {got:?}");
         assert!(ranges(&got).iter().all(|r| !r.3), "{atoms_run}: {got:?}");

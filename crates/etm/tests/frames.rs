@@ -8,17 +8,12 @@ mod common;
 use common::{synth, Item, Rng};
 use etm::packet::{Atoms, Packet};
 use etm::stream::Input;
-use etm::{
-    Container, ErrorRecovery, EtmV4Config, FrameErrorKind, FrameWriter, Framing, PacketStream,
-};
+use etm::{Container, ErrorRecovery, EtmV4Config, FrameErrorKind, FrameWriter, Framing, PacketStream};
 
 const FSYNC: [u8; 4] = [0xFF, 0xFF, 0xFF, 0x7F];
 
 fn config(id: u8) -> EtmV4Config {
-    EtmV4Config {
-        traceidr: id as u32,
-        ..synth::configs()[0].1
-    }
+    EtmV4Config { traceidr: id as u32, ..synth::configs()[0].1 }
 }
 
 /// Per source: its packets and raw bytes, in order.
@@ -26,24 +21,14 @@ fn by_source(items: &[Item], id: u8) -> Vec<(Packet, Vec<u8>)> {
     items
         .iter()
         .filter_map(|i| match i {
-            Item::Packet {
-                id: i, packet, raw, ..
-            } if *i == id => Some((*packet, raw.clone())),
+            Item::Packet { id: i, packet, raw, .. } if *i == id => Some((*packet, raw.clone())),
             _ => None,
         })
         .collect()
 }
 
 fn alone(trace: &[u8], c: &EtmV4Config) -> Vec<(Packet, Vec<u8>)> {
-    let items = common::decode_all(
-        trace,
-        Container::Plain,
-        Framing::Raw {
-            trace_id: c.trace_id(),
-        },
-        &[*c],
-        ErrorRecovery::Resync,
-    );
+    let items = common::decode_all(trace, Container::Plain, Framing::Raw { trace_id: c.trace_id() }, &[*c], ErrorRecovery::Resync);
     by_source(&items, c.trace_id())
 }
 
@@ -82,63 +67,22 @@ fn every_source_comes_through_the_frame_layer_intact() {
             }
         }
         let configs: Vec<EtmV4Config> = ids.iter().map(|&id| config(id)).collect();
-        let traces: Vec<(u8, Vec<u8>)> = configs
-            .iter()
-            .map(|c| (c.trace_id(), synth::trace(&mut rng, c, 150, round % 2 == 1)))
-            .collect();
+        let traces: Vec<(u8, Vec<u8>)> = configs.iter().map(|c| (c.trace_id(), synth::trace(&mut rng, c, 150, round % 2 == 1))).collect();
         let aligned = synth::frames(&mut rng, &traces, &mut FrameWriter::new());
         let mut port_writer = FrameWriter::with_fsync_every(1 + rng.below(5) as u32);
         let port = synth::frames(&mut rng, &traces, &mut port_writer);
         let cases = [
-            (
-                "aligned",
-                Framing::Aligned {
-                    reset_on_4x_fsync: false,
-                },
-                Container::Plain,
-                aligned.clone(),
-            ),
-            (
-                "aligned, reset on 4 FSYNCs",
-                Framing::Aligned {
-                    reset_on_4x_fsync: true,
-                },
-                Container::Plain,
-                aligned,
-            ),
-            (
-                "port",
-                Framing::Synced { hsyncs: false },
-                Container::Plain,
-                port.clone(),
-            ),
-            (
-                "port with HSYNCs",
-                Framing::Synced { hsyncs: true },
-                Container::Plain,
-                with_hsyncs(&mut rng, &port),
-            ),
-            (
-                "DSTREAM",
-                Framing::Synced { hsyncs: false },
-                Container::Dstream,
-                synth::dstream_blocks(&port),
-            ),
+            ("aligned", Framing::Aligned { reset_on_4x_fsync: false }, Container::Plain, aligned.clone()),
+            ("aligned, reset on 4 FSYNCs", Framing::Aligned { reset_on_4x_fsync: true }, Container::Plain, aligned),
+            ("port", Framing::Synced { hsyncs: false }, Container::Plain, port.clone()),
+            ("port with HSYNCs", Framing::Synced { hsyncs: true }, Container::Plain, with_hsyncs(&mut rng, &port)),
+            ("DSTREAM", Framing::Synced { hsyncs: false }, Container::Dstream, synth::dstream_blocks(&port)),
         ];
         for (what, framing, container, buffer) in cases {
-            let items =
-                common::decode_all(&buffer, container, framing, &configs, ErrorRecovery::Resync);
-            assert!(
-                !items.iter().any(|i| matches!(i, Item::Frame(_))),
-                "round {round} {what}: {items:?}"
-            );
+            let items = common::decode_all(&buffer, container, framing, &configs, ErrorRecovery::Resync);
+            assert!(!items.iter().any(|i| matches!(i, Item::Frame(_))), "round {round} {what}: {items:?}");
             for (c, (_, t)) in configs.iter().zip(&traces) {
-                assert_eq!(
-                    by_source(&items, c.trace_id()),
-                    alone(t, c),
-                    "round {round} {what}: source {:#x}",
-                    c.trace_id()
-                );
+                assert_eq!(by_source(&items, c.trace_id()), alone(t, c), "round {round} {what}: source {:#x}", c.trace_id());
             }
         }
     }
@@ -149,10 +93,7 @@ fn every_source_comes_through_the_frame_layer_intact() {
 fn input_blocks_of_any_size_give_the_same_packets() {
     let mut rng = Rng(11);
     let configs = [config(0x10), config(0x22)];
-    let traces: Vec<(u8, Vec<u8>)> = configs
-        .iter()
-        .map(|c| (c.trace_id(), synth::trace(&mut rng, c, 400, true)))
-        .collect();
+    let traces: Vec<(u8, Vec<u8>)> = configs.iter().map(|c| (c.trace_id(), synth::trace(&mut rng, c, 400, true))).collect();
     // Aligned frames with runs of 1 to 8 FSYNCs between some of them (resets and faults).
     let mut aligned = Vec::new();
     for frame in synth::frames(&mut rng, &traces, &mut FrameWriter::new()).chunks(16) {
@@ -164,25 +105,11 @@ fn input_blocks_of_any_size_give_the_same_packets() {
     aligned.extend(FSYNC.repeat(3));
     let buffers = [
         (Framing::Raw { trace_id: 0x10 }, traces[0].1.clone()),
-        (
-            Framing::Aligned {
-                reset_on_4x_fsync: true,
-            },
-            aligned,
-        ),
-        (
-            Framing::Synced { hsyncs: true },
-            synth::frames(&mut rng, &traces, &mut FrameWriter::with_fsync_every(3)),
-        ),
+        (Framing::Aligned { reset_on_4x_fsync: true }, aligned),
+        (Framing::Synced { hsyncs: true }, synth::frames(&mut rng, &traces, &mut FrameWriter::with_fsync_every(3))),
     ];
     for (framing, buffer) in buffers {
-        let whole = common::decode_all(
-            &buffer,
-            Container::Plain,
-            framing,
-            &configs,
-            ErrorRecovery::Resync,
-        );
+        let whole = common::decode_all(&buffer, Container::Plain, framing, &configs, ErrorRecovery::Resync);
         for _ in 0..30 {
             let mut s = PacketStream::new(framing, &configs, ErrorRecovery::Resync);
             let mut items = Vec::new();
@@ -199,18 +126,8 @@ fn input_blocks_of_any_size_give_the_same_packets() {
                 items.push(owned(item));
             }
             assert_eq!(items, whole, "{framing:?}");
-            if framing
-                == (Framing::Aligned {
-                    reset_on_4x_fsync: true,
-                })
-            {
-                assert!(whole.iter().any(|i| matches!(
-                    i,
-                    Item::Frame(etm::FrameError {
-                        kind: FrameErrorKind::FsyncCount(_),
-                        ..
-                    })
-                )));
+            if framing == (Framing::Aligned { reset_on_4x_fsync: true }) {
+                assert!(whole.iter().any(|i| matches!(i, Item::Frame(etm::FrameError { kind: FrameErrorKind::FsyncCount(_), .. }))));
             }
         }
     }
@@ -218,12 +135,7 @@ fn input_blocks_of_any_size_give_the_same_packets() {
 
 fn owned(item: Result<etm::TracePacket<'_>, etm::FrameError>) -> Item {
     match item {
-        Ok(p) => Item::Packet {
-            id: p.trace_id,
-            index: p.index,
-            packet: p.packet,
-            raw: p.raw.to_vec(),
-        },
+        Ok(p) => Item::Packet { id: p.trace_id, index: p.index, packet: p.packet, raw: p.raw.to_vec() },
         Err(e) => Item::Frame(e),
     }
 }
@@ -263,21 +175,14 @@ fn frame_runs_are_indexed_as_opencsd_indexes_them() {
     let items = common::decode_all(
         &data,
         Container::Plain,
-        Framing::Aligned {
-            reset_on_4x_fsync: false,
-        },
+        Framing::Aligned { reset_on_4x_fsync: false },
         &[config(0x10), config(0x11)],
         ErrorRecovery::Resync,
     );
     let atoms: Vec<(u8, u64, bool)> = items
         .iter()
         .filter_map(|i| match i {
-            Item::Packet {
-                id,
-                index,
-                packet: Packet::Atom { atoms, .. },
-                ..
-            } => Some((*id, *index, atoms == &Atoms::new(1, 1))),
+            Item::Packet { id, index, packet: Packet::Atom { atoms, .. }, .. } => Some((*id, *index, atoms == &Atoms::new(1, 1))),
             _ => None,
         })
         .collect();
@@ -321,15 +226,7 @@ fn four_fsyncs_start_every_source_again() {
     w.write(0x10, &[0xF7, 0xF7], &mut data); // before any A-sync: not decodable
     w.write(0x10, &async_then_atoms(3), &mut data);
     w.flush(&mut data);
-    let items = common::decode_all(
-        &data,
-        Container::Plain,
-        Framing::Aligned {
-            reset_on_4x_fsync: true,
-        },
-        &[c],
-        ErrorRecovery::Resync,
-    );
+    let items = common::decode_all(&data, Container::Plain, Framing::Aligned { reset_on_4x_fsync: true }, &[c], ErrorRecovery::Resync);
     let kinds: Vec<String> = items
         .iter()
         .map(|i| match i {
@@ -339,33 +236,13 @@ fn four_fsyncs_start_every_source_again() {
         .collect();
     let mut want = vec!["I_ASYNC"];
     want.extend(["I_ATOM_F1"; 5]);
-    want.extend([
-        "I_NOT_SYNC",
-        "I_ASYNC",
-        "I_ATOM_F1",
-        "I_ATOM_F1",
-        "I_ATOM_F1",
-    ]);
+    want.extend(["I_NOT_SYNC", "I_ASYNC", "I_ATOM_F1", "I_ATOM_F1", "I_ATOM_F1"]);
     assert_eq!(kinds, want);
     // Three FSYNCs: not a reset, a fault, named where it is.
     let mut bad = data.clone();
     bad.drain(reset_at..reset_at + 4);
-    let items = common::decode_all(
-        &bad,
-        Container::Plain,
-        Framing::Aligned {
-            reset_on_4x_fsync: true,
-        },
-        &[c],
-        ErrorRecovery::Resync,
-    );
-    assert!(
-        items.contains(&Item::Frame(etm::FrameError {
-            offset: reset_at as u64,
-            kind: FrameErrorKind::FsyncCount(3)
-        })),
-        "{items:?}"
-    );
+    let items = common::decode_all(&bad, Container::Plain, Framing::Aligned { reset_on_4x_fsync: true }, &[c], ErrorRecovery::Resync);
+    assert!(items.contains(&Item::Frame(etm::FrameError { offset: reset_at as u64, kind: FrameErrorKind::FsyncCount(3) })), "{items:?}");
 }
 
 #[test]
@@ -383,59 +260,24 @@ fn port_capture_faults_are_reported_and_survived() {
     let fault = data.len();
     data.extend_from_slice(&FSYNC);
     data.extend_from_slice(&port[frame_len..]);
-    let mut r = etm::PacketReader::new(
-        &data,
-        Framing::Synced { hsyncs: false },
-        &[c],
-        ErrorRecovery::Resync,
-    );
+    let mut r = etm::PacketReader::new(&data, Framing::Synced { hsyncs: false }, &[c], ErrorRecovery::Resync);
     let mut items = Vec::new();
     while let Some(i) = r.next() {
         items.push(owned(i));
     }
     assert_eq!(r.stats().unsynced_bytes, 3);
-    let first_fault = items
-        .iter()
-        .position(|i| matches!(i, Item::Frame(_)))
-        .unwrap();
-    assert_eq!(
-        items[first_fault],
-        Item::Frame(etm::FrameError {
-            offset: fault as u64,
-            kind: FrameErrorKind::FsyncInFrame
-        })
-    );
+    let first_fault = items.iter().position(|i| matches!(i, Item::Frame(_))).unwrap();
+    assert_eq!(items[first_fault], Item::Frame(etm::FrameError { offset: fault as u64, kind: FrameErrorKind::FsyncInFrame }));
     // After the fault nothing says whose bytes follow until an ID byte, nor
     // where packets start until an A-sync: no atom is decoded from them.
-    assert!(
-        items[first_fault + 1..].iter().all(|i| !matches!(
-            i,
-            Item::Packet {
-                packet: Packet::Atom { .. },
-                ..
-            }
-        )),
-        "{items:?}"
-    );
+    assert!(items[first_fault + 1..].iter().all(|i| !matches!(i, Item::Packet { packet: Packet::Atom { .. }, .. })), "{items:?}");
     assert!(r.stats().unrouted_bytes > 0);
     // An HSYNC in a capture without them is a fault too.
     let mut h = port.clone();
     h[4 + 6] = 0xFF;
     h[4 + 7] = 0x7F;
-    let items = common::decode_all(
-        &h,
-        Container::Plain,
-        Framing::Synced { hsyncs: false },
-        &[c],
-        ErrorRecovery::Resync,
-    );
-    assert!(
-        items.contains(&Item::Frame(etm::FrameError {
-            offset: 10,
-            kind: FrameErrorKind::HsyncInFrame
-        })),
-        "{items:?}"
-    );
+    let items = common::decode_all(&h, Container::Plain, Framing::Synced { hsyncs: false }, &[c], ErrorRecovery::Resync);
+    assert!(items.contains(&Item::Frame(etm::FrameError { offset: 10, kind: FrameErrorKind::HsyncInFrame })), "{items:?}");
 }
 
 #[test]
@@ -447,20 +289,6 @@ fn a_buffer_ending_inside_a_frame_says_so() {
     w.flush(&mut data);
     let whole = data.len();
     data.extend_from_slice(&[0x21, 0xF7, 0xF7, 0xF7, 0xF7]);
-    let items = common::decode_all(
-        &data,
-        Container::Plain,
-        Framing::Aligned {
-            reset_on_4x_fsync: false,
-        },
-        &[c],
-        ErrorRecovery::Resync,
-    );
-    assert_eq!(
-        items.last(),
-        Some(&Item::Frame(etm::FrameError {
-            offset: whole as u64,
-            kind: FrameErrorKind::PartialFrame(5)
-        }))
-    );
+    let items = common::decode_all(&data, Container::Plain, Framing::Aligned { reset_on_4x_fsync: false }, &[c], ErrorRecovery::Resync);
+    assert_eq!(items.last(), Some(&Item::Frame(etm::FrameError { offset: whole as u64, kind: FrameErrorKind::PartialFrame(5) })));
 }

@@ -69,11 +69,7 @@ fn parse_line(l: &str, hex_idx: bool) -> Option<Line> {
     let rest = rest.trim();
     let (name, desc) = rest.split_once(" : ").unwrap_or((rest, ""));
     Some(Line {
-        idx: if hex_idx {
-            u64::from_str_radix(idx, 16).ok()?
-        } else {
-            idx.parse().ok()?
-        },
+        idx: if hex_idx { u64::from_str_radix(idx, 16).ok()? } else { idx.parse().ok()? },
         id: id.trim().to_string(),
         bytes,
         name: name.to_string(),
@@ -89,8 +85,7 @@ fn our_listing(
     configs: &[etm::EtmV4Config],
     listing: Listing,
 ) -> (String, Vec<(usize, etm::FrameError)>) {
-    let mut r =
-        PacketReader::with_container(data, container, framing, configs, ErrorRecovery::Continue);
+    let mut r = PacketReader::with_container(data, container, framing, configs, ErrorRecovery::Continue);
     let mut printer = OpenCsdPrinter::new(listing);
     let (mut text, mut errors, mut lines) = (Vec::new(), Vec::new(), 0);
     while let Some(item) = r.next() {
@@ -126,20 +121,13 @@ fn compare(what: &str, theirs: &[&str], ours: &[&str], hex_idx: bool) -> (usize,
             key += 1;
         } else if t.desc != o.desc {
             if desc < 5 {
-                eprintln!(
-                    "{what}: line {i} description differs:\n  theirs {}\n  ours   {}",
-                    t.desc, o.desc
-                );
+                eprintln!("{what}: line {i} description differs:\n  theirs {}\n  ours   {}", t.desc, o.desc);
             }
             desc += 1;
         }
     }
     if theirs.len() != ours.len() {
-        eprintln!(
-            "{what}: {} lines from trc_pkt_lister, {} from us",
-            theirs.len(),
-            ours.len()
-        );
+        eprintln!("{what}: {} lines from trc_pkt_lister, {} from us", theirs.len(), ours.len());
         key += theirs.len().abs_diff(ours.len());
     }
     let n = theirs.len().min(ours.len());
@@ -159,20 +147,14 @@ fn real_snapshot(name: &str, lister_args: &[&str]) {
         return;
     };
     let b = common::first_buffer(&dir);
-    for (listing, mode_args, tag) in [
-        (Listing::Decode, &["-decode"][..], "decode"),
-        (Listing::PacketsOnly, &[][..], "packets"),
-    ] {
+    for (listing, mode_args, tag) in [(Listing::Decode, &["-decode"][..], "decode"), (Listing::PacketsOnly, &[][..], "packets")] {
         let args: Vec<&str> = mode_args.iter().chain(lister_args).copied().collect();
         let log = run_lister(lister, &dir, &args, &format!("{name}.{tag}.ppl"));
         let theirs = packet_lines(&log);
         let (text, errors) = our_listing(&b.data, b.container, b.framing, &b.configs, listing);
         let ours: Vec<&str> = text.lines().map(str::trim_end).collect();
         for (at, e) in &errors {
-            assert!(
-                *at == ours.len() && matches!(e.kind, FrameErrorKind::PartialFrame(_)),
-                "{name}: frame error {e} at line {at}"
-            );
+            assert!(*at == ours.len() && matches!(e.kind, FrameErrorKind::PartialFrame(_)), "{name}: frame error {e} at line {at}");
         }
         assert_same(&format!("{name} ({tag})"), &theirs, &ours);
     }
@@ -218,27 +200,14 @@ fn a55_test_tpiu_footers_as_trace() {
     };
     let b = common::first_buffer(&dir);
     let log = run_lister(lister, &dir, &["-decode"], "a55-test-tpiu.plain.ppl");
-    assert!(
-        log.contains("Data Path fatal error"),
-        "OpenCSD no longer stops here"
-    );
+    assert!(log.contains("Data Path fatal error"), "OpenCSD no longer stops here");
     let theirs = packet_lines(&log);
-    let (text, errors) = our_listing(
-        &b.data,
-        Container::Plain,
-        b.framing,
-        &b.configs,
-        Listing::Decode,
-    );
+    let (text, errors) = our_listing(&b.data, Container::Plain, b.framing, &b.configs, Listing::Decode);
     let ours: Vec<&str> = text.lines().map(str::trim_end).collect();
     let (at, first) = errors[0];
     assert_eq!(first.kind, FrameErrorKind::FsyncInFrame);
     assert_eq!(first.offset, 0x20c);
-    assert_same(
-        "a55-test-tpiu without -dstream_format, up to the fault",
-        &theirs,
-        &ours[..at],
-    );
+    assert_same("a55-test-tpiu without -dstream_format, up to the fault", &theirs, &ours[..at]);
 }
 
 /// OpenCSD's own reference logs for a57_single_step (older versions: the
@@ -251,11 +220,7 @@ fn a57_single_step_reference_logs() {
     let b = common::first_buffer(&dir);
     let (text, _) = our_listing(&b.data, b.container, b.framing, &b.configs, Listing::Decode);
     let ours: Vec<&str> = text.lines().map(str::trim_end).collect();
-    for (log, hex) in [
-        ("trc_pkt_lister_a57ss.ppl", true),
-        ("trc_pkt_lister_a57ss-1.ppl", false),
-        ("trc_pkt_lister_a57ss-2.ppl", false),
-    ] {
+    for (log, hex) in [("trc_pkt_lister_a57ss.ppl", true), ("trc_pkt_lister_a57ss-1.ppl", false), ("trc_pkt_lister_a57ss-2.ppl", false)] {
         let text = std::fs::read_to_string(dir.join("pkt_proc_logs").join(log)).unwrap();
         // Only the first run in each log: some hold two.
         let mut theirs = packet_lines(&text);
@@ -268,12 +233,7 @@ fn a57_single_step_reference_logs() {
 }
 
 /// A synthetic snapshot: buffer format, sources, buffer, extra trc_pkt_lister options.
-type Case<'a> = (
-    &'a str,
-    Vec<(&'a str, etm::EtmV4Config)>,
-    Vec<u8>,
-    Vec<&'a str>,
-);
+type Case<'a> = (&'a str, Vec<(&'a str, etm::EtmV4Config)>, Vec<u8>, Vec<&'a str>);
 
 /// Every packet kind, valid and invalid, under four configurations, as
 /// raw source data, as frames of two interleaved sources, and as a DSTREAM
@@ -292,65 +252,38 @@ fn synthetic_snapshots_every_packet_kind() {
             let mut fsync_writer = FrameWriter::with_fsync_every(1 + rng.below(4) as u32);
             let cases: Vec<Case> = vec![
                 // OpenCSD 1.3.3's full decoder refuses a single source whose trace ID is not 0.
-                (
-                    "source_data",
-                    vec![(a.0, etm::EtmV4Config { traceidr: 0, ..a.1 })],
-                    ta.clone(),
-                    vec![],
-                ),
+                ("source_data", vec![(a.0, etm::EtmV4Config { traceidr: 0, ..a.1 })], ta.clone(), vec![]),
                 (
                     "coresight",
                     vec![(a.0, a.1), (b.0, b.1)],
-                    synth::frames(
-                        &mut rng,
-                        &[(a.1.trace_id(), ta.clone()), (b.1.trace_id(), tb.clone())],
-                        &mut FrameWriter::new(),
-                    ),
+                    synth::frames(&mut rng, &[(a.1.trace_id(), ta.clone()), (b.1.trace_id(), tb.clone())], &mut FrameWriter::new()),
                     vec![],
                 ),
                 (
                     "dstream_coresight",
                     vec![(a.0, a.1), (b.0, b.1)],
-                    synth::dstream_blocks(&synth::frames(
-                        &mut rng,
-                        &[(a.1.trace_id(), ta), (b.1.trace_id(), tb)],
-                        &mut fsync_writer,
-                    )),
+                    synth::dstream_blocks(&synth::frames(&mut rng, &[(a.1.trace_id(), ta), (b.1.trace_id(), tb)], &mut fsync_writer)),
                     vec!["-dstream_format"],
                 ),
             ];
             for (format, sources, buffer, extra) in cases {
-                let name = format!(
-                    "synth-{round}-{}-{}-{format}",
-                    a.0,
-                    if errors { "errors" } else { "clean" }
-                );
+                let name = format!("synth-{round}-{}-{}-{format}", a.0, if errors { "errors" } else { "clean" });
                 let dir = tmp(&name);
                 synth::write_snapshot(&dir, &sources, format, &buffer);
                 let b = common::first_buffer(&dir);
                 // Raw bytes are only listed with -decode, which OpenCSD refuses for some configurations.
                 let decode = sources.iter().all(|s| synth::opencsd_decoder_accepts(&s.1));
-                let listings = [
-                    (Listing::Decode, Some("-decode"), "decode"),
-                    (Listing::PacketsOnly, None, "packets"),
-                ];
-                for (listing, mode, tag) in listings
-                    .into_iter()
-                    .filter(|l| decode || l.0 == Listing::PacketsOnly)
-                {
+                let listings = [(Listing::Decode, Some("-decode"), "decode"), (Listing::PacketsOnly, None, "packets")];
+                for (listing, mode, tag) in listings.into_iter().filter(|l| decode || l.0 == Listing::PacketsOnly) {
                     let args: Vec<&str> = mode.into_iter().chain(extra.iter().copied()).collect();
                     let (log, done) = lister::run(lister, &dir, &args, &tmp(&format!("{name}.{tag}.ppl")));
                     let theirs = packet_lines(&log);
-                    let (text, frame_errors) =
-                        our_listing(&b.data, b.container, b.framing, &b.configs, listing);
+                    let (text, frame_errors) = our_listing(&b.data, b.container, b.framing, &b.configs, listing);
                     let mut ours: Vec<&str> = text.lines().map(str::trim_end).collect();
                     assert!(frame_errors.is_empty(), "{name}: {frame_errors:?}");
                     if !done {
                         // OpenCSD's full decoder died: what it printed before must still agree.
-                        assert!(
-                            listing == Listing::Decode,
-                            "{name}: trc_pkt_lister {args:?} did not finish"
-                        );
+                        assert!(listing == Listing::Decode, "{name}: trc_pkt_lister {args:?} did not finish");
                         eprintln!("{name}: trc_pkt_lister {args:?} crashed after {} packet lines; comparing those", theirs.len());
                         crashes += 1;
                         ours.truncate(theirs.len());

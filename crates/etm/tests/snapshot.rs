@@ -22,40 +22,20 @@ fn juno_r1_1_six_etms_and_an_stm() {
     assert_eq!(s.devices.iter().filter(|d| d.class == "core").count(), 6);
     assert_eq!(s.devices.iter().filter(|d| d.is_etmv4()).count(), 6);
     assert_eq!(
-        s.buffers
-            .iter()
-            .map(|b| (b.name.as_str(), &b.format))
-            .collect::<Vec<_>>(),
-        [
-            ("ETB_0", &BufferFormat::Coresight),
-            ("ETB_1", &BufferFormat::Coresight)
-        ]
+        s.buffers.iter().map(|b| (b.name.as_str(), &b.format)).collect::<Vec<_>>(),
+        [("ETB_0", &BufferFormat::Coresight), ("ETB_1", &BufferFormat::Coresight)]
     );
     let cpu = s.device("cpu_4").unwrap();
     assert_eq!(cpu.kind, "Cortex-A57");
     assert_eq!(cpu.register("PC"), Some(0xFFFF_FFC0_0008_1000));
     assert_eq!(cpu.dumps[0].file, dir.join("kernel_dump.bin"));
-    assert_eq!(
-        (cpu.dumps[0].address, cpu.dumps[0].length),
-        (0xFFFF_FFC0_0008_1000, Some(0x50000))
-    );
+    assert_eq!((cpu.dumps[0].address, cpu.dumps[0].length), (0xFFFF_FFC0_0008_1000, Some(0x50000)));
     assert_eq!(s.core_of("ETM_4").unwrap().name, "cpu_4");
     let setup = s.buffer_setup("ETB_0").unwrap();
-    assert_eq!(
-        (setup.framing, setup.container),
-        (
-            Framing::Aligned {
-                reset_on_4x_fsync: false
-            },
-            Container::Plain
-        )
-    );
+    assert_eq!((setup.framing, setup.container), (Framing::Aligned { reset_on_4x_fsync: false }, Container::Plain));
     let ids: Vec<u8> = setup.sources.iter().map(|s| s.1.trace_id()).collect();
     assert_eq!(ids, [0x10, 0x11, 0x12, 0x13, 0x14, 0x15]);
-    assert!(setup
-        .sources
-        .iter()
-        .all(|s| s.1.configr == 0xC1 && s.1.profile == Profile::A));
+    assert!(setup.sources.iter().all(|s| s.1.configr == 0xC1 && s.1.profile == Profile::A));
     let stm = s.buffer_setup("ETB_1").unwrap();
     assert!(stm.sources.is_empty());
     assert_eq!(stm.unsupported, [("STM_12".to_string(), "STM".to_string())]);
@@ -73,10 +53,7 @@ fn register_and_dump_forms_of_every_snapshot() {
     assert_eq!((acvr.id, acvr.size, acvr.value), (Some(0x102), Some(64), 0));
     assert_eq!(etm.register("trctraceidr"), Some(0x10));
     let cfg = s.etm_config(etm).unwrap();
-    assert_eq!(
-        (cfg.version(), cfg.vmid_bytes(), cfg.context_id_bytes()),
-        (0x41, 4, 4)
-    );
+    assert_eq!((cfg.version(), cfg.vmid_bytes(), cfg.context_id_bytes()), (0x41, 4, 4));
 
     let Some(dir) = common::snapshot("a55-test-tpiu") else {
         return;
@@ -86,10 +63,7 @@ fn register_and_dump_forms_of_every_snapshot() {
     assert_eq!(core.dumps[0].space.as_deref(), Some("EL2"));
     assert_eq!(core.register("X9"), Some(u64::MAX));
     let setup = s.buffer_setup("DSTREAM_0").unwrap();
-    assert_eq!(
-        (setup.framing, setup.container),
-        (Framing::Synced { hsyncs: false }, Container::Dstream)
-    );
+    assert_eq!((setup.framing, setup.container), (Framing::Synced { hsyncs: false }, Container::Dstream));
 
     let Some(dir) = common::snapshot("init-short-addr") else {
         return;
@@ -103,18 +77,7 @@ fn register_and_dump_forms_of_every_snapshot() {
         return;
     };
     let s = Snapshot::load(&dir).unwrap();
-    assert_eq!(
-        s.clusters[1],
-        (
-            "Cluster 1".to_string(),
-            vec![
-                "cpu_0".to_string(),
-                "cpu_3".to_string(),
-                "cpu_4".to_string(),
-                "cpu_5".to_string()
-            ]
-        )
-    );
+    assert_eq!(s.clusters[1], ("Cluster 1".to_string(), vec!["cpu_0".to_string(), "cpu_3".to_string(), "cpu_4".to_string(), "cpu_5".to_string()]));
     let dumps = &s.device("cpu_2").unwrap().dumps;
     assert_eq!(dumps.len(), 5);
     assert_eq!((dumps[1].address, dumps[1].length), (0x400200, None));
@@ -139,67 +102,29 @@ fn write(dir: &Path, files: &[(&str, &str)]) {
 
 const SNAPSHOT_INI: &str = "[snapshot]\nversion=1.0\n[device_list]\ndevice0=cpu.ini\ndevice1=etm.ini\n[trace]\nmetadata=trace.ini\n";
 const CPU_INI: &str = "[device]\nname=cpu\nclass=core\ntype=Cortex-M33\n";
-const TRACE_INI: &str = "[trace_buffers]\nbuffers=buffer0\n[buffer0]\nname=b\nfile=t.bin\nformat=coresight\n[source_buffers]\netm=b\n[core_trace_sources]\ncpu=etm\n";
+const TRACE_INI: &str =
+    "[trace_buffers]\nbuffers=buffer0\n[buffer0]\nname=b\nfile=t.bin\nformat=coresight\n[source_buffers]\netm=b\n[core_trace_sources]\ncpu=etm\n";
 
 #[test]
 fn broken_descriptions_name_the_file_and_line() {
     let etm = "[device]\nname=etm\nclass=trace_source\ntype=ETM4\n[regs]\nTRCCONFIGR=0x1\nTRCTRACEIDR=0x10\nTRCIDR0=0x28000EA1\nTRCIDR2=0x488\n";
     let d = tmp("good");
-    write(
-        &d,
-        &[
-            ("snapshot.ini", SNAPSHOT_INI),
-            ("cpu.ini", CPU_INI),
-            ("etm.ini", etm),
-            ("trace.ini", TRACE_INI),
-        ],
-    );
+    write(&d, &[("snapshot.ini", SNAPSHOT_INI), ("cpu.ini", CPU_INI), ("etm.ini", etm), ("trace.ini", TRACE_INI)]);
     let s = Snapshot::load(&d).unwrap();
     let setup = s.buffer_setup("b").unwrap();
     assert_eq!(setup.sources[0].1.profile, Profile::M);
-    assert_eq!(
-        setup.sources[0].1.idr1, 0x4100F403,
-        "OpenCSD's default TRCIDR1"
-    );
+    assert_eq!(setup.sources[0].1.idr1, 0x4100F403, "OpenCSD's default TRCIDR1");
 
     let cases: [(&str, &str, &str); 5] = [
-        (
-            "etm.ini",
-            "[device\nname=etm\n",
-            "etm.ini:1: unterminated section header",
-        ),
-        (
-            "etm.ini",
-            "[device]\nname etm\n",
-            "etm.ini:2: expected key=value",
-        ),
-        (
-            "etm.ini",
-            "name=etm\n",
-            "etm.ini:1: key=value before any [section]",
-        ),
-        (
-            "etm.ini",
-            "[device]\nname=etm\n[regs]\nTRCCONFIGR=0xZZ\n",
-            "etm.ini:4: bad value",
-        ),
-        (
-            "etm.ini",
-            "[device]\nname=etm\n[dump1]\naddress=0x1000\n",
-            "[dump1]: no file=",
-        ),
+        ("etm.ini", "[device\nname=etm\n", "etm.ini:1: unterminated section header"),
+        ("etm.ini", "[device]\nname etm\n", "etm.ini:2: expected key=value"),
+        ("etm.ini", "name=etm\n", "etm.ini:1: key=value before any [section]"),
+        ("etm.ini", "[device]\nname=etm\n[regs]\nTRCCONFIGR=0xZZ\n", "etm.ini:4: bad value"),
+        ("etm.ini", "[device]\nname=etm\n[dump1]\naddress=0x1000\n", "[dump1]: no file="),
     ];
     for (i, (file, text, want)) in cases.iter().enumerate() {
         let d = tmp(&format!("bad{i}"));
-        write(
-            &d,
-            &[
-                ("snapshot.ini", SNAPSHOT_INI),
-                ("cpu.ini", CPU_INI),
-                ("etm.ini", etm),
-                ("trace.ini", TRACE_INI),
-            ],
-        );
+        write(&d, &[("snapshot.ini", SNAPSHOT_INI), ("cpu.ini", CPU_INI), ("etm.ini", etm), ("trace.ini", TRACE_INI)]);
         write(&d, &[(file, text)]);
         let err = Snapshot::load(&d).unwrap_err().to_string();
         assert!(err.contains(want), "case {i}: {err}");
@@ -207,30 +132,11 @@ fn broken_descriptions_name_the_file_and_line() {
 
     // A source without a register OpenCSD needs; a device file that is not there.
     let d = tmp("noreg");
-    write(
-        &d,
-        &[
-            ("snapshot.ini", SNAPSHOT_INI),
-            ("cpu.ini", CPU_INI),
-            ("etm.ini", &etm.replace("TRCIDR2=0x488\n", "")),
-            ("trace.ini", TRACE_INI),
-        ],
-    );
-    let err = Snapshot::load(&d)
-        .unwrap()
-        .buffer_setup("b")
-        .unwrap_err()
-        .to_string();
+    write(&d, &[("snapshot.ini", SNAPSHOT_INI), ("cpu.ini", CPU_INI), ("etm.ini", &etm.replace("TRCIDR2=0x488\n", "")), ("trace.ini", TRACE_INI)]);
+    let err = Snapshot::load(&d).unwrap().buffer_setup("b").unwrap_err().to_string();
     assert!(err.contains("has no TRCIDR2"), "{err}");
     let d = tmp("nofile");
-    write(
-        &d,
-        &[
-            ("snapshot.ini", SNAPSHOT_INI),
-            ("etm.ini", etm),
-            ("trace.ini", TRACE_INI),
-        ],
-    );
+    write(&d, &[("snapshot.ini", SNAPSHOT_INI), ("etm.ini", etm), ("trace.ini", TRACE_INI)]);
     let err = Snapshot::load(&d).unwrap_err().to_string();
     assert!(err.contains("cpu.ini"), "{err}");
 }

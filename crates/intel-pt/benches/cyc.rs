@@ -36,7 +36,15 @@ fn fixture(cyc: bool) -> &'static Fixture {
     static F: [OnceLock<Fixture>; 2] = [OnceLock::new(), OnceLock::new()];
     F[cyc as usize].get_or_init(|| {
         let insns = std::env::var("CYC_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-        let cfg = sim::SimConfig { cpus: 4, protocol: "none".into(), pokes: 0, instructions: insns, mtc_freq: Some(3), cyc_thresh: cyc.then_some(0), ..sim::SimConfig::default() };
+        let cfg = sim::SimConfig {
+            cpus: 4,
+            protocol: "none".into(),
+            pokes: 0,
+            instructions: insns,
+            mtc_freq: Some(3),
+            cyc_thresh: cyc.then_some(0),
+            ..sim::SimConfig::default()
+        };
         let (summary, run) = common::simulate(if cyc { "bench-cyc" } else { "bench-cyc-plain" }, &cfg, None);
         let bytes = run.aux.iter().map(Vec::len).sum();
         let f = Fixture { run, bytes, instructions: 0 };
@@ -111,7 +119,12 @@ fn main() {
             black_box(run(black_box(f)));
         });
         let base = *first.get_or_insert(best);
-        println!("| {name} | {:.1} ms | {:.1} | {:.3}x |", best.as_secs_f64() * 1e3, f.instructions as f64 / best.as_secs_f64() / 1e6, best.as_secs_f64() / base.as_secs_f64());
+        println!(
+            "| {name} | {:.1} ms | {:.1} | {:.3}x |",
+            best.as_secs_f64() * 1e3,
+            f.instructions as f64 / best.as_secs_f64() / 1e6,
+            best.as_secs_f64() / base.as_secs_f64()
+        );
     }
 }
 

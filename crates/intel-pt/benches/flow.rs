@@ -102,9 +102,11 @@ fn main() {
 /// rows `FLOW_BENCH_ONLY` picks (see [`picks`]), and libipt's section cache.
 fn summary() {
     let reps: usize = std::env::var("FLOW_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let best = |run: &mut dyn FnMut() -> (u64, u64)| fastest(reps, &mut || {
-        black_box(run());
-    });
+    let best = |run: &mut dyn FnMut() -> (u64, u64)| {
+        fastest(reps, &mut || {
+            black_box(run());
+        })
+    };
     println!("\n| input | decoder | time (fastest of {reps}) | M instructions/s | MB/s of trace | vs libipt (warm) | vs libipt cold |\n|---|---|---|---|---|---|---|");
     for input in INPUTS {
         let Some(f) = fixture(input) else { continue };
@@ -127,7 +129,9 @@ fn summary() {
         row("ours, Static, blocks, a sink per PSB segment on 1 thread", &mut || (0, 0), &mut || timed_ours_segments(f, 1));
         row("ours, Static, blocks, a sink per PSB segment on 2 threads", &mut || (0, 0), &mut || timed_ours_segments(f, 2));
         let image = LibiptImage::new(&f.run, ImageKind::File);
-        row("ours, Static, blocks, no upper bounds, interleaved PSB segments on 1 thread", &mut || ours_interleaved(f), &mut || timed_ours_interleaved(f));
+        row("ours, Static, blocks, no upper bounds, interleaved PSB segments on 1 thread", &mut || ours_interleaved(f), &mut || {
+            timed_ours_interleaved(f)
+        });
         row("libipt file sections", &mut || libipt(f, &image), &mut || timed_libipt_file(f, &image));
         let image = LibiptImage::new(&f.run, ImageKind::Cached);
         row("libipt section cache", &mut || libipt(f, &image), &mut || timed_libipt_cached(f, &image));
@@ -166,9 +170,13 @@ fn summary() {
             let code = Static(&f.run.bare);
             let mut warm = FlowDecoder::new(&[], &code, f.run.cfg.clone()).with_upper_bounds(false);
             black_box(interleaved_on(&mut warm, &f.traces));
-            rows.push(("ours, Static, blocks, no upper bounds, interleaved PSB segments on 1 thread, warm", best(&mut || timed_interleaved_warm(&mut warm, &f.traces))));
+            rows.push((
+                "ours, Static, blocks, no upper bounds, interleaved PSB segments on 1 thread, warm",
+                best(&mut || timed_interleaved_warm(&mut warm, &f.traces)),
+            ));
         }
-        let libipt_best = rows.iter().filter(|(n, _)| n.starts_with("libipt") && !n.ends_with("callback") && !n.ends_with("cold")).map(|r| r.1).min().unwrap();
+        let libipt_best =
+            rows.iter().filter(|(n, _)| n.starts_with("libipt") && !n.ends_with("callback") && !n.ends_with("cold")).map(|r| r.1).min().unwrap();
         let libipt_cold = rows.iter().find(|(n, _)| *n == "libipt section cache, cold").map(|r| r.1);
         for (name, d) in rows {
             let secs = d.as_secs_f64();
@@ -202,7 +210,9 @@ fn fixture(input: &str) -> Option<&'static Fixture> {
     match input {
         "vmlinux" => VMLINUX.get_or_init(|| vmlinux().map(|p| make("vmlinux", Some(&p)))).as_ref(),
         "sim_kernel" => Some(KERNEL.get_or_init(|| make("sim_kernel", None))),
-        "usr_bin_perf" => PERF_WALK.get_or_init(|| std::path::Path::new(PERF).is_file().then(|| make("usr_bin_perf", Some(std::path::Path::new(PERF))))).as_ref(),
+        "usr_bin_perf" => {
+            PERF_WALK.get_or_init(|| std::path::Path::new(PERF).is_file().then(|| make("usr_bin_perf", Some(std::path::Path::new(PERF))))).as_ref()
+        }
         _ => unreachable!(),
     }
 }

@@ -160,10 +160,7 @@ fn mix(trace: &[u8]) -> String {
     let pct = |c: usize, of: usize| 100.0 * c as f64 / of as f64;
     let mut s: Vec<String> = kinds.iter().filter(|k| pct(k.1, n) >= 1.0).map(|(k, c)| format!("{k} {:.1}%", pct(*c, n))).collect();
     let ips: usize = ipbytes.iter().sum();
-    s.push(format!(
-        "IP packets by IPBytes 0/1/2/3/4/6: {}",
-        [0, 1, 2, 3, 4, 6].map(|i| format!("{:.1}%", pct(ipbytes[i], ips))).join("/")
-    ));
+    s.push(format!("IP packets by IPBytes 0/1/2/3/4/6: {}", [0, 1, 2, 3, 4, 6].map(|i| format!("{:.1}%", pct(ipbytes[i], ips))).join("/")));
     s.join(", ")
 }
 

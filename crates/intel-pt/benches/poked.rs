@@ -96,7 +96,12 @@ fn main() {
             black_box(run(black_box(f)));
         });
         let base = *first.get_or_insert(best);
-        println!("| {name} | {:.1} ms | {:.1} | {:.2}x |", best.as_secs_f64() * 1e3, f.instructions as f64 / best.as_secs_f64() / 1e6, base.as_secs_f64() / best.as_secs_f64());
+        println!(
+            "| {name} | {:.1} ms | {:.1} | {:.2}x |",
+            best.as_secs_f64() * 1e3,
+            f.instructions as f64 / best.as_secs_f64() / 1e6,
+            base.as_secs_f64() / best.as_secs_f64()
+        );
     }
 }
 

@@ -155,7 +155,16 @@ impl Block {
     /// `targets` in other arenas (which do not keep the return addresses).
     pub fn moved(&self, spill: u32, targets: u32) -> Block {
         debug_assert!(!self.inline());
-        Block { spill, targets, lens: { let mut l = self.lens; l[1] = 0; l }, ..*self }
+        Block {
+            spill,
+            targets,
+            lens: {
+                let mut l = self.lens;
+                l[1] = 0;
+                l
+            },
+            ..*self
+        }
     }
 }
 
@@ -243,7 +252,9 @@ impl Slots {
             let bytes = layout.size() + HUGE_PAGE;
             // SAFETY: a new private anonymous mapping; nothing else is
             // at the address the kernel picks.
-            let at = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+            let at = unsafe {
+                libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            };
             if at != libc::MAP_FAILED {
                 let start = (at as usize).next_multiple_of(HUGE_PAGE);
                 // SAFETY: advice on pages of this mapping; it changes no content.
@@ -341,8 +352,29 @@ impl Building {
 /// Empty, and allocates nothing until the first block.
 impl Default for BlockCache {
     fn default() -> Self {
-        let building = Building { lens: [0; MAX_BLOCK_INSNS], targets: [0; MAX_BLOCK_INSNS], pushes: [0; MAX_BLOCK_INSNS], n_lens: 0, n_targets: 0, n_pushes: 0 };
-        let mut c = BlockCache { table: Table::none(), slots: std::ptr::null(), mask: 0, lens: std::ptr::null(), targets: std::ptr::null(), lens_room: 0..0, targets_room: 0..0, unsaid: 0, home: None, generation: 0, own: None, building, first_entries: MIN_ENTRIES };
+        let building = Building {
+            lens: [0; MAX_BLOCK_INSNS],
+            targets: [0; MAX_BLOCK_INSNS],
+            pushes: [0; MAX_BLOCK_INSNS],
+            n_lens: 0,
+            n_targets: 0,
+            n_pushes: 0,
+        };
+        let mut c = BlockCache {
+            table: Table::none(),
+            slots: std::ptr::null(),
+            mask: 0,
+            lens: std::ptr::null(),
+            targets: std::ptr::null(),
+            lens_room: 0..0,
+            targets_room: 0..0,
+            unsaid: 0,
+            home: None,
+            generation: 0,
+            own: None,
+            building,
+            first_entries: MIN_ENTRIES,
+        };
         c.adopt(Table::none());
         c
     }
@@ -624,7 +656,12 @@ impl BlockCache {
     fn spilled_insns<'c>(&'c self, b: &'c Block) -> (&'c [u8], &'c [u64]) {
         // SAFETY: the ranges of a published block: written before it was
         // published, and not since.
-        unsafe { (std::slice::from_raw_parts(self.lens.add(b.spill as usize), b.count as usize - 1), std::slice::from_raw_parts(self.targets.add(b.targets as usize), b.lens[0] as usize)) }
+        unsafe {
+            (
+                std::slice::from_raw_parts(self.lens.add(b.spill as usize), b.count as usize - 1),
+                std::slice::from_raw_parts(self.targets.add(b.targets as usize), b.lens[0] as usize),
+            )
+        }
     }
 
     /// Gives `each` the return addresses the calls among a block's
@@ -736,7 +773,12 @@ impl BlockCache {
             }
             if !inline {
                 let (new, a) = (&self.building, &self.table.arenas);
-                let spilled = Arenas::put(&a.lens, &a.lens_used, &mut self.lens_room, &[new.lens()]).zip(Arenas::put(&a.targets, &a.targets_used, &mut self.targets_room, &[new.targets(), if b.lens[1] > 0 { new.pushes() } else { &[] }]));
+                let spilled = Arenas::put(&a.lens, &a.lens_used, &mut self.lens_room, &[new.lens()]).zip(Arenas::put(
+                    &a.targets,
+                    &a.targets_used,
+                    &mut self.targets_room,
+                    &[new.targets(), if b.lens[1] > 0 { new.pushes() } else { &[] }],
+                ));
                 let Some((spill, targets)) = spilled else {
                     self.replace(true);
                     continue;

@@ -278,12 +278,15 @@ impl<'a> PacketDecoder<'a> {
             if carries_ip(b0) && IP_LEN[ipbytes] != 0 {
                 let (n, ip) = self.fast_ip(b0, after);
                 let ip = ip.ip;
-                (n, match kind {
-                    0x0d => Quick::Tip(ip),
-                    0x1d => Quick::Fup(ip),
-                    0x11 => Quick::TipPge(ip),
-                    _ => Quick::TipPgd(ip),
-                })
+                (
+                    n,
+                    match kind {
+                        0x0d => Quick::Tip(ip),
+                        0x1d => Quick::Fup(ip),
+                        0x11 => Quick::TipPge(ip),
+                        _ => Quick::TipPgd(ip),
+                    },
+                )
             } else if b0 == 0x19 {
                 (8, Quick::Tsc(after & 0x00ff_ffff_ffff_ffff))
             } else if b0 == 0x59 {
@@ -727,12 +730,7 @@ static IP_ROWS: [IpRow; 8] = {
     let mut t = [IpRow { payload_mask: 0, keep_mask: 0, sext_shift: 0, compression: IpCompression::Suppressed }; 8];
     let mut i = 0;
     while i < 8 {
-        t[i] = IpRow {
-            payload_mask: IP_PAYLOAD_MASK[i],
-            keep_mask: IP_KEEP_MASK[i],
-            sext_shift: IP_SEXT_SHIFT[i],
-            compression: IP_COMPRESSION[i],
-        };
+        t[i] = IpRow { payload_mask: IP_PAYLOAD_MASK[i], keep_mask: IP_KEEP_MASK[i], sext_shift: IP_SEXT_SHIFT[i], compression: IP_COMPRESSION[i] };
         i += 1;
     }
     t

@@ -135,20 +135,16 @@ fn validate(packet: &Packet) -> Result<(), EncodeError> {
                 Err("VMCS pointer must be bits 51:12")
             }
         }
-        Packet::Ptw { payload, size, .. } | Packet::Bip { payload, size, .. } if !fits_size(payload, size) => {
-            Err("payload wider than its size")
-        }
+        Packet::Ptw { payload, size, .. } | Packet::Bip { payload, size, .. } if !fits_size(payload, size) => Err("payload wider than its size"),
         Packet::Ptw { .. } => Ok(()),
         Packet::Bip { id, .. } => fits(id.into(), 5).then_some(()).ok_or("ID wider than 5 bits"),
         Packet::Mwait { ext, .. } => fits(ext.into(), 2).then_some(()).ok_or("extensions wider than 2 bits"),
-        Packet::Pwre { cstate, sub_cstate, .. } => {
-            (fits(cstate.into(), 4) && fits(sub_cstate.into(), 4)).then_some(()).ok_or("C-states are 4 bits")
+        Packet::Pwre { cstate, sub_cstate, .. } => (fits(cstate.into(), 4) && fits(sub_cstate.into(), 4)).then_some(()).ok_or("C-states are 4 bits"),
+        Packet::Pwrx { last_cstate, deepest_cstate, wake_reason } => {
+            (fits(last_cstate.into(), 4) && fits(deepest_cstate.into(), 4) && fits(wake_reason.into(), 4))
+                .then_some(())
+                .ok_or("C-states and wake reason are 4 bits")
         }
-        Packet::Pwrx { last_cstate, deepest_cstate, wake_reason } => (fits(last_cstate.into(), 4)
-            && fits(deepest_cstate.into(), 4)
-            && fits(wake_reason.into(), 4))
-        .then_some(())
-        .ok_or("C-states and wake reason are 4 bits"),
         Packet::Bbp { block_type, .. } => fits(block_type.into(), 5).then_some(()).ok_or("type wider than 5 bits"),
         Packet::Cfe { event_type, .. } => fits(event_type.into(), 5).then_some(()).ok_or("type wider than 5 bits"),
         Packet::Evd { event_type, .. } => fits(event_type.into(), 6).then_some(()).ok_or("type wider than 6 bits"),

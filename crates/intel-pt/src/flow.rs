@@ -61,8 +61,8 @@ use std::ops::Range;
 
 use isa::{BranchClass, Insn, KernelIdioms};
 
-use crate::block_cache::{Block, BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
 pub use crate::block_cache::SharedBlocks;
+use crate::block_cache::{Block, BlockCache, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
 use crate::decode::Quick;
 use crate::{Packet, PacketDecoder, PacketError};
 
@@ -334,7 +334,9 @@ pub enum FlowErrorKind {
     Overflow,
     /// A PSB+ met while walking says execution is at `fup` (`None`: tracing
     /// off), which the walk does not reach before it needs a packet.
-    PsbMismatch { fup: Option<u64> },
+    PsbMismatch {
+        fup: Option<u64>,
+    },
 }
 
 impl FlowErrorKind {
@@ -683,7 +685,19 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     pub fn new(buf: &'a [u8], code: &'a C, cfg: FlowConfig) -> Self {
         let mut cache = BlockCache::default();
         cache.size_for_code(code.code_bytes());
-        FlowDecoder { buf, code, cfg, st: State::new(buf), cache, base: 0, mtc: None, cyc: None, recovery: Recovery::default(), upper_bounds: true, last_run: Cell::new((0, &[], 0, 0)) }
+        FlowDecoder {
+            buf,
+            code,
+            cfg,
+            st: State::new(buf),
+            cache,
+            base: 0,
+            mtc: None,
+            cyc: None,
+            recovery: Recovery::default(),
+            upper_bounds: true,
+            last_run: Cell::new((0, &[], 0, 0)),
+        }
     }
 
     /// Times what runs between TSCs by the MTC packets too (after a TMA):
@@ -783,7 +797,10 @@ impl<'a> State<'a> {
     /// flow packet when it takes that packet.
     #[inline(always)]
     fn packet_lo(&self, class: BranchClass) -> Time {
-        let takes = matches!(class, BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer);
+        let takes = matches!(
+            class,
+            BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer
+        );
         if takes && self.tnt_count == 0 && self.peeked.is_some() {
             self.now
         } else {
@@ -857,7 +874,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// [`Self::run_interleaved`] over the segments of `buf` that `cuts`
     /// gives (from one PSB to the next, or the end; in order), over the
     /// shared block table this decoder took last ([`Self::refresh_blocks`]).
-    pub(crate) fn interleave<S: FlowSink>(&mut self, buf: &'a [u8], cuts: &[(usize, usize)], lanes: usize, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
+    pub(crate) fn interleave<S: FlowSink>(
+        &mut self,
+        buf: &'a [u8],
+        cuts: &[(usize, usize)],
+        lanes: usize,
+        mut make: impl FnMut() -> S,
+        mut done: impl FnMut(S),
+    ) {
         let lanes = lanes.clamp(1, cuts.len().max(1));
         // Segments from the next to hand out on, finished or not: started
         // only this far ahead of it, so that a long segment holds back a
@@ -1776,15 +1800,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Runs `insn` at `ip`: first an asynchronous event or the end of tracing
     /// at this IP, if the trace has one here, else the instruction itself.
-    fn run_insn(
-        &self,
-        st: &mut State<'a>,
-        ip: u64,
-        insn: Insn,
-        uncertain: bool,
-        sink: &mut impl FlowSink,
-        trial: bool,
-    ) -> Result<bool, Failure> {
+    fn run_insn(&self, st: &mut State<'a>, ip: u64, insn: Insn, uncertain: bool, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
         // An event at this instruction (FUP at this IP, then the handler's
         // TIP): a trap it raises (INT3) or an interrupt before it; or the end
         // of tracing here (TIP.PGD at this IP, maybe after a FUP). Reported
@@ -1838,8 +1854,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     }
 
     fn classify(&self, ip: u64, bytes: &[u8], st: &State<'a>) -> Result<Insn, Failure> {
-        isa::classify_x86_64(ip, bytes, &self.cfg.idioms)
-            .map_err(|_| Failure { offset: st.packets.offset(), kind: FlowErrorKind::BadInsn })
+        isa::classify_x86_64(ip, bytes, &self.cfg.idioms).map_err(|_| Failure { offset: st.packets.offset(), kind: FlowErrorKind::BadInsn })
     }
 
     /// The distinct instructions the candidate contents at `ip` decode to

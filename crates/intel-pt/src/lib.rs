@@ -41,9 +41,9 @@ mod block_cache;
 mod decode;
 mod encode;
 pub mod flow;
+mod packet;
 pub mod parallel;
 pub mod sources;
-mod packet;
 
 #[doc(hidden)]
 pub use decode::scan as __scan;

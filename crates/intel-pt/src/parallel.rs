@@ -152,7 +152,18 @@ impl Recording {
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow { code, cfg, mtc: None, cyc: None, upper_bounds: true, recovery: Recovery::default(), lanes: None, decoders: Mutex::new(Vec::new()), blocks: Arc::default(), spare: Mutex::new(Vec::new()) }
+        ParallelFlow {
+            code,
+            cfg,
+            mtc: None,
+            cyc: None,
+            upper_bounds: true,
+            recovery: Recovery::default(),
+            lanes: None,
+            decoders: Mutex::new(Vec::new()),
+            blocks: Arc::default(),
+            spare: Mutex::new(Vec::new()),
+        }
     }
 
     /// MTC timing, as [`FlowDecoder::with_mtc`].
@@ -204,10 +215,15 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     pub fn run_with(&self, buf: &'a [u8], sink: &mut impl FlowSink) {
         // (One segment at a time: walks at once would keep many more
         // recordings, each a copy of its blocks, than the caches hold.)
-        self.segments_in_groups(buf, false, || self.spare(), |mut rec: Recording| {
-            rec.replay(sink);
-            self.spare.lock().expect("no panic while held").push(rec);
-        });
+        self.segments_in_groups(
+            buf,
+            false,
+            || self.spare(),
+            |mut rec: Recording| {
+                rec.replay(sink);
+                self.spare.lock().expect("no panic while held").push(rec);
+            },
+        );
     }
 
     /// Decodes `buf` with a sink of its own for each PSB segment, made by
@@ -270,7 +286,12 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// [`Self::with_lanes`] says), else one after the other.
     fn decode<S: FlowSink>(&self, buf: &'a [u8], group: &[(usize, usize)], mut sinks: Vec<S>) -> Vec<S> {
         let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            FlowDecoder::new(&[], self.code, self.cfg.clone()).with_mtc(self.mtc).with_cyc(self.cyc).with_upper_bounds(self.upper_bounds).with_recovery(self.recovery).with_shared_blocks(self.blocks.clone())
+            FlowDecoder::new(&[], self.code, self.cfg.clone())
+                .with_mtc(self.mtc)
+                .with_cyc(self.cyc)
+                .with_upper_bounds(self.upper_bounds)
+                .with_recovery(self.recovery)
+                .with_shared_blocks(self.blocks.clone())
         });
         dec.refresh_blocks();
         let lanes = self.lanes.unwrap_or(if dec.blocks_large() { LANES } else { 1 });

@@ -198,4 +198,3 @@ fn exact(n: usize) -> Fetch {
         Fetch::Exact(n)
     }
 }
-

@@ -5,16 +5,16 @@
 //! same); where it does not, an error names the PSB's offset and the walk
 //! goes on from the FUP's IP, the same sequentially and in PSB segments.
 
+#[path = "common/alt.rs"]
+mod alt;
 #[path = "common/flow.rs"]
 mod flow;
 #[path = "common/hand.rs"]
 mod hand;
-#[path = "common/alt.rs"]
-mod alt;
 
 use alt::AltAt;
-use hand::{Trace, K};
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
+use hand::{Trace, K};
 use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
 use intel_pt::parallel::ParallelFlow;
 use intel_pt::sources::Static;
@@ -236,14 +236,7 @@ fn a_walk_stuck_in_a_loop_without_packets_is_told_apart_at_once() {
 #[test]
 fn libipt_agrees_where_the_fup_is_on_the_path() {
     let code = code();
-    let run = flow::Run {
-        dir: std::env::temp_dir(),
-        aux: Vec::new(),
-        cfg: cfg(true),
-        bare: code,
-        full: self::code(),
-        sections: Vec::new(),
-    };
+    let run = flow::Run { dir: std::env::temp_dir(), aux: Vec::new(), cfg: cfg(true), bare: code, full: self::code(), sections: Vec::new() };
     let image = flow::LibiptImage::new(&run, flow::ImageKind::Callback);
     for fup in [None, Some(0x02), Some(0x08), Some(0x20), Some(0x21)] {
         let mut t = start();
@@ -272,4 +265,3 @@ fn libipt_agrees_where_the_fup_is_on_the_path() {
         assert!(first.is_some_and(|o| o >= psb_at() as u64 && o < trace.len() as u64), "FUP {fup:x?}: libipt {theirs:x?}");
     }
 }
-

@@ -285,7 +285,10 @@ fn fup_and_tip_pgd_end_tracing_at_that_ip() {
     // Stopping before the INT3 runs.
     assert_eq!(run(Trace::new().psb(None, None).pge(0).fup(1).pgd(None)), [I(0), End(Some(1))]);
     // Stopping before the NOP at 02 (after the handler returned there).
-    assert_eq!(run(Trace::new().psb(None, None).pge(0).fup(1).tip(0x30).tip(2).fup(3).pgd(Some(3))), [I(0), Trap(1, 0x30), I(0x30), I(2), End(Some(3))]);
+    assert_eq!(
+        run(Trace::new().psb(None, None).pge(0).fup(1).tip(0x30).tip(2).fup(3).pgd(Some(3))),
+        [I(0), Trap(1, 0x30), I(0x30), I(2), End(Some(3))]
+    );
     // FUP + TIP.PGD with the IP suppressed: the FUP says where.
     assert_eq!(run(Trace::new().psb(None, None).pge(2).fup(3).pgd(None)), [I(2), End(Some(3))]);
     // A TIP.PGD alone at the IP the walk reached.

@@ -53,7 +53,13 @@ fn trace(timing: &[Packet]) -> Vec<u8> {
 
 /// The `lo` of each turn's NOP.
 fn starts(events: &[FlowEvent]) -> Vec<Time> {
-    events.iter().filter_map(|e| match *e { FlowEvent::Insn { ip, lo, .. } if ip == K => Some(lo), _ => None }).collect()
+    events
+        .iter()
+        .filter_map(|e| match *e {
+            FlowEvent::Insn { ip, lo, .. } if ip == K => Some(lo),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Period 4 (shift 2), 3 TSC ticks per CTC tick: the CTC count starts at
@@ -72,7 +78,13 @@ fn mtc_moves_time_on() {
     // the TSC, so the time stays 1100; TSC 2000. Each from the turn after
     // the packet's: a turn's NOP runs before the TNT after the packet.
     assert_eq!(starts(&events), [1000, 1000, 1011, 1023, 1023, 1100, 1100]);
-    let his: Vec<Time> = events.iter().filter_map(|e| match *e { FlowEvent::Insn { ip, hi, .. } if ip == K => Some(hi), _ => None }).collect();
+    let his: Vec<Time> = events
+        .iter()
+        .filter_map(|e| match *e {
+            FlowEvent::Insn { ip, hi, .. } if ip == K => Some(hi),
+            _ => None,
+        })
+        .collect();
     // Each turn ran before the end of the next MTC's period (0x4a: 12 CTC
     // ticks past the base, 1023; 0x4b: 16, 1035), else the next TSC; 0x4c's
     // period ends (1047) before the TSC before it: no earlier than that TSC.
@@ -111,13 +123,27 @@ fn without_mtc_timing_mtc_changes_nothing() {
     let mut b = Vec::new();
     FlowDecoder::new(&without, &src, cfg()).run(|e| b.push(e));
     assert_eq!(starts(&a), [1000; 5]);
-    let ends: Vec<Time> = a.iter().filter_map(|e| match *e { FlowEvent::Insn { ip, hi, .. } if ip == K => Some(hi), _ => None }).collect();
+    let ends: Vec<Time> = a
+        .iter()
+        .filter_map(|e| match *e {
+            FlowEvent::Insn { ip, hi, .. } if ip == K => Some(hi),
+            _ => None,
+        })
+        .collect();
     assert_eq!(ends, [1100, 1100, 1100, 1100, Time::MAX]);
     assert_eq!(starts(&a), starts(&b));
     // An MTC before any TMA is not placed either.
     let mut enc = Encoder::new();
     let mut t = Vec::new();
-    for p in [Packet::Psb, Packet::Tsc(500), Packet::Fup(enc.compress(K)), Packet::PsbEnd, Packet::TntShort(Tnt { bits: 1, count: 1 }), Packet::Mtc(9), Packet::TntShort(Tnt { bits: 0, count: 1 })] {
+    for p in [
+        Packet::Psb,
+        Packet::Tsc(500),
+        Packet::Fup(enc.compress(K)),
+        Packet::PsbEnd,
+        Packet::TntShort(Tnt { bits: 1, count: 1 }),
+        Packet::Mtc(9),
+        Packet::TntShort(Tnt { bits: 0, count: 1 }),
+    ] {
         enc.encode(&p, &mut t).expect("encodes");
     }
     let mut c = Vec::new();
@@ -173,7 +199,13 @@ impl Trace {
 
 /// `(lo, hi)` of each turn's NOP and of each JNE.
 fn windows(events: &[FlowEvent], at: u64) -> Vec<(Time, Time)> {
-    events.iter().filter_map(|e| match *e { FlowEvent::Insn { ip, lo, hi, .. } if ip == at => Some((lo, hi)), _ => None }).collect()
+    events
+        .iter()
+        .filter_map(|e| match *e {
+            FlowEvent::Insn { ip, lo, hi, .. } if ip == at => Some((lo, hi)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn decode(t: &[u8], mtc: Option<MtcConv>, cyc: Option<CycConv>) -> Vec<FlowEvent> {

@@ -194,12 +194,17 @@ fn corrupt_streams_fail_at_the_same_offset() {
         let at = mine.get(same).map_or(error.unwrap_or(buf.len()), |p| p.0);
         let bytes = &buf[at..(at + 10).min(buf.len())];
         let known = match bytes {
-            [0x02, 0x63 | 0x33 | 0xb3, ..] => true,                             // BBP, BEP: not in libipt
-            [0x02, 0x73, _, _, r, _, fc, ..] => *r != 0 || *fc > 1,             // TMA reserved bits
+            [0x02, 0x63 | 0x33 | 0xb3, ..] => true,                 // BBP, BEP: not in libipt
+            [0x02, 0x73, _, _, r, _, fc, ..] => *r != 0 || *fc > 1, // TMA reserved bits
             [0x02, 0xc2, _, a, b, c, e, f, g, h] => [a, b, c, f, g, h].iter().any(|&&x| x != 0) || *e > 3, // MWAIT reserved bits
             _ => false,
         };
-        assert!(known, "round {round}: parted at {at:#x} ({bytes:02x?}): ours {:?} / {error:?}, libipt {:?} / {stop:?}", mine.get(same), theirs.get(same));
+        assert!(
+            known,
+            "round {round}: parted at {at:#x} ({bytes:02x?}): ours {:?} / {error:?}, libipt {:?} / {stop:?}",
+            mine.get(same),
+            theirs.get(same)
+        );
         explained += 1;
     }
     eprintln!("{explained} of 300 corrupt streams parted on a known disagreement");

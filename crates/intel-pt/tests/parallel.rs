@@ -105,11 +105,16 @@ fn parallel_equals_sequential() {
             ParallelFlow::new(&code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run(t, |e| got.push(e));
             assert!(got == want, "{name} corrupt, NextPsb, cpu {cpu}: parallel and sequential differ");
             let mut interleaved = Vec::new();
-            FlowDecoder::new(&[], &code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run_interleaved(t, 4, common::Blocks::default, |b| interleaved.extend(b.events));
+            FlowDecoder::new(&[], &code, run.cfg.clone())
+                .with_recovery(Recovery::NextPsb)
+                .run_interleaved(t, 4, common::Blocks::default, |b| interleaved.extend(b.events));
             assert!(interleaved == want, "{name} corrupt, NextPsb, cpu {cpu}: interleaved and sequential differ");
             assert!(sequential(t, &code, &run.cfg) != want, "{name} corrupt, cpu {cpu}: NextPsb changed nothing");
         }
-        let errors = bad.iter().map(|t| sequential(t, &Static(&run.bare), &run.cfg).iter().filter(|e| matches!(e, FlowEvent::Error { .. })).count()).sum::<usize>();
+        let errors = bad
+            .iter()
+            .map(|t| sequential(t, &Static(&run.bare), &run.cfg).iter().filter(|e| matches!(e, FlowEvent::Error { .. })).count())
+            .sum::<usize>();
         assert!(errors > 0 && events > 10_000, "{name}: {errors} errors in {events} events");
     }
 }

@@ -30,11 +30,18 @@ fn write_perf_data(path: &Path, trace: &[u8]) {
         ..EventAttr::default()
     };
     let mut w = Writer::create(path, vec![AttrWithIds { attr: pt, ids: vec![10] }]).unwrap();
-    let info = IntelPtInfo { pmu_type: 8, time_shift: 10, time_mult: 1024, cap_user_time_zero: 1, tsc_bit: 0x400, per_cpu_mmaps: 1, ..IntelPtInfo::default() }
-        .to_priv_bytes();
+    let info = IntelPtInfo {
+        pmu_type: 8,
+        time_shift: 10,
+        time_mult: 1024,
+        cap_user_time_zero: 1,
+        tsc_bit: 0x400,
+        per_cpu_mmaps: 1,
+        ..IntelPtInfo::default()
+    }
+    .to_priv_bytes();
     w.write(0, &RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: 1, priv_data: &info }), &SampleId::default()).unwrap();
-    w.write(0, &RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 1, idx: 0, tid: 1, cpu: 0, data: trace }), &SampleId::default())
-        .unwrap();
+    w.write(0, &RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 1, idx: 0, tid: 1, cpu: 0, data: trace }), &SampleId::default()).unwrap();
     w.finish().unwrap();
 }
 
@@ -76,7 +83,17 @@ fn perf_desc(p: &Packet) -> String {
             None => format!("{} no ip", p.kind()),
             Some(_) => format!("{} {:#x}", p.kind(), ip.payload),
         },
-        Packet::ModeExec { csl, csd, if_flag } => format!("MODE.Exec IF:{} {}", b(if_flag), if csl { 64 } else if csd { 32 } else { 16 }),
+        Packet::ModeExec { csl, csd, if_flag } => format!(
+            "MODE.Exec IF:{} {}",
+            b(if_flag),
+            if csl {
+                64
+            } else if csd {
+                32
+            } else {
+                16
+            }
+        ),
         Packet::ModeTsx { intx, abort } => format!("MODE.TSX TXAbort:{} InTX:{}", b(abort), b(intx)),
         Packet::Pip { cr3, nr } => format!("PIP {:#x} (NR={})", cr3 >> 5, b(nr)),
         Packet::Tsc(v) => format!("TSC {v:#x}"),

@@ -63,11 +63,7 @@ fn packet(last: u64) -> impl Strategy<Value = Packet> {
         any::<bool>().prop_map(|ip| Packet::Exstop { ip }),
         (any::<u8>(), 0..4u8).prop_map(|(hints, ext)| Packet::Mwait { hints, ext }),
         (any::<bool>(), 0..16u8, 0..16u8).prop_map(|(hw, cstate, sub_cstate)| Packet::Pwre { hw, cstate, sub_cstate }),
-        (0..16u8, 0..16u8, 0..16u8).prop_map(|(last_cstate, deepest_cstate, wake_reason)| Packet::Pwrx {
-            last_cstate,
-            deepest_cstate,
-            wake_reason
-        }),
+        (0..16u8, 0..16u8, 0..16u8).prop_map(|(last_cstate, deepest_cstate, wake_reason)| Packet::Pwrx { last_cstate, deepest_cstate, wake_reason }),
         (0..32u8, size()).prop_map(|(block_type, size)| Packet::Bbp { block_type, size }),
         any::<bool>().prop_map(|ip| Packet::Bep { ip }),
         (any::<bool>(), 0..32u8, any::<u8>()).prop_map(|(ip, event_type, vector)| Packet::Cfe { ip, event_type, vector }),

@@ -2,9 +2,7 @@
 //! (Vol. 3C, "Intel Processor Trace", packet definitions), one or more per
 //! packet kind, and the malformed encodings each check rejects.
 
-use intel_pt::{
-    encode, Ip, IpCompression, Packet, PacketDecoder, PacketErrorKind, PacketKind, PayloadSize, Tnt,
-};
+use intel_pt::{encode, Ip, IpCompression, Packet, PacketDecoder, PacketErrorKind, PacketKind, PayloadSize, Tnt};
 
 /// Decodes `bytes` from a fresh decoder, after `prefix` packets (whose
 /// state, last IP or an open block, the vector depends on).
@@ -96,10 +94,7 @@ fn ip_packets_and_every_compression() {
             0x01 => PacketKind::TipPgd,
             _ => PacketKind::Fup,
         };
-        assert_eq!(
-            decode_after(&[], &[header, 0, 0, 0, 0, 0, 0, 0, 0]),
-            Err(PacketErrorKind::BadIpBytes { packet, ipbytes: header >> 5 })
-        );
+        assert_eq!(decode_after(&[], &[header, 0, 0, 0, 0, 0, 0, 0, 0]), Err(PacketErrorKind::BadIpBytes { packet, ipbytes: header >> 5 }));
     }
 }
 
@@ -208,8 +203,5 @@ fn unknown_opcodes_and_bad_psb() {
     bad[15] = 0x83;
     assert_eq!(decode_after(&[], &bad), Err(PacketErrorKind::BadPsb));
     assert_eq!(decode_after(&[], &[0x02]), Err(PacketErrorKind::Truncated { packet: None, needed: 2, available: 1 }));
-    assert_eq!(
-        decode_after(&[], &[0x19, 1, 2]),
-        Err(PacketErrorKind::Truncated { packet: Some(PacketKind::Tsc), needed: 8, available: 3 })
-    );
+    assert_eq!(decode_after(&[], &[0x19, 1, 2]), Err(PacketErrorKind::Truncated { packet: Some(PacketKind::Tsc), needed: 8, available: 3 }));
 }

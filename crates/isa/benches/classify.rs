@@ -34,13 +34,7 @@ struct Input {
 
 impl Input {
     fn new(isa: Isa, base: u64, code: Vec<u8>) -> Self {
-        let mut input = Input {
-            isa,
-            base,
-            code,
-            insns: 0,
-            blocks: 0,
-        };
+        let mut input = Input { isa, base, code, insns: 0, blocks: 0 };
         input.blocks = walk_all(&input);
         input.insns = match isa {
             Isa::X86_64 => classify_all(&input),
@@ -68,12 +62,8 @@ fn perf() -> &'static Input {
 fn vmlinux() -> &'static Input {
     static INPUT: OnceLock<Input> = OnceLock::new();
     INPUT.get_or_init(|| {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-test-kernels.sh");
-        let out = std::process::Command::new("bash")
-            .arg(script)
-            .output()
-            .expect("bash");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-test-kernels.sh");
+        let out = std::process::Command::new("bash").arg(script).output().expect("bash");
         assert!(out.status.success(), "fetch-test-kernels.sh failed");
         let dir = String::from_utf8(out.stdout).expect("UTF-8 path");
         let (base, code) = elf_text(&Path::new(dir.trim()).join("vmlinux-x86_64"));
@@ -84,8 +74,7 @@ fn vmlinux() -> &'static Input {
 fn cc1() -> &'static Input {
     static INPUT: OnceLock<Input> = OnceLock::new();
     INPUT.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/opencsd-snapshots/bugfix-exact-match/cc1.text_dump.bin");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots/bugfix-exact-match/cc1.text_dump.bin");
         let code = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         Input::new(Isa::A64, 0x40_0200, code)
     })
@@ -144,15 +133,9 @@ fn iced_all(input: &Input) -> usize {
 fn x86_bench(bencher: Bencher, input: &Input, what: &str) {
     let bencher = bencher.counter(BytesCount::new(input.code.len()));
     match what {
-        "oracle" => bencher
-            .counter(ItemsCount::new(input.insns))
-            .bench(|| iced_all(black_box(input))),
-        "classify" => bencher
-            .counter(ItemsCount::new(input.insns))
-            .bench(|| classify_all(black_box(input))),
-        _ => bencher
-            .counter(ItemsCount::new(input.blocks))
-            .bench(|| walk_all(black_box(input))),
+        "oracle" => bencher.counter(ItemsCount::new(input.insns)).bench(|| iced_all(black_box(input))),
+        "classify" => bencher.counter(ItemsCount::new(input.insns)).bench(|| classify_all(black_box(input))),
+        _ => bencher.counter(ItemsCount::new(input.blocks)).bench(|| walk_all(black_box(input))),
     };
 }
 
@@ -169,19 +152,12 @@ fn x86_vmlinux_text(bencher: Bencher, what: &str) {
 #[divan::bench(args = ["oracle", "classify", "walk"], sample_count = 20)]
 fn a64_cc1_text(bencher: Bencher, what: &str) {
     let input = cc1();
-    let words = || {
-        input
-            .code
-            .chunks_exact(4)
-            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-    };
+    let words = || input.code.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
     let bencher = bencher.counter(BytesCount::new(input.code.len()));
     match what {
-        "oracle" => bencher.counter(ItemsCount::new(input.insns)).bench(|| {
-            words()
-                .filter(|&w| disarm64::decoder::decode(black_box(w)).is_some())
-                .count()
-        }),
+        "oracle" => {
+            bencher.counter(ItemsCount::new(input.insns)).bench(|| words().filter(|&w| disarm64::decoder::decode(black_box(w)).is_some()).count())
+        }
         "classify" => bencher.counter(ItemsCount::new(input.insns)).bench(|| {
             words()
                 .enumerate()
@@ -191,8 +167,6 @@ fn a64_cc1_text(bencher: Bencher, what: &str) {
                 })
                 .count()
         }),
-        _ => bencher
-            .counter(ItemsCount::new(input.blocks))
-            .bench(|| walk_all(black_box(input))),
+        _ => bencher.counter(ItemsCount::new(input.blocks)).bench(|| walk_all(black_box(input))),
     };
 }

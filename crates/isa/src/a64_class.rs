@@ -40,9 +40,7 @@ fn branch_register(word: u32) -> BranchClass {
 fn exception(word: u32) -> BranchClass {
     match word & 0xffe0_001f {
         // SVC, HVC, SMC, DCPS1, DCPS2, DCPS3
-        0xd400_0001 | 0xd400_0002 | 0xd400_0003 | 0xd4a0_0001 | 0xd4a0_0002 | 0xd4a0_0003 => {
-            BranchClass::FarTransfer
-        }
+        0xd400_0001 | 0xd400_0002 | 0xd400_0003 | 0xd4a0_0001 | 0xd4a0_0002 | 0xd4a0_0003 => BranchClass::FarTransfer,
         0xd420_0000 | 0xd440_0000 => BranchClass::Trap, // BRK, HLT
         // TCANCEL (0xd4600000) falls through like x86 XABORT: a transaction
         // failure reaches a trace decoder as an event of its own.
@@ -79,16 +77,8 @@ fn is_compare_branch(word: u32) -> bool {
 /// validity check. FEAT_PAuth_LR returns (RETAASPPC and friends) are not
 /// recognised yet.
 pub fn classify_aarch64(addr: u64, word: u32) -> Insn {
-    let direct = |class, target_offset| Insn {
-        len: 4,
-        class,
-        target: Some(addr.wrapping_add_signed(target_offset)),
-    };
-    let other = |class| Insn {
-        len: 4,
-        class,
-        target: None,
-    };
+    let direct = |class, target_offset| Insn { len: 4, class, target: Some(addr.wrapping_add_signed(target_offset)) };
+    let other = |class| Insn { len: 4, class, target: None };
     match word >> 24 {
         0x14..=0x17 => direct(BranchClass::DirectJump, offset(word, 0, 26)), // B
         0x94..=0x97 => direct(BranchClass::DirectCall, offset(word, 0, 26)), // BL
@@ -96,9 +86,7 @@ pub fn classify_aarch64(addr: u64, word: u32) -> Insn {
         0x54 | 0x34 | 0x35 | 0xb4 | 0xb5 => direct(BranchClass::CondBranch, offset(word, 5, 19)),
         // TBZ, TBNZ (bit 24); bit 31 is the top bit of the bit number.
         0x36 | 0x37 | 0xb6 | 0xb7 => direct(BranchClass::CondBranch, offset(word, 5, 14)),
-        0x74 | 0x75 | 0xf4 | 0xf5 if is_compare_branch(word) => {
-            direct(BranchClass::CondBranch, offset(word, 5, 9))
-        }
+        0x74 | 0x75 | 0xf4 | 0xf5 if is_compare_branch(word) => direct(BranchClass::CondBranch, offset(word, 5, 9)),
         0xd4 => other(exception(word)),
         0xd5 if word & 0xffff_f01f == 0xd503_201f => other(BranchClass::Nop), // HINT #imm7
         0xd6 | 0xd7 => other(branch_register(word)),
@@ -111,10 +99,7 @@ pub fn classify_aarch64(addr: u64, word: u32) -> Insn {
 /// which must be 4-byte aligned.
 pub(crate) fn walk(addr: u64, code: &[u8]) -> Result<Block, WalkError> {
     if addr & 3 != 0 {
-        return Err(WalkError::Undecodable {
-            addr,
-            non_branch_insns: 0,
-        });
+        return Err(WalkError::Undecodable { addr, non_branch_insns: 0 });
     }
     let mut non_branch_insns = 0u32;
     let mut here = addr;
@@ -125,18 +110,10 @@ pub(crate) fn walk(addr: u64, code: &[u8]) -> Result<Block, WalkError> {
         let word = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
         let branch = classify_aarch64(here, word);
         if branch.class.is_branch() {
-            return Ok(Block {
-                start: addr,
-                non_branch_insns,
-                branch_addr: here,
-                branch,
-            });
+            return Ok(Block { start: addr, non_branch_insns, branch_addr: here, branch });
         }
         non_branch_insns += 1;
         here = here.wrapping_add(4);
     }
-    Err(WalkError::EndOfBuffer {
-        addr: here,
-        non_branch_insns,
-    })
+    Err(WalkError::EndOfBuffer { addr: here, non_branch_insns })
 }

@@ -96,9 +96,7 @@ pub(crate) fn classify(addr: u64, old: &[u8], new: &[u8], static_call_sym: bool)
         _ if is_brk(o) != is_brk(n) => PokeKind::Kprobe,
         _ if static_call_sym => PokeKind::StaticCall,
         (Insn::Nop, Insn::B(_)) | (Insn::B(_), Insn::Nop) => PokeKind::JumpLabel,
-        (Insn::Nop, Insn::Bl(_)) | (Insn::Bl(_), Insn::Nop) | (Insn::Bl(_), Insn::Bl(_)) => {
-            PokeKind::Ftrace
-        }
+        (Insn::Nop, Insn::Bl(_)) | (Insn::Bl(_), Insn::Nop) | (Insn::Bl(_), Insn::Bl(_)) => PokeKind::Ftrace,
         _ => PokeKind::Other,
     }
 }

@@ -150,20 +150,12 @@ pub enum WalkError {
 impl fmt::Display for WalkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            WalkError::EndOfBuffer {
-                addr,
-                non_branch_insns,
-            } => write!(
-                f,
-                "code ends at {addr:#x} after {non_branch_insns} instructions without a branch"
-            ),
-            WalkError::Undecodable {
-                addr,
-                non_branch_insns,
-            } => write!(
-                f,
-                "undecodable instruction at {addr:#x} after {non_branch_insns} instructions"
-            ),
+            WalkError::EndOfBuffer { addr, non_branch_insns } => {
+                write!(f, "code ends at {addr:#x} after {non_branch_insns} instructions without a branch")
+            }
+            WalkError::Undecodable { addr, non_branch_insns } => {
+                write!(f, "undecodable instruction at {addr:#x} after {non_branch_insns} instructions")
+            }
             WalkError::Unsupported(isa) => write!(f, "{isa:?} code is not supported"),
         }
     }
@@ -174,12 +166,7 @@ impl std::error::Error for WalkError {}
 /// Walks `code`, located at `addr`, to the first instruction whose class
 /// [`BranchClass::is_branch`]. Never allocates. `idioms` applies to x86-64
 /// only; pass [`KernelIdioms::default`] for user-space code or AArch64.
-pub fn walk_to_branch(
-    isa: Isa,
-    addr: u64,
-    code: &[u8],
-    idioms: &KernelIdioms,
-) -> Result<Block, WalkError> {
+pub fn walk_to_branch(isa: Isa, addr: u64, code: &[u8], idioms: &KernelIdioms) -> Result<Block, WalkError> {
     match isa {
         Isa::X86_64 => x86_class::walk(addr, code, idioms),
         Isa::A64 => a64_class::walk(addr, code),

@@ -140,11 +140,7 @@ pub fn describe_poke(arch: Arch, addr: u64, old: &[u8], new: &[u8], sym: Option<
     match kind {
         PokeKind::TrampolineCreated => format!("{kind}: {} bytes", new.len()),
         PokeKind::TrampolineRemoved => format!("{kind}: {} bytes", old.len()),
-        _ => format!(
-            "{kind}: {} -> {}",
-            brief(arch, addr, old),
-            brief(arch, addr, new)
-        ),
+        _ => format!("{kind}: {} -> {}", brief(arch, addr, old), brief(arch, addr, new)),
     }
 }
 

@@ -39,30 +39,19 @@ pub fn disassemble_x86_64(addr: u64, bytes: &[u8]) -> Vec<DisasmLine> {
         if insn.is_invalid() {
             let rest = &bytes[offset..];
             let line_addr = addr.wrapping_add(offset as u64);
-            lines.push(DisasmLine {
-                addr: line_addr,
-                len: rest.len(),
-                text: byte_directive(rest),
-            });
+            lines.push(DisasmLine { addr: line_addr, len: rest.len(), text: byte_directive(rest) });
             break;
         }
         let mut text = String::new();
         formatter.format(&insn, &mut text);
-        lines.push(DisasmLine {
-            addr: insn.ip(),
-            len: insn.len(),
-            text,
-        });
+        lines.push(DisasmLine { addr: insn.ip(), len: insn.len(), text });
     }
     lines
 }
 
 /// [`disassemble_x86_64`] on one line, instructions separated by `"; "`.
 pub fn disassemble_x86_64_text(addr: u64, bytes: &[u8]) -> String {
-    let texts: Vec<String> = disassemble_x86_64(addr, bytes)
-        .into_iter()
-        .map(|l| l.text)
-        .collect();
+    let texts: Vec<String> = disassemble_x86_64(addr, bytes).into_iter().map(|l| l.text).collect();
     texts.join("; ")
 }
 
@@ -125,11 +114,7 @@ pub(crate) fn classify(addr: u64, old: &[u8], new: &[u8], static_call_sym: bool)
         PokeKind::Kprobe
     } else if o == Jcc32 || n == Jcc32 {
         PokeKind::JccRel32
-    } else if static_call_sym
-        || (old_jmp32 && n == Ret)
-        || (o == Ret && new_jmp32)
-        || (o == Call && new == XOR5RAX)
-        || (old == XOR5RAX && n == Call)
+    } else if static_call_sym || (old_jmp32 && n == Ret) || (o == Ret && new_jmp32) || (o == Call && new == XOR5RAX) || (old == XOR5RAX && n == Call)
     {
         PokeKind::StaticCall
     } else if pair(Nop, Jmp) {

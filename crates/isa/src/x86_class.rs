@@ -14,26 +14,16 @@ const MAX_INSN_LEN: usize = 15;
 /// thunk-extern`); the others are what boot-time patching retargets those
 /// jumps to, depending on the CPU's mitigation (retbleed, SRSO, ITS, call
 /// depth tracking).
-const RETURN_THUNKS: [&str; 6] = [
-    "__x86_return_thunk",
-    "retbleed_return_thunk",
-    "srso_return_thunk",
-    "srso_alias_return_thunk",
-    "its_return_thunk",
-    "call_depth_return_thunk",
-];
+const RETURN_THUNKS: [&str; 6] =
+    ["__x86_return_thunk", "retbleed_return_thunk", "srso_return_thunk", "srso_alias_return_thunk", "its_return_thunk", "call_depth_return_thunk"];
 
 /// Name prefixes of the kernel's indirect-branch thunks, one per register:
 /// a `call` to one is an indirect call, a `jmp` an indirect jump. The first
 /// are the retpolines the compiler emits (`-mindirect-branch=thunk-extern`),
 /// the others what boot-time patching retargets them to (call depth tracking,
 /// ITS).
-const INDIRECT_THUNK_PREFIXES: [&str; 4] = [
-    "__x86_indirect_thunk_",
-    "__x86_indirect_call_thunk_",
-    "__x86_indirect_jump_thunk_",
-    "__x86_indirect_its_thunk_",
-];
+const INDIRECT_THUNK_PREFIXES: [&str; 4] =
+    ["__x86_indirect_thunk_", "__x86_indirect_call_thunk_", "__x86_indirect_jump_thunk_", "__x86_indirect_its_thunk_"];
 
 /// What a branch to a kernel thunk means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,10 +85,7 @@ impl KernelIdioms {
         if target < first.0 || target > last.0 {
             return None;
         }
-        let i = self
-            .thunks
-            .binary_search_by_key(&target, |&(a, _)| a)
-            .ok()?;
+        let i = self.thunks.binary_search_by_key(&target, |&(a, _)| a).ok()?;
         Some(self.thunks[i].1)
     }
 }
@@ -124,15 +111,11 @@ fn base_class(insn: &Instruction) -> BranchClass {
         FlowControl::IndirectCall if insn.is_call_near_indirect() => BranchClass::IndirectCall,
         FlowControl::Call if insn.is_call_near() => BranchClass::DirectCall,
         FlowControl::Return if insn.mnemonic() == Mnemonic::Ret => BranchClass::Return,
-        FlowControl::Interrupt if matches!(insn.code(), Code::Int3 | Code::Int1) => {
-            BranchClass::Trap
-        }
+        FlowControl::Interrupt if matches!(insn.code(), Code::Int3 | Code::Int1) => BranchClass::Trap,
         FlowControl::Exception => BranchClass::Trap,
-        FlowControl::IndirectBranch
-        | FlowControl::IndirectCall
-        | FlowControl::Call
-        | FlowControl::Return
-        | FlowControl::Interrupt => BranchClass::FarTransfer,
+        FlowControl::IndirectBranch | FlowControl::IndirectCall | FlowControl::Call | FlowControl::Return | FlowControl::Interrupt => {
+            BranchClass::FarTransfer
+        }
     }
 }
 
@@ -150,9 +133,7 @@ fn apply_idioms(class: BranchClass, target: u64, idioms: &KernelIdioms) -> Branc
 fn classify_decoded(insn: &Instruction, idioms: &KernelIdioms) -> Insn {
     let mut class = base_class(insn);
     let target = match class {
-        BranchClass::CondBranch | BranchClass::DirectJump | BranchClass::DirectCall => {
-            Some(insn.near_branch_target())
-        }
+        BranchClass::CondBranch | BranchClass::DirectJump | BranchClass::DirectCall => Some(insn.near_branch_target()),
         _ => None,
     };
     if let Some(t) = target {
@@ -268,21 +249,9 @@ const fn two_byte(o: u8) -> u16 {
         0xba => op_modrm(IMM_8) | GROUP,      // bt/bts/btr/btc r/m, imm8
         // cmovcc, setcc, bt, bts, btr, btc, shld/shrd cl, imm, cmpxchg,
         // movzx, movsx, bsf, bsr, xadd
-        0x40..=0x4f
-        | 0x90..=0x9f
-        | 0xa3
-        | 0xa5
-        | 0xab
-        | 0xad
-        | 0xaf
-        | 0xb0
-        | 0xb1
-        | 0xb3
-        | 0xb6
-        | 0xb7
-        | 0xbb..=0xbf
-        | 0xc0
-        | 0xc1 => op_modrm(IMM_NONE),
+        0x40..=0x4f | 0x90..=0x9f | 0xa3 | 0xa5 | 0xab | 0xad | 0xaf | 0xb0 | 0xb1 | 0xb3 | 0xb6 | 0xb7 | 0xbb..=0xbf | 0xc0 | 0xc1 => {
+            op_modrm(IMM_NONE)
+        }
         0xa4 | 0xac => op_modrm(IMM_8), // shld/shrd imm8
         0x80..=0x8f => op(REL_32, C::CondBranch),
         _ => 0,
@@ -410,28 +379,15 @@ fn fast(addr: u64, bytes: &[u8], idioms: &KernelIdioms) -> Option<Insn> {
         return None;
     }
     if imm_kind < REL_8 {
-        return Some(Insn {
-            len: end as u8,
-            class,
-            target: None,
-        });
+        return Some(Insn { len: end as u8, class, target: None });
     }
     let rel = if imm_kind == REL_8 {
         i64::from(bytes[i] as i8)
     } else {
-        i64::from(i32::from_le_bytes([
-            bytes[i],
-            bytes[i + 1],
-            bytes[i + 2],
-            bytes[i + 3],
-        ]))
+        i64::from(i32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]))
     };
     let target = addr.wrapping_add(end as u64).wrapping_add_signed(rel);
-    Some(Insn {
-        len: end as u8,
-        class: apply_idioms(class, target, idioms),
-        target: Some(target),
-    })
+    Some(Insn { len: end as u8, class: apply_idioms(class, target, idioms), target: Some(target) })
 }
 
 fn decode_error(decoder: &Decoder<'_>) -> DecodeError {
@@ -449,11 +405,7 @@ fn decode_error(decoder: &Decoder<'_>) -> DecodeError {
 /// everything else through iced-x86, whose decode is the reference: the
 /// result is what iced's flow control says, mapped as [`BranchClass`]
 /// documents (Intel behaviour: a 0x66 prefix does not shorten near branches).
-pub fn classify_x86_64(
-    addr: u64,
-    bytes: &[u8],
-    idioms: &KernelIdioms,
-) -> Result<Insn, DecodeError> {
+pub fn classify_x86_64(addr: u64, bytes: &[u8], idioms: &KernelIdioms) -> Result<Insn, DecodeError> {
     match fast(addr, bytes, idioms) {
         Some(insn) => Ok(insn),
         None => classify_with_iced(addr, bytes, idioms),
@@ -482,36 +434,16 @@ pub(crate) fn walk(addr: u64, code: &[u8], idioms: &KernelIdioms) -> Result<Bloc
     loop {
         let here = addr.wrapping_add(pos as u64);
         if pos == code.len() || non_branch_insns == u32::MAX {
-            return Err(WalkError::EndOfBuffer {
-                addr: here,
-                non_branch_insns,
-            });
+            return Err(WalkError::EndOfBuffer { addr: here, non_branch_insns });
         }
         match classify_x86_64(here, &code[pos..], idioms) {
-            Ok(branch) if branch.class.is_branch() => {
-                return Ok(Block {
-                    start: addr,
-                    non_branch_insns,
-                    branch_addr: here,
-                    branch,
-                })
-            }
+            Ok(branch) if branch.class.is_branch() => return Ok(Block { start: addr, non_branch_insns, branch_addr: here, branch }),
             Ok(insn) => {
                 non_branch_insns += 1;
                 pos += usize::from(insn.len);
             }
-            Err(DecodeError::Truncated) => {
-                return Err(WalkError::EndOfBuffer {
-                    addr: here,
-                    non_branch_insns,
-                })
-            }
-            Err(DecodeError::Invalid) => {
-                return Err(WalkError::Undecodable {
-                    addr: here,
-                    non_branch_insns,
-                })
-            }
+            Err(DecodeError::Truncated) => return Err(WalkError::EndOfBuffer { addr: here, non_branch_insns }),
+            Err(DecodeError::Invalid) => return Err(WalkError::Undecodable { addr: here, non_branch_insns }),
         }
     }
 }

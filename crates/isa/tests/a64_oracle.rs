@@ -21,20 +21,16 @@ const ADDR: u64 = 0xffff_8000_8001_0000;
 /// CB<cc> (FEAT_CMPBR), exception generation (0xd4), hints and system
 /// (0xd5), branch register (0xd6, 0xd7), UDF (0x00).
 const SPACES: [u32; 27] = [
-    0x14, 0x15, 0x16, 0x17, 0x94, 0x95, 0x96, 0x97, 0x54, 0x55, 0x34, 0x35, 0xb4, 0xb5, 0x36, 0x37,
-    0xb6, 0xb7, 0x74, 0x75, 0xf4, 0xf5, 0xd4, 0xd5, 0xd6, 0xd7, 0x00,
+    0x14, 0x15, 0x16, 0x17, 0x94, 0x95, 0x96, 0x97, 0x54, 0x55, 0x34, 0x35, 0xb4, 0xb5, 0x36, 0x37, 0xb6, 0xb7, 0x74, 0x75, 0xf4, 0xf5, 0xd4, 0xd5,
+    0xd6, 0xd7, 0x00,
 ];
 
 /// Compares one word; returns a description of the disagreement, if any.
 fn disagreement(word: u32) -> Option<String> {
     let ours = classify_aarch64(ADDR, word);
     let theirs = oracle::classify(ADDR, word);
-    (ours.len != 4 || (ours.class, ours.target) != theirs).then(|| {
-        format!(
-            "{word:#010x}: isa {:?} {:x?}, disarm64 {:?} {:x?}",
-            ours.class, ours.target, theirs.0, theirs.1
-        )
-    })
+    (ours.len != 4 || (ours.class, ours.target) != theirs)
+        .then(|| format!("{word:#010x}: isa {:?} {:x?}, disarm64 {:?} {:x?}", ours.class, ours.target, theirs.0, theirs.1))
 }
 
 /// Checks every word of `words`; panics listing the first disagreements.
@@ -43,41 +39,27 @@ fn check(what: &str, words: impl Iterator<Item = u32>) -> BTreeMap<&'static str,
     let mut classes = BTreeMap::new();
     let mut bad = Vec::new();
     for word in words {
-        *classes
-            .entry(classify_aarch64(ADDR, word).class.name())
-            .or_insert(0) += 1;
+        *classes.entry(classify_aarch64(ADDR, word).class.name()).or_insert(0) += 1;
         if let Some(d) = disagreement(word) {
             bad.push(d);
         }
     }
     let checked: u64 = classes.values().sum();
-    assert!(
-        bad.is_empty(),
-        "{what}: {} disagreements in {checked} words, first:\n{}",
-        bad.len(),
-        bad[..bad.len().min(20)].join("\n")
-    );
+    assert!(bad.is_empty(), "{what}: {} disagreements in {checked} words, first:\n{}", bad.len(), bad[..bad.len().min(20)].join("\n"));
     eprintln!("{what}: {checked} words agree: {classes:?}");
     classes
 }
 
 /// Sweeps every space with `stride`; returns the words checked per class.
 fn sweep_spaces(stride: usize) -> BTreeMap<&'static str, u64> {
-    let words = SPACES.iter().flat_map(|&top| {
-        (0..1u32 << 24)
-            .step_by(stride)
-            .map(move |low| top << 24 | low)
-    });
+    let words = SPACES.iter().flat_map(|&top| (0..1u32 << 24).step_by(stride).map(move |low| top << 24 | low));
     check(&format!("branch spaces, stride {stride}"), words)
 }
 
 /// Asserts that each of `classes` occurred, so the oracle is not vacuous.
 fn assert_seen(seen: &BTreeMap<&'static str, u64>, classes: &[BranchClass]) {
     for class in classes {
-        assert!(
-            seen.contains_key(class.name()),
-            "no {class:?} among {seen:?}"
-        );
+        assert!(seen.contains_key(class.name()), "no {class:?} among {seen:?}");
     }
 }
 
@@ -102,19 +84,7 @@ fn branch_spaces_strided() {
     let seen = sweep_spaces(251);
     assert!(total(&seen) > 1_700_000, "{seen:?}");
     use BranchClass::*;
-    assert_seen(
-        &seen,
-        &[
-            None,
-            CondBranch,
-            DirectJump,
-            DirectCall,
-            IndirectJump,
-            IndirectCall,
-            FarTransfer,
-            Trap,
-        ],
-    );
+    assert_seen(&seen, &[None, CondBranch, DirectJump, DirectCall, IndirectJump, IndirectCall, FarTransfer, Trap]);
 }
 
 #[test]
@@ -125,17 +95,12 @@ fn branch_register_space_fields() {
         let opc = top >> 7;
         let op2 = [0x1f, 0x1e, 0x0f, 0x00][(top >> 5) as usize & 3];
         let op4 = top & 0x1f;
-        (0..64u32).flat_map(move |op3| {
-            [0u32, 30, 31].map(|rn| 0xd600_0000 | opc << 21 | op2 << 16 | op3 << 10 | rn << 5 | op4)
-        })
+        (0..64u32).flat_map(move |op3| [0u32, 30, 31].map(|rn| 0xd600_0000 | opc << 21 | op2 << 16 | op3 << 10 | rn << 5 | op4))
     });
     let seen = check("branch register", words);
     assert_eq!(total(&seen), (1 << 11) * 64 * 3);
     use BranchClass::*;
-    assert_seen(
-        &seen,
-        &[None, IndirectJump, IndirectCall, Return, FarTransfer],
-    );
+    assert_seen(&seen, &[None, IndirectJump, IndirectCall, Return, FarTransfer]);
 }
 
 #[test]

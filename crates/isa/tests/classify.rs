@@ -53,12 +53,7 @@ fn x86_static_call() {
     let tramp = Some("__SCT__tp_func_sched_switch");
     both_ways(JMP32, JMP32_B, tramp, PokeKind::StaticCall);
     both_ways(JMP32, RET_PAD, tramp, PokeKind::StaticCall);
-    both_ways(
-        CALL,
-        CALL_B,
-        Some("__SCT__preempt_schedule"),
-        PokeKind::StaticCall,
-    );
+    both_ways(CALL, CALL_B, Some("__SCT__preempt_schedule"), PokeKind::StaticCall);
     // JMP <-> RET and the inline return0 are static calls without a symbol too.
     both_ways(JMP32, RET_PAD, None, PokeKind::StaticCall);
     both_ways(JMP32, &[0xc3], None, PokeKind::StaticCall);
@@ -84,19 +79,9 @@ fn x86_optprobe() {
     both_ways(PROLOGUE_INT3, JMP32, None, PokeKind::Optprobe);
     // A JMP32 laid straight over several instructions, or over one long one.
     both_ways(PROLOGUE, JMP32, None, PokeKind::Optprobe);
-    both_ways(
-        &[0xb8, 0x01, 0x00, 0x00, 0x00],
-        JMP32,
-        None,
-        PokeKind::Optprobe,
-    );
+    both_ways(&[0xb8, 0x01, 0x00, 0x00, 0x00], JMP32, None, PokeKind::Optprobe);
     // A NOP followed by more code is ordinary code, not a jump-label NOP.
-    both_ways(
-        &[0x90, 0x55, 0x48, 0x89, 0xe5],
-        JMP32,
-        None,
-        PokeKind::Optprobe,
-    );
+    both_ways(&[0x90, 0x55, 0x48, 0x89, 0xe5], JMP32, None, PokeKind::Optprobe);
 }
 
 #[test]
@@ -108,18 +93,10 @@ fn x86_jcc_rel32() {
 
 #[test]
 fn trampolines_created_and_removed() {
-    let code = [
-        0x55, 0x48, 0x89, 0xe5, 0xe8, 0x00, 0x00, 0x00, 0x00, 0x5d, 0xc3,
-    ];
+    let code = [0x55, 0x48, 0x89, 0xe5, 0xe8, 0x00, 0x00, 0x00, 0x00, 0x5d, 0xc3];
     for arch in [Arch::X86_64, Arch::Aarch64] {
-        assert_eq!(
-            classify_poke(arch, ADDR, &[], &code, None),
-            PokeKind::TrampolineCreated
-        );
-        assert_eq!(
-            classify_poke(arch, ADDR, &code, &[], None),
-            PokeKind::TrampolineRemoved
-        );
+        assert_eq!(classify_poke(arch, ADDR, &[], &code, None), PokeKind::TrampolineCreated);
+        assert_eq!(classify_poke(arch, ADDR, &code, &[], None), PokeKind::TrampolineRemoved);
         assert_eq!(classify_poke(arch, ADDR, &[], &[], None), PokeKind::Other);
     }
 }
@@ -129,12 +106,7 @@ fn x86_truncated_and_garbage_are_other() {
     both_ways(&[0x0f, 0x1f, 0x44], &[0xe9, 0x00], None, PokeKind::Other);
     both_ways(&[0x06, 0x07], &[0x06, 0x06], None, PokeKind::Other);
     // A truncated JMP32 over undecodable bytes is no optprobe.
-    both_ways(
-        &[0x06, 0x00, 0x00, 0x00, 0x00],
-        JMP32,
-        None,
-        PokeKind::Other,
-    );
+    both_ways(&[0x06, 0x00, 0x00, 0x00, 0x00], JMP32, None, PokeKind::Other);
     both_ways(&[0x90], &[0x90], None, PokeKind::Other);
     // `lea esi, [rsi]` is a NOP only in 32-bit mode.
     both_ways(&[0x3e, 0x8d, 0x74, 0x26, 0x00], CALL, None, PokeKind::Other);
@@ -146,16 +118,8 @@ fn word(w: u32) -> [u8; 4] {
 
 #[track_caller]
 fn a64_both_ways(old: u32, new: u32, sym: Option<&str>, kind: PokeKind) {
-    assert_eq!(
-        classify_poke(Arch::Aarch64, A64, &word(old), &word(new), sym),
-        kind,
-        "{old:#x} -> {new:#x}"
-    );
-    assert_eq!(
-        classify_poke(Arch::Aarch64, A64, &word(new), &word(old), sym),
-        kind,
-        "{new:#x} -> {old:#x}"
-    );
+    assert_eq!(classify_poke(Arch::Aarch64, A64, &word(old), &word(new), sym), kind, "{old:#x} -> {new:#x}");
+    assert_eq!(classify_poke(Arch::Aarch64, A64, &word(new), &word(old), sym), kind, "{new:#x} -> {old:#x}");
 }
 
 const A64_NOP: u32 = 0xd503_201f;
@@ -173,12 +137,7 @@ fn aarch64_kinds() {
     a64_both_ways(A64_BL, A64_BL_B, None, PokeKind::Ftrace);
     a64_both_ways(A64_STP, A64_BRK_KPROBE, None, PokeKind::Kprobe);
     a64_both_ways(A64_NOP, A64_BRK_KPROBE, Some("__SCT__x"), PokeKind::Kprobe);
-    a64_both_ways(
-        A64_B,
-        A64_RET,
-        Some("__SCT__might_resched"),
-        PokeKind::StaticCall,
-    );
+    a64_both_ways(A64_B, A64_RET, Some("__SCT__might_resched"), PokeKind::StaticCall);
     a64_both_ways(A64_B, A64_RET, None, PokeKind::Other);
     a64_both_ways(A64_B, 0x1400_0001, None, PokeKind::Other);
     a64_both_ways(A64_BRK_KPROBE, A64_BRK_KPROBE, None, PokeKind::Other);
@@ -187,14 +146,8 @@ fn aarch64_kinds() {
 #[test]
 fn aarch64_needs_exactly_one_word_per_side() {
     let two_nops = [word(A64_NOP), word(A64_NOP)].concat();
-    assert_eq!(
-        classify_poke(Arch::Aarch64, A64, &two_nops, &word(A64_B), None),
-        PokeKind::Other
-    );
-    assert_eq!(
-        classify_poke(Arch::Aarch64, A64, &[0x1f, 0x20], &word(A64_B), None),
-        PokeKind::Other
-    );
+    assert_eq!(classify_poke(Arch::Aarch64, A64, &two_nops, &word(A64_B), None), PokeKind::Other);
+    assert_eq!(classify_poke(Arch::Aarch64, A64, &[0x1f, 0x20], &word(A64_B), None), PokeKind::Other);
 }
 
 #[test]
@@ -221,24 +174,12 @@ fn descriptions() {
     let d = |old: &[u8], new: &[u8]| describe_poke(Arch::X86_64, ADDR, old, new, None);
     assert_eq!(d(NOP5, JMP32), "jump-label: nop5 -> jmp 0xffffffff81234567");
     assert_eq!(d(CALL, NOP5), "ftrace: call 0xffffffff81e00000 -> nop5");
-    assert_eq!(
-        d(JMP32, RET_PAD),
-        "static-call: jmp 0xffffffff81234567 -> ret; int3; int3; int3; int3"
-    );
+    assert_eq!(d(JMP32, RET_PAD), "static-call: jmp 0xffffffff81234567 -> ret; int3; int3; int3; int3");
     assert_eq!(d(&[0x55], &[0xcc]), "kprobe: push rbp -> int3");
     assert_eq!(d(&[], &[0x90; 64]), "trampoline-created: 64 bytes");
     assert_eq!(d(&[0xc3; 3], &[]), "trampoline-removed: 3 bytes");
     assert_eq!(d(&[], &[]), "other: (none) -> (none)");
-    assert_eq!(
-        describe_poke(
-            Arch::Aarch64,
-            A64,
-            &word(A64_NOP),
-            &word(A64_BRK_KPROBE),
-            None
-        ),
-        "kprobe: nop -> brk #0x4"
-    );
+    assert_eq!(describe_poke(Arch::Aarch64, A64, &word(A64_NOP), &word(A64_BRK_KPROBE), None), "kprobe: nop -> brk #0x4");
 }
 
 /// The pokes of a Debian 6.1 kernel listed in issue 7, in the direction the
@@ -247,55 +188,23 @@ fn descriptions() {
 fn debian_6_1_kernel_examples() {
     let cases: &[(&str, &[u8], &[u8], PokeKind)] = &[
         // sysctl_schedstats+0x41: a 5-byte jump label turned off.
-        (
-            "sysctl_schedstats",
-            &[0xe9, 0xa8, 0x00, 0x00, 0x00],
-            NOP5,
-            PokeKind::JumpLabel,
-        ),
+        ("sysctl_schedstats", &[0xe9, 0xa8, 0x00, 0x00, 0x00], NOP5, PokeKind::JumpLabel),
         // do_sched_yield+0x59: a 2-byte jump label turned on.
-        (
-            "do_sched_yield",
-            &[0x66, 0x90],
-            &[0xeb, 0x42],
-            PokeKind::JumpLabel,
-        ),
+        ("do_sched_yield", &[0x66, 0x90], &[0xeb, 0x42], PokeKind::JumpLabel),
         // A static call trampoline retargeted.
-        (
-            "__SCT__tp_func_sched_switch",
-            &[0xe9, 0x53, 0x9b, 0x2c, 0xff],
-            &[0xe9, 0x63, 0xc7, 0x2c, 0xff],
-            PokeKind::StaticCall,
-        ),
+        ("__SCT__tp_func_sched_switch", &[0xe9, 0x53, 0x9b, 0x2c, 0xff], &[0xe9, 0x63, 0xc7, 0x2c, 0xff], PokeKind::StaticCall),
         // do_sys_openat2+0x5: a kprobe armed on `push r12` (41 54).
         ("do_sys_openat2", &[0x41], &[0xcc], PokeKind::Kprobe),
         // The same kprobe optimized: INT3 + original tail -> JMP32.
-        (
-            "do_sys_openat2",
-            &[0xcc, 0x54, 0x49, 0x89, 0xf4],
-            &[0xe9, 0xa6, 0x5c, 0xb4, 0x34],
-            PokeKind::Optprobe,
-        ),
+        ("do_sys_openat2", &[0xcc, 0x54, 0x49, 0x89, 0xf4], &[0xe9, 0xa6, 0x5c, 0xb4, 0x34], PokeKind::Optprobe),
     ];
     for &(sym, old, new, kind) in cases {
         both_ways(old, new, Some(sym), kind);
     }
     // Out-of-line code created under the KSYMBOLs that announce it.
     let slot = [0xcc; 16];
-    for sym in [
-        "kprobe_insn_page",
-        "kprobe_optinsn_page",
-        "ftrace_trampoline",
-    ] {
-        assert_eq!(
-            x86(&[], &slot, Some(sym)),
-            PokeKind::TrampolineCreated,
-            "{sym}"
-        );
-        assert_eq!(
-            x86(&slot, &[], Some(sym)),
-            PokeKind::TrampolineRemoved,
-            "{sym}"
-        );
+    for sym in ["kprobe_insn_page", "kprobe_optinsn_page", "ftrace_trampoline"] {
+        assert_eq!(x86(&[], &slot, Some(sym)), PokeKind::TrampolineCreated, "{sym}");
+        assert_eq!(x86(&slot, &[], Some(sym)), PokeKind::TrampolineRemoved, "{sym}");
     }
 }

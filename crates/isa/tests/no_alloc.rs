@@ -46,27 +46,18 @@ fn walking_does_not_allocate() {
     // Fast path: push, mov, nop5, jcc, call, ret; iced: lock cmpxchg, pause,
     // SSE movups, vzeroupper, syscall with 0x66; invalid 0x06.
     let x86: Vec<u8> = [
-        &[
-            0x55, 0x48, 0x89, 0xe5, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x74, 0x02,
-        ][..],
-        &[
-            0xf0, 0x48, 0x0f, 0xb1, 0x17, 0xf3, 0x90, 0x0f, 0x10, 0x07, 0xc5, 0xf8, 0x77,
-        ],
+        &[0x55, 0x48, 0x89, 0xe5, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x74, 0x02][..],
+        &[0xf0, 0x48, 0x0f, 0xb1, 0x17, 0xf3, 0x90, 0x0f, 0x10, 0x07, 0xc5, 0xf8, 0x77],
         &[0x66, 0x0f, 0x05, 0x06, 0xe8, 0, 0, 0, 0, 0xc3],
     ]
     .concat()
     .repeat(1000);
-    let a64: Vec<u8> = [0xa9bf_7bfdu32, 0xd503_201f, 0x5400_0040, 0xd65f_03c0]
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .collect::<Vec<u8>>()
-        .repeat(1000);
+    let a64: Vec<u8> = [0xa9bf_7bfdu32, 0xd503_201f, 0x5400_0040, 0xd65f_03c0].iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>().repeat(1000);
     let idioms = KernelIdioms::from_symbols([("__x86_return_thunk", 0x1000)]);
     // iced-x86 builds its decoder tables once, on first use (~7700 allocations).
     walk_all(Isa::X86_64, 0x1000, &x86, &idioms);
     let before = ALLOCATIONS.load(Ordering::SeqCst);
-    let blocks =
-        walk_all(Isa::X86_64, 0x1000, &x86, &idioms) + walk_all(Isa::A64, 0x1000, &a64, &idioms);
+    let blocks = walk_all(Isa::X86_64, 0x1000, &x86, &idioms) + walk_all(Isa::A64, 0x1000, &a64, &idioms);
     let after = ALLOCATIONS.load(Ordering::SeqCst);
     assert!(blocks > 5000, "{blocks}");
     assert_eq!(after - before, 0, "{} allocations", after - before);

@@ -60,26 +60,9 @@ fn naive_x86(addr: u64, code: &[u8], thunks: &HashMap<u64, Thunk>) -> Result<Blo
     loop {
         let here = addr + pos as u64;
         match x86_oracle::classify(here, &code[pos..], thunks) {
-            Err(DecodeError::Truncated) => {
-                return Err(WalkError::EndOfBuffer {
-                    addr: here,
-                    non_branch_insns,
-                })
-            }
-            Err(DecodeError::Invalid) => {
-                return Err(WalkError::Undecodable {
-                    addr: here,
-                    non_branch_insns,
-                })
-            }
-            Ok(insn) if insn.class.is_branch() => {
-                return Ok(Block {
-                    start: addr,
-                    non_branch_insns,
-                    branch_addr: here,
-                    branch: insn,
-                })
-            }
+            Err(DecodeError::Truncated) => return Err(WalkError::EndOfBuffer { addr: here, non_branch_insns }),
+            Err(DecodeError::Invalid) => return Err(WalkError::Undecodable { addr: here, non_branch_insns }),
+            Ok(insn) if insn.class.is_branch() => return Ok(Block { start: addr, non_branch_insns, branch_addr: here, branch: insn }),
             Ok(insn) => {
                 non_branch_insns += 1;
                 pos += usize::from(insn.len);
@@ -94,24 +77,12 @@ fn naive_a64(addr: u64, code: &[u8]) -> Result<Block, WalkError> {
         let here = addr + 4 * i as u64;
         let (class, target) = a64_oracle::classify(here, u32::from_le_bytes(w.try_into().unwrap()));
         if class.is_branch() {
-            let branch = isa::Insn {
-                len: 4,
-                class,
-                target,
-            };
-            return Ok(Block {
-                start: addr,
-                non_branch_insns,
-                branch_addr: here,
-                branch,
-            });
+            let branch = isa::Insn { len: 4, class, target };
+            return Ok(Block { start: addr, non_branch_insns, branch_addr: here, branch });
         }
         non_branch_insns += 1;
     }
-    Err(WalkError::EndOfBuffer {
-        addr: addr + (code.len() / 4 * 4) as u64,
-        non_branch_insns,
-    })
+    Err(WalkError::EndOfBuffer { addr: addr + (code.len() / 4 * 4) as u64, non_branch_insns })
 }
 
 /// What a back-to-back walk over some code found.
@@ -125,14 +96,7 @@ struct Walked {
 
 /// Walks `code` at `base` block after block with `walk_to_branch` and with
 /// `naive`, asserting the same result at every step.
-fn compare(
-    what: &str,
-    isa: Isa,
-    base: u64,
-    code: &[u8],
-    idioms: &KernelIdioms,
-    naive: impl Fn(u64, &[u8]) -> Result<Block, WalkError>,
-) -> Walked {
+fn compare(what: &str, isa: Isa, base: u64, code: &[u8], idioms: &KernelIdioms, naive: impl Fn(u64, &[u8]) -> Result<Block, WalkError>) -> Walked {
     let mut walked = Walked::default();
     let mut bad = Vec::new();
     let mut pos = 0usize;
@@ -150,29 +114,20 @@ fn compare(
                 *walked.classes.entry(block.branch.class.name()).or_insert(0) += 1;
                 pos = (block.branch_addr - base) as usize + usize::from(block.branch.len);
             }
-            Err(WalkError::Undecodable {
-                addr,
-                non_branch_insns,
-            }) => {
+            Err(WalkError::Undecodable { addr, non_branch_insns }) => {
                 walked.undecodable += 1;
                 walked.insns += u64::from(non_branch_insns);
                 let step = if isa == Isa::A64 { 4 } else { 1 };
                 pos = (addr - base) as usize + step;
             }
-            Err(WalkError::EndOfBuffer {
-                non_branch_insns, ..
-            }) => {
+            Err(WalkError::EndOfBuffer { non_branch_insns, .. }) => {
                 walked.insns += u64::from(non_branch_insns);
                 break;
             }
             Err(e @ WalkError::Unsupported(_)) => panic!("{e}"),
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{what}: walk and naive walk disagree:\n{}",
-        bad.join("\n")
-    );
+    assert!(bad.is_empty(), "{what}: walk and naive walk disagree:\n{}", bad.join("\n"));
     eprintln!("{what}: {} bytes, {walked:?}", code.len());
     walked
 }
@@ -185,14 +140,7 @@ fn perf_text_x86_64() {
     }
     let secs = sections(perf, &[".text"]);
     let (base, text) = &secs[".text"];
-    let walked = compare(
-        "perf .text",
-        Isa::X86_64,
-        *base,
-        text,
-        &KernelIdioms::default(),
-        |a, c| naive_x86(a, c, &HashMap::new()),
-    );
+    let walked = compare("perf .text", Isa::X86_64, *base, text, &KernelIdioms::default(), |a, c| naive_x86(a, c, &HashMap::new()));
     assert!(walked.blocks > 100_000, "{walked:?}");
 }
 
@@ -206,11 +154,7 @@ fn fetch_vmlinux() -> Option<PathBuf> {
             Some(Path::new(&dir).join("vmlinux-x86_64"))
         }
         Ok(out) => {
-            missing(&format!(
-                "{} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
+            missing(&format!("{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr)));
             None
         }
         Err(e) => {
@@ -244,13 +188,7 @@ fn code_at<'a>(code: &[&'a (u64, Vec<u8>)], addr: u64) -> &'a [u8] {
 }
 
 fn decode(addr: u64, bytes: &[u8]) -> iced_x86::Instruction {
-    Decoder::with_ip(
-        64,
-        &bytes[..bytes.len().min(15)],
-        addr,
-        DecoderOptions::NONE,
-    )
-    .decode()
+    Decoder::with_ip(64, &bytes[..bytes.len().min(15)], addr, DecoderOptions::NONE).decode()
 }
 
 /// The register a retpoline thunk branches through: the `mov [rsp], reg` of
@@ -259,11 +197,7 @@ fn thunk_register(addr: u64, bytes: &[u8]) -> Register {
     let mut decoder = Decoder::with_ip(64, &bytes[..32], addr, DecoderOptions::NONE);
     decoder
         .iter()
-        .find(|i| {
-            i.mnemonic() == Mnemonic::Mov
-                && i.op0_kind() == OpKind::Memory
-                && i.memory_base() == Register::RSP
-        })
+        .find(|i| i.mnemonic() == Mnemonic::Mov && i.op0_kind() == OpKind::Memory && i.memory_base() == Register::RSP)
         .map(|i| i.op1_register())
         .unwrap_or_else(|| panic!("no mov [rsp], reg in the thunk at {addr:#x}"))
 }
@@ -273,34 +207,17 @@ fn vmlinux_text_x86_64_with_kernel_idioms() {
     let Some(vmlinux) = fetch_vmlinux() else {
         return;
     };
-    let names = [
-        ".text",
-        ".init.text",
-        ".altinstr_aux",
-        ".exit.text",
-        ".return_sites",
-        ".retpoline_sites",
-    ];
+    let names = [".text", ".init.text", ".altinstr_aux", ".exit.text", ".return_sites", ".retpoline_sites"];
     let secs = sections(&vmlinux, &names);
-    let code: Vec<&(u64, Vec<u8>)> = [".text", ".init.text", ".altinstr_aux", ".exit.text"]
-        .iter()
-        .filter_map(|n| secs.get(*n))
-        .collect();
+    let code: Vec<&(u64, Vec<u8>)> = [".text", ".init.text", ".altinstr_aux", ".exit.text"].iter().filter_map(|n| secs.get(*n)).collect();
     let return_sites = sites(&secs[".return_sites"]);
     let retpoline_sites = sites(&secs[".retpoline_sites"]);
 
     // The thunks, found as the targets of the sites.
-    let return_thunks: BTreeSet<u64> = return_sites
-        .iter()
-        .map(|&s| decode(s, code_at(&code, s)).near_branch_target())
-        .collect();
+    let return_thunks: BTreeSet<u64> = return_sites.iter().map(|&s| decode(s, code_at(&code, s)).near_branch_target()).collect();
     assert_eq!(return_thunks.len(), 1, "return thunks {return_thunks:x?}");
-    let indirect_thunks: BTreeSet<u64> = retpoline_sites
-        .iter()
-        .map(|&s| decode(s, code_at(&code, s)).near_branch_target())
-        .collect();
-    let mut symbols: Vec<(String, u64)> =
-        vec![("__x86_return_thunk".into(), *return_thunks.first().unwrap())];
+    let indirect_thunks: BTreeSet<u64> = retpoline_sites.iter().map(|&s| decode(s, code_at(&code, s)).near_branch_target()).collect();
+    let mut symbols: Vec<(String, u64)> = vec![("__x86_return_thunk".into(), *return_thunks.first().unwrap())];
     for &thunk in &indirect_thunks {
         let reg = format!("{:?}", thunk_register(thunk, code_at(&code, thunk))).to_lowercase();
         symbols.push((format!("__x86_indirect_thunk_{reg}"), thunk));
@@ -309,10 +226,7 @@ fn vmlinux_text_x86_64_with_kernel_idioms() {
     eprintln!("thunks from the site tables: {symbols:x?}");
     let idioms = KernelIdioms::from_symbols(symbols.iter().map(|(n, a)| (n.as_str(), *a)));
     assert_eq!(idioms.len(), symbols.len());
-    let mut thunks: HashMap<u64, Thunk> = indirect_thunks
-        .iter()
-        .map(|&t| (t, Thunk::Indirect))
-        .collect();
+    let mut thunks: HashMap<u64, Thunk> = indirect_thunks.iter().map(|&t| (t, Thunk::Indirect)).collect();
     thunks.extend(return_thunks.iter().map(|&t| (t, Thunk::Return)));
 
     // Every site is the idiom: a JMP to the return thunk is a return, a CALL
@@ -320,42 +234,21 @@ fn vmlinux_text_x86_64_with_kernel_idioms() {
     let mut site_classes: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for (table, list) in [("return", &return_sites), ("retpoline", &retpoline_sites)] {
         for &site in list {
-            let insn =
-                isa::classify_x86_64(site, code_at(&code, site), &idioms).expect("site decodes");
+            let insn = isa::classify_x86_64(site, code_at(&code, site), &idioms).expect("site decodes");
             let expected: &[BranchClass] = match table {
                 "return" => &[BranchClass::Return, BranchClass::CondBranch],
-                _ => &[
-                    BranchClass::IndirectCall,
-                    BranchClass::IndirectJump,
-                    BranchClass::CondBranch,
-                ],
+                _ => &[BranchClass::IndirectCall, BranchClass::IndirectJump, BranchClass::CondBranch],
             };
-            assert!(
-                expected.contains(&insn.class),
-                "{table} site {site:#x}: {insn:x?}"
-            );
+            assert!(expected.contains(&insn.class), "{table} site {site:#x}: {insn:x?}");
             *site_classes.entry((table, insn.class.name())).or_insert(0) += 1;
         }
     }
     eprintln!("sites: {site_classes:?}");
-    assert!(
-        site_classes[&("return", "return")] > 10_000,
-        "{site_classes:?}"
-    );
-    assert!(
-        site_classes[&("retpoline", "indirect-call")] > 1_000,
-        "{site_classes:?}"
-    );
+    assert!(site_classes[&("return", "return")] > 10_000, "{site_classes:?}");
+    assert!(site_classes[&("retpoline", "indirect-call")] > 1_000, "{site_classes:?}");
 
     let (base, text) = &secs[".text"];
-    let walked = compare(
-        "vmlinux .text",
-        Isa::X86_64,
-        *base,
-        text,
-        &idioms,
-        |a, c| naive_x86(a, c, &thunks),
-    );
+    let walked = compare("vmlinux .text", Isa::X86_64, *base, text, &idioms, |a, c| naive_x86(a, c, &thunks));
     assert!(walked.blocks > 1_000_000, "{walked:?}");
     assert!(walked.classes["return"] > 10_000, "{walked:?}");
 }
@@ -377,29 +270,14 @@ fn opencsd_dumps_aarch64() {
         let Ok(code) = std::fs::read(&path) else {
             return missing(&format!("{} is missing", path.display()));
         };
-        let walked = compare(
-            file,
-            Isa::A64,
-            base,
-            &code,
-            &KernelIdioms::default(),
-            naive_a64,
-        );
+        let walked = compare(file, Isa::A64, base, &code, &KernelIdioms::default(), naive_a64);
         total.blocks += walked.blocks;
         for (class, n) in walked.classes {
             *total.classes.entry(class).or_insert(0) += n;
         }
     }
     assert!(total.blocks > 100_000, "{total:?}");
-    for class in [
-        "cond-branch",
-        "direct-jump",
-        "direct-call",
-        "indirect-call",
-        "return",
-        "far-transfer",
-        "trap",
-    ] {
+    for class in ["cond-branch", "direct-jump", "direct-call", "indirect-call", "return", "far-transfer", "trap"] {
         assert!(total.classes.contains_key(class), "no {class}: {total:?}");
     }
 }

@@ -2,10 +2,7 @@
 //! code: blocks, the kernel idioms, where and why a walk stops, and no panic
 //! on any input.
 
-use isa::{
-    classify_aarch64, classify_x86_64, walk_to_branch, Block, BranchClass, DecodeError, Insn, Isa,
-    KernelIdioms, WalkError,
-};
+use isa::{classify_aarch64, classify_x86_64, walk_to_branch, Block, BranchClass, DecodeError, Insn, Isa, KernelIdioms, WalkError};
 
 const ADDR: u64 = 0xffff_ffff_8100_0000;
 const A64: u64 = 0xffff_8000_8001_0000;
@@ -39,9 +36,7 @@ fn x86_class(bytes: &[u8], idioms: &KernelIdioms) -> BranchClass {
 #[test]
 fn x86_block_ends_at_the_first_branch() {
     // push rbp; mov rbp, rsp; nop5; xchg ax, ax; call; ret
-    let mut code = vec![
-        0x55, 0x48, 0x89, 0xe5, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x66, 0x90,
-    ];
+    let mut code = vec![0x55, 0x48, 0x89, 0xe5, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x66, 0x90];
     code.extend(rel32(&[0xe8], 11, ADDR + 0x1000));
     code.push(0xc3);
     let block = walk_to_branch(Isa::X86_64, ADDR, &code, &none()).unwrap();
@@ -51,18 +46,11 @@ fn x86_block_ends_at_the_first_branch() {
             start: ADDR,
             non_branch_insns: 4,
             branch_addr: ADDR + 11,
-            branch: Insn {
-                len: 5,
-                class: BranchClass::DirectCall,
-                target: Some(ADDR + 0x1000)
-            },
+            branch: Insn { len: 5, class: BranchClass::DirectCall, target: Some(ADDR + 0x1000) },
         }
     );
     let next = walk_to_branch(Isa::X86_64, ADDR + 16, &code[16..], &none()).unwrap();
-    assert_eq!(
-        (next.non_branch_insns, next.branch.class),
-        (0, BranchClass::Return)
-    );
+    assert_eq!((next.non_branch_insns, next.branch.class), (0, BranchClass::Return));
 }
 
 #[test]
@@ -103,18 +91,9 @@ fn kernel_idioms_know_the_thunk_names() {
         "__x86_indirect_jump_thunk_rdx",
         "__x86_indirect_its_thunk_rcx",
     ];
-    let idioms = KernelIdioms::from_symbols(
-        names
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (n, 0x1000 * i as u64)),
-    );
+    let idioms = KernelIdioms::from_symbols(names.iter().enumerate().map(|(i, &n)| (n, 0x1000 * i as u64)));
     assert_eq!(idioms.len(), names.len());
-    let others = KernelIdioms::from_symbols([
-        ("__x86_return_thunk_x", 1),
-        ("x86_return_thunk", 2),
-        ("ret", 3),
-    ]);
+    let others = KernelIdioms::from_symbols([("__x86_return_thunk_x", 1), ("x86_return_thunk", 2), ("ret", 3)]);
     assert!(others.is_empty());
     // Two names on one address count once.
     assert_eq!(kernel().len(), 2);
@@ -124,12 +103,9 @@ fn kernel_idioms_know_the_thunk_names() {
 fn x86_classes() {
     let cases: &[(&[u8], BranchClass)] = &[
         (&[0x90], BranchClass::Nop),
-        (
-            &[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
-            BranchClass::Nop,
-        ),
-        (&[0x41, 0x90], BranchClass::None), // xchg r8d, eax
-        (&[0xf3, 0x90], BranchClass::None), // pause
+        (&[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0], BranchClass::Nop),
+        (&[0x41, 0x90], BranchClass::None),             // xchg r8d, eax
+        (&[0xf3, 0x90], BranchClass::None),             // pause
         (&[0xf3, 0x0f, 0x1e, 0xfa], BranchClass::None), // endbr64
         (&[0xc3], BranchClass::Return),
         (&[0xc2, 0x08, 0x00], BranchClass::Return),
@@ -148,88 +124,45 @@ fn x86_classes() {
         (&[0xcc], BranchClass::Trap),
         (&[0xf1], BranchClass::Trap),
         (&[0x0f, 0x0b], BranchClass::Trap),
-        (&[0xc7, 0xf8, 0, 0, 0, 0], BranchClass::None), // xbegin
+        (&[0xc7, 0xf8, 0, 0, 0, 0], BranchClass::None),       // xbegin
         (&[0xf0, 0x48, 0x0f, 0xb1, 0x17], BranchClass::None), // lock cmpxchg
-        (&[0xf4], BranchClass::None),                   // hlt
+        (&[0xf4], BranchClass::None),                         // hlt
     ];
     for &(bytes, class) in cases {
         let insn = classify_x86_64(ADDR, bytes, &none()).unwrap();
-        assert_eq!(
-            (insn.class, usize::from(insn.len)),
-            (class, bytes.len()),
-            "{bytes:02x?}"
-        );
+        assert_eq!((insn.class, usize::from(insn.len)), (class, bytes.len()), "{bytes:02x?}");
     }
     let jcc = classify_x86_64(ADDR, &[0x2e, 0x74, 0xfd], &none()).unwrap();
-    assert_eq!(
-        (jcc.class, jcc.target),
-        (BranchClass::CondBranch, Some(ADDR))
-    );
+    assert_eq!((jcc.class, jcc.target), (BranchClass::CondBranch, Some(ADDR)));
     let bnd_jmp = classify_x86_64(ADDR, &[0xf2, 0xe9, 0, 0, 0, 0], &none()).unwrap();
-    assert_eq!(
-        (bnd_jmp.class, bnd_jmp.target),
-        (BranchClass::DirectJump, Some(ADDR + 6))
-    );
+    assert_eq!((bnd_jmp.class, bnd_jmp.target), (BranchClass::DirectJump, Some(ADDR + 6)));
 }
 
 #[test]
 fn x86_walk_stops_precisely() {
     let idioms = none();
-    assert_eq!(
-        walk_to_branch(Isa::X86_64, ADDR, &[], &idioms),
-        Err(WalkError::EndOfBuffer {
-            addr: ADDR,
-            non_branch_insns: 0
-        })
-    );
+    assert_eq!(walk_to_branch(Isa::X86_64, ADDR, &[], &idioms), Err(WalkError::EndOfBuffer { addr: ADDR, non_branch_insns: 0 }));
     // nop; nop; then the first two bytes of a JMP32.
     assert_eq!(
         walk_to_branch(Isa::X86_64, ADDR, &[0x90, 0x90, 0xe9, 0x00], &idioms),
-        Err(WalkError::EndOfBuffer {
-            addr: ADDR + 2,
-            non_branch_insns: 2
-        })
+        Err(WalkError::EndOfBuffer { addr: ADDR + 2, non_branch_insns: 2 })
     );
     // nop; then 0x06 (push es), invalid in 64-bit mode.
-    assert_eq!(
-        walk_to_branch(Isa::X86_64, ADDR, &[0x90, 0x06, 0xc3], &idioms),
-        Err(WalkError::Undecodable {
-            addr: ADDR + 1,
-            non_branch_insns: 1
-        })
-    );
-    assert_eq!(
-        classify_x86_64(ADDR, &[0x0f], &idioms),
-        Err(DecodeError::Truncated)
-    );
-    assert_eq!(
-        classify_x86_64(ADDR, &[], &idioms),
-        Err(DecodeError::Truncated)
-    );
-    assert_eq!(
-        classify_x86_64(ADDR, &[0x06, 0x90], &idioms),
-        Err(DecodeError::Invalid)
-    );
+    assert_eq!(walk_to_branch(Isa::X86_64, ADDR, &[0x90, 0x06, 0xc3], &idioms), Err(WalkError::Undecodable { addr: ADDR + 1, non_branch_insns: 1 }));
+    assert_eq!(classify_x86_64(ADDR, &[0x0f], &idioms), Err(DecodeError::Truncated));
+    assert_eq!(classify_x86_64(ADDR, &[], &idioms), Err(DecodeError::Truncated));
+    assert_eq!(classify_x86_64(ADDR, &[0x06, 0x90], &idioms), Err(DecodeError::Invalid));
     // 16 prefixes: longer than any instruction.
-    assert_eq!(
-        classify_x86_64(ADDR, &[0x66; 16], &idioms),
-        Err(DecodeError::Invalid)
-    );
+    assert_eq!(classify_x86_64(ADDR, &[0x66; 16], &idioms), Err(DecodeError::Invalid));
 }
 
 #[test]
 fn int3_padding_after_ret_is_its_own_block() {
     let code = [0xc3, 0xcc, 0xcc, 0xcc, 0xcc];
     let ret = walk_to_branch(Isa::X86_64, ADDR, &code, &none()).unwrap();
-    assert_eq!(
-        (ret.branch_addr, ret.branch.class),
-        (ADDR, BranchClass::Return)
-    );
+    assert_eq!((ret.branch_addr, ret.branch.class), (ADDR, BranchClass::Return));
     let pad = walk_to_branch(Isa::X86_64, ADDR + 1, &code[1..], &none()).unwrap();
-    assert_eq!(
-        (pad.branch_addr, pad.branch.class),
-        (ADDR + 1, BranchClass::Trap)
-    );
+    assert_eq!((pad.branch_addr, pad.branch.class), (ADDR + 1, BranchClass::Trap));
 }
 
 fn words(ws: &[u32]) -> Vec<u8> {
@@ -247,44 +180,36 @@ fn aarch64_classes_and_targets() {
         (0x1400_0400, BranchClass::DirectJump, Some(A64 + 0x1000)),
         (0x17ff_ffff, BranchClass::DirectJump, Some(A64 - 4)),
         (0x97ff_fffe, BranchClass::DirectCall, Some(A64 - 8)),
-        (0x5400_0040, BranchClass::CondBranch, Some(A64 + 8)), // b.eq
-        (0x5400_004e, BranchClass::CondBranch, Some(A64 + 8)), // b.al
-        (0x5400_0051, BranchClass::CondBranch, Some(A64 + 8)), // bc.ne
-        (0xb5ff_ffe0, BranchClass::CondBranch, Some(A64 - 4)), // cbnz x0
+        (0x5400_0040, BranchClass::CondBranch, Some(A64 + 8)),      // b.eq
+        (0x5400_004e, BranchClass::CondBranch, Some(A64 + 8)),      // b.al
+        (0x5400_0051, BranchClass::CondBranch, Some(A64 + 8)),      // bc.ne
+        (0xb5ff_ffe0, BranchClass::CondBranch, Some(A64 - 4)),      // cbnz x0
         (0xb7f8_ffe0, BranchClass::CondBranch, Some(A64 + 0x1ffc)), // tbnz x0, #63
-        (0x7400_8040, BranchClass::CondBranch, Some(A64 + 8)), // cbbgt w0, w0
-        (0xd61f_0200, BranchClass::IndirectJump, None),        // br x16
-        (0xd61f_081f, BranchClass::IndirectJump, None),        // braaz x0
-        (0xd71f_0801, BranchClass::IndirectJump, None),        // braa x0, x1
-        (0xd63f_0100, BranchClass::IndirectCall, None),        // blr x8
-        (0xd73f_0c01, BranchClass::IndirectCall, None),        // blrab x0, x1
-        (0xd65f_03c0, BranchClass::Return, None),              // ret
-        (0xd65f_0bff, BranchClass::Return, None),              // retaa
-        (0xd65f_0fff, BranchClass::Return, None),              // retab
-        (0xd69f_03e0, BranchClass::FarTransfer, None),         // eret
-        (0xd69f_0bff, BranchClass::FarTransfer, None),         // eretaa
-        (0xd6bf_03e0, BranchClass::FarTransfer, None),         // drps
-        (0xd400_0001, BranchClass::FarTransfer, None),         // svc #0
-        (0xd400_0002, BranchClass::FarTransfer, None),         // hvc #0
-        (0xd400_0003, BranchClass::FarTransfer, None),         // smc #0
-        (0xd4a0_0001, BranchClass::FarTransfer, None),         // dcps1
-        (0xd420_0080, BranchClass::Trap, None),                // brk #0x4
-        (0xd440_0000, BranchClass::Trap, None),                // hlt #0
-        (0x0000_0000, BranchClass::Trap, None),                // udf #0
-        (0xd460_0000, BranchClass::None, None),                // tcancel #0
-        (0xd65f_0800, BranchClass::None, None),                // unallocated
-        (0x5500_001f, BranchClass::None, None),                // FEAT_PAuth_LR retaasppc
+        (0x7400_8040, BranchClass::CondBranch, Some(A64 + 8)),      // cbbgt w0, w0
+        (0xd61f_0200, BranchClass::IndirectJump, None),             // br x16
+        (0xd61f_081f, BranchClass::IndirectJump, None),             // braaz x0
+        (0xd71f_0801, BranchClass::IndirectJump, None),             // braa x0, x1
+        (0xd63f_0100, BranchClass::IndirectCall, None),             // blr x8
+        (0xd73f_0c01, BranchClass::IndirectCall, None),             // blrab x0, x1
+        (0xd65f_03c0, BranchClass::Return, None),                   // ret
+        (0xd65f_0bff, BranchClass::Return, None),                   // retaa
+        (0xd65f_0fff, BranchClass::Return, None),                   // retab
+        (0xd69f_03e0, BranchClass::FarTransfer, None),              // eret
+        (0xd69f_0bff, BranchClass::FarTransfer, None),              // eretaa
+        (0xd6bf_03e0, BranchClass::FarTransfer, None),              // drps
+        (0xd400_0001, BranchClass::FarTransfer, None),              // svc #0
+        (0xd400_0002, BranchClass::FarTransfer, None),              // hvc #0
+        (0xd400_0003, BranchClass::FarTransfer, None),              // smc #0
+        (0xd4a0_0001, BranchClass::FarTransfer, None),              // dcps1
+        (0xd420_0080, BranchClass::Trap, None),                     // brk #0x4
+        (0xd440_0000, BranchClass::Trap, None),                     // hlt #0
+        (0x0000_0000, BranchClass::Trap, None),                     // udf #0
+        (0xd460_0000, BranchClass::None, None),                     // tcancel #0
+        (0xd65f_0800, BranchClass::None, None),                     // unallocated
+        (0x5500_001f, BranchClass::None, None),                     // FEAT_PAuth_LR retaasppc
     ];
     for &(word, class, target) in cases {
-        assert_eq!(
-            classify_aarch64(A64, word),
-            Insn {
-                len: 4,
-                class,
-                target
-            },
-            "{word:#010x}"
-        );
+        assert_eq!(classify_aarch64(A64, word), Insn { len: 4, class, target }, "{word:#010x}");
     }
     // Targets wrap around the address space.
     assert_eq!(classify_aarch64(0, 0x17ff_ffff).target, Some(u64::MAX - 3));
@@ -293,13 +218,7 @@ fn aarch64_classes_and_targets() {
 #[test]
 fn aarch64_walk() {
     // stp; mov x29, sp; nop; bl
-    let code = words(&[
-        0xa9bf_7bfd,
-        0x9100_03fd,
-        0xd503_201f,
-        0x9400_0010,
-        0xd65f_03c0,
-    ]);
+    let code = words(&[0xa9bf_7bfd, 0x9100_03fd, 0xd503_201f, 0x9400_0010, 0xd65f_03c0]);
     let block = walk_to_branch(Isa::A64, A64, &code, &none()).unwrap();
     assert_eq!(
         block,
@@ -307,27 +226,11 @@ fn aarch64_walk() {
             start: A64,
             non_branch_insns: 3,
             branch_addr: A64 + 12,
-            branch: Insn {
-                len: 4,
-                class: BranchClass::DirectCall,
-                target: Some(A64 + 12 + 0x40)
-            },
+            branch: Insn { len: 4, class: BranchClass::DirectCall, target: Some(A64 + 12 + 0x40) },
         }
     );
-    assert_eq!(
-        walk_to_branch(Isa::A64, A64, &code[..10], &none()),
-        Err(WalkError::EndOfBuffer {
-            addr: A64 + 8,
-            non_branch_insns: 2
-        })
-    );
-    assert_eq!(
-        walk_to_branch(Isa::A64, A64 + 2, &code, &none()),
-        Err(WalkError::Undecodable {
-            addr: A64 + 2,
-            non_branch_insns: 0
-        })
-    );
+    assert_eq!(walk_to_branch(Isa::A64, A64, &code[..10], &none()), Err(WalkError::EndOfBuffer { addr: A64 + 8, non_branch_insns: 2 }));
+    assert_eq!(walk_to_branch(Isa::A64, A64 + 2, &code, &none()), Err(WalkError::Undecodable { addr: A64 + 2, non_branch_insns: 0 }));
 }
 
 #[test]
@@ -343,22 +246,10 @@ fn aarch32_is_unsupported() {
 
 #[test]
 fn errors_and_names_display() {
-    let end = WalkError::EndOfBuffer {
-        addr: 0x10,
-        non_branch_insns: 3,
-    };
-    assert_eq!(
-        end.to_string(),
-        "code ends at 0x10 after 3 instructions without a branch"
-    );
-    let bad = WalkError::Undecodable {
-        addr: 0x11,
-        non_branch_insns: 0,
-    };
-    assert_eq!(
-        bad.to_string(),
-        "undecodable instruction at 0x11 after 0 instructions"
-    );
+    let end = WalkError::EndOfBuffer { addr: 0x10, non_branch_insns: 3 };
+    assert_eq!(end.to_string(), "code ends at 0x10 after 3 instructions without a branch");
+    let bad = WalkError::Undecodable { addr: 0x11, non_branch_insns: 0 };
+    assert_eq!(bad.to_string(), "undecodable instruction at 0x11 after 0 instructions");
     let all = [
         (BranchClass::None, "none", false),
         (BranchClass::Nop, "nop", false),
@@ -372,10 +263,7 @@ fn errors_and_names_display() {
         (BranchClass::Trap, "trap", true),
     ];
     for (class, name, branch) in all {
-        assert_eq!(
-            (class.name(), class.to_string(), class.is_branch()),
-            (name, name.to_owned(), branch)
-        );
+        assert_eq!((class.name(), class.to_string(), class.is_branch()), (name, name.to_owned(), branch));
     }
 }
 
@@ -392,11 +280,7 @@ fn no_panic_on_any_input() {
             *b = x as u8;
         }
         // Addresses near both ends of the address space, any length.
-        let addr = if round % 2 == 0 {
-            u64::MAX - (x >> 58)
-        } else {
-            x >> 59
-        };
+        let addr = if round % 2 == 0 { u64::MAX - (x >> 58) } else { x >> 59 };
         let len = (x >> 40) as usize % code.len();
         for isa in [Isa::X86_64, Isa::A64, Isa::A32] {
             let _ = walk_to_branch(isa, addr & !3, &code[..len], &idioms);

@@ -33,10 +33,7 @@ impl Compare {
                 ("__x86_indirect_thunk_rax", INDIRECT_THUNK),
                 ("schedule", ADDR),
             ]),
-            thunks: HashMap::from([
-                (RETURN_THUNK, Thunk::Return),
-                (INDIRECT_THUNK, Thunk::Indirect),
-            ]),
+            thunks: HashMap::from([(RETURN_THUNK, Thunk::Return), (INDIRECT_THUNK, Thunk::Indirect)]),
             seen: BTreeMap::new(),
             bad: Vec::new(),
         }
@@ -52,19 +49,13 @@ impl Compare {
         };
         *self.seen.entry(key).or_insert(0) += 1;
         if ours != theirs && self.bad.len() < 20 {
-            self.bad.push(format!(
-                "{addr:#x} {bytes:02x?}: isa {ours:x?}, oracle {theirs:x?}"
-            ));
+            self.bad.push(format!("{addr:#x} {bytes:02x?}: isa {ours:x?}, oracle {theirs:x?}"));
         }
     }
 
     /// Panics listing the disagreements, if any; returns the outcome counts.
     fn finish(self) -> BTreeMap<String, u64> {
-        assert!(
-            self.bad.is_empty(),
-            "disagreements:\n{}",
-            self.bad.join("\n")
-        );
+        assert!(self.bad.is_empty(), "disagreements:\n{}", self.bad.join("\n"));
         eprintln!("{:?}", self.seen);
         self.seen
     }
@@ -127,14 +118,7 @@ fn modrm_forms() -> Vec<Vec<u8>> {
     let mut forms = Vec::new();
     for modrm in 0..=255u8 {
         for sib in [0x24, 0x25] {
-            for opcode in [
-                &[0xff][..],
-                &[0x0f, 0xff],
-                &[0x0f, 0xb9],
-                &[0x0f, 0x1f],
-                &[0x0f, 0x18],
-                &[0x0f, 0x1e],
-            ] {
+            for opcode in [&[0xff][..], &[0x0f, 0xff], &[0x0f, 0xb9], &[0x0f, 0x1f], &[0x0f, 0x18], &[0x0f, 0x1e]] {
                 let mut f = opcode.to_vec();
                 f.extend([modrm, sib, 0x10, 0x20, 0x30, 0x40]);
                 forms.push(f);
@@ -147,33 +131,15 @@ fn modrm_forms() -> Vec<Vec<u8>> {
 /// Prefix sequences: every sequence of up to `max` legacy prefixes, each
 /// followed by nothing or one REX byte.
 fn prefixes(max: usize) -> Vec<Vec<u8>> {
-    const LEGACY: [u8; 11] = [
-        0x26, 0x2e, 0x36, 0x3e, 0x64, 0x65, 0x66, 0x67, 0xf0, 0xf2, 0xf3,
-    ];
-    const REX: [Option<u8>; 6] = [
-        None,
-        Some(0x40),
-        Some(0x41),
-        Some(0x44),
-        Some(0x48),
-        Some(0x4f),
-    ];
+    const LEGACY: [u8; 11] = [0x26, 0x2e, 0x36, 0x3e, 0x64, 0x65, 0x66, 0x67, 0xf0, 0xf2, 0xf3];
+    const REX: [Option<u8>; 6] = [None, Some(0x40), Some(0x41), Some(0x44), Some(0x48), Some(0x4f)];
     let mut legacy: Vec<Vec<u8>> = vec![vec![]];
     let mut last: Vec<Vec<u8>> = vec![vec![]];
     for _ in 0..max {
-        last = last
-            .iter()
-            .flat_map(|p| LEGACY.iter().map(move |&b| [p.as_slice(), &[b]].concat()))
-            .collect();
+        last = last.iter().flat_map(|p| LEGACY.iter().map(move |&b| [p.as_slice(), &[b]].concat())).collect();
         legacy.extend(last.iter().cloned());
     }
-    legacy
-        .iter()
-        .flat_map(|p| {
-            REX.iter()
-                .map(move |r| [p.as_slice(), r.as_slice()].concat())
-        })
-        .collect()
+    legacy.iter().flat_map(|p| REX.iter().map(move |r| [p.as_slice(), r.as_slice()].concat())).collect()
 }
 
 /// If `bytes` (prefixes + form) is a rel32 branch, variants whose target is
@@ -181,13 +147,7 @@ fn prefixes(max: usize) -> Vec<Vec<u8>> {
 fn thunk_variants(bytes: &[u8]) -> Vec<Vec<u8>> {
     let mut decoder = iced_x86::Decoder::with_ip(64, bytes, ADDR, iced_x86::DecoderOptions::NONE);
     let insn = decoder.decode();
-    if insn.is_invalid()
-        || !insn.is_jcc_near()
-            && !matches!(
-                insn.code(),
-                iced_x86::Code::Jmp_rel32_64 | iced_x86::Code::Call_rel32_64
-            )
-    {
+    if insn.is_invalid() || !insn.is_jcc_near() && !matches!(insn.code(), iced_x86::Code::Jmp_rel32_64 | iced_x86::Code::Call_rel32_64) {
         return Vec::new();
     }
     let end = ADDR + insn.len() as u64;
@@ -245,10 +205,7 @@ fn branch_forms_with_up_to_three_prefixes() {
 #[test]
 fn modrm_branch_forms_with_up_to_two_prefixes() {
     // call/jmp near and far through FF /2../5, every ModRM.
-    let forms: Vec<Vec<u8>> = modrm_forms()
-        .into_iter()
-        .filter(|f| f[0] == 0xff && (2..=5).contains(&(f[1] >> 3 & 7)))
-        .collect();
+    let forms: Vec<Vec<u8>> = modrm_forms().into_iter().filter(|f| f[0] == 0xff && (2..=5).contains(&(f[1] >> 3 & 7))).collect();
     run(2, &forms);
 }
 
@@ -256,10 +213,7 @@ fn modrm_branch_forms_with_up_to_two_prefixes() {
 fn truncated_encodings_need_more_bytes() {
     let mut compare = Compare::new();
     for prefix in prefixes(1) {
-        for form in branch_forms()
-            .into_iter()
-            .chain(modrm_forms().into_iter().step_by(7))
-        {
+        for form in branch_forms().into_iter().chain(modrm_forms().into_iter().step_by(7)) {
             let bytes = [prefix.as_slice(), &form].concat();
             let Ok(full) = classify_x86_64(ADDR, &bytes, &compare.idioms) else {
                 continue;
@@ -311,9 +265,7 @@ fn random_bytes_agree() {
 fn opcode_maps(prefix_sets: &[Vec<u8>], sibs: &[u8]) -> BTreeMap<String, u64> {
     const TAIL: [u8; 10] = [0x80, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09];
     let mut compare = Compare::new();
-    let opcodes = (0..=255u8)
-        .map(|op| vec![op])
-        .chain((0..=255u8).map(|op| vec![0x0f, op]));
+    let opcodes = (0..=255u8).map(|op| vec![op]).chain((0..=255u8).map(|op| vec![0x0f, op]));
     for opcode in opcodes {
         for modrm in 0..=255u8 {
             let needs_sib = modrm >> 6 != 3 && modrm & 7 == 4;
@@ -330,19 +282,8 @@ fn opcode_maps(prefix_sets: &[Vec<u8>], sibs: &[u8]) -> BTreeMap<String, u64> {
 
 #[test]
 fn opcode_maps_with_common_prefixes() {
-    let prefix_sets: Vec<Vec<u8>> = [
-        &[][..],
-        &[0x66],
-        &[0x48],
-        &[0x41],
-        &[0x4c],
-        &[0x65],
-        &[0x66, 0x2e],
-        &[0x3e, 0x48],
-    ]
-    .iter()
-    .map(|p| p.to_vec())
-    .collect();
+    let prefix_sets: Vec<Vec<u8>> =
+        [&[][..], &[0x66], &[0x48], &[0x41], &[0x4c], &[0x65], &[0x66, 0x2e], &[0x3e, 0x48]].iter().map(|p| p.to_vec()).collect();
     let seen = opcode_maps(&prefix_sets, &[0x25, 0x24]);
     assert!(seen.values().sum::<u64>() > 1_000_000, "{seen:?}");
 }

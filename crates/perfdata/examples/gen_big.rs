@@ -190,11 +190,7 @@ pub fn generate(out: &Path, n: u64, seed: u64) -> Result<BTreeMap<&'static str, 
                 let (what, m, body, s) = match pick(r) {
                     Kind::Sample => {
                         let kernel = r & (1 << 40) != 0;
-                        let ip = if kernel {
-                            KERNEL_TEXT + (r >> 44) % 0x100_0000
-                        } else {
-                            0x5555_5555_0000 + (r >> 44) % 0x40_0000
-                        };
+                        let ip = if kernel { KERNEL_TEXT + (r >> 44) % 0x100_0000 } else { 0x5555_5555_0000 + (r >> 44) % 0x40_0000 };
                         let s = Sample {
                             identifier: pt.identifier,
                             ip: Some(ip),
@@ -215,8 +211,7 @@ pub fn generate(out: &Path, n: u64, seed: u64) -> Result<BTreeMap<&'static str, 
                             running[c] = other;
                         }
                         let m = misc::KERNEL | if out { misc::SWITCH_OUT } else { 0 };
-                        let body =
-                            RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: other, next_prev_tid: other });
+                        let body = RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: other, next_prev_tid: other });
                         ("SWITCH_CPU_WIDE", m, body, dummy)
                     }
                     Kind::Mmap2 => {
@@ -228,12 +223,7 @@ pub fn generate(out: &Path, n: u64, seed: u64) -> Result<BTreeMap<&'static str, 
                             addr,
                             len: 0x1000 * (1 + (r >> 48) % 512),
                             pgoff: 0,
-                            file_id: Mmap2FileId::Inode {
-                                maj: 8,
-                                min: 1,
-                                ino: 1_000_000 + (r >> 8) % LIBS.len() as u64,
-                                ino_generation: 0,
-                            },
+                            file_id: Mmap2FileId::Inode { maj: 8, min: 1, ino: 1_000_000 + (r >> 8) % LIBS.len() as u64, ino_generation: 0 },
                             prot: 5,
                             flags: 2,
                             filename: lib.as_bytes(),
@@ -246,9 +236,7 @@ pub fn generate(out: &Path, n: u64, seed: u64) -> Result<BTreeMap<&'static str, 
                         aux_head[c] += size;
                         ("AUX", 0, RecordBody::Aux(Aux { aux_offset: offset, aux_size: size, flags: 0 }), pt)
                     }
-                    Kind::ItraceStart => {
-                        ("ITRACE_START", 0, RecordBody::ItraceStart(ItraceStart { pid, tid: pid }), pt)
-                    }
+                    Kind::ItraceStart => ("ITRACE_START", 0, RecordBody::ItraceStart(ItraceStart { pid, tid: pid }), pt),
                     Kind::Comm => {
                         let comm = COMMS[(r >> 8) as usize % COMMS.len()];
                         let m = misc::USER | if r & 2 != 0 { misc::COMM_EXEC } else { 0 };
@@ -259,8 +247,7 @@ pub fn generate(out: &Path, n: u64, seed: u64) -> Result<BTreeMap<&'static str, 
                         const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
                         poke_count += 1;
                         let addr = KERNEL_TEXT + ((r >> 24) % 0x80_0000);
-                        let (old, new): (&[u8], &[u8]) =
-                            if poke_count & 1 == 0 { (&NOP5, &jmp) } else { (&jmp, &NOP5) };
+                        let (old, new): (&[u8], &[u8]) = if poke_count & 1 == 0 { (&NOP5, &jmp) } else { (&jmp, &NOP5) };
                         ("TEXT_POKE", misc::KERNEL, RecordBody::TextPoke(TextPoke { addr, old, new }), dummy)
                     }
                     Kind::Ksymbol => {

@@ -38,11 +38,7 @@ impl IntelPtInfo {
     pub fn parse(info: &AuxtraceInfo<'_>) -> Result<IntelPtInfo> {
         let w: Vec<u64> = info.priv_data.chunks_exact(8).map(u64_from_chunk).collect();
         if w.len() < INTEL_PT_MIN_WORDS {
-            return Err(Error::invalid(
-                "Intel PT AUXTRACE_INFO",
-                0,
-                format!("{} private words, perf needs at least {INTEL_PT_MIN_WORDS}", w.len()),
-            ));
+            return Err(Error::invalid("Intel PT AUXTRACE_INFO", 0, format!("{} private words, perf needs at least {INTEL_PT_MIN_WORDS}", w.len())));
         }
         let g = |i: usize| w.get(i).copied().unwrap_or(0);
         Ok(IntelPtInfo {
@@ -98,9 +94,7 @@ impl IntelPtInfo {
         let shift = self.time_shift.min(63) as u32;
         let quot = tsc >> shift;
         let rem = tsc & ((1u64 << shift) - 1);
-        self.time_zero
-            .wrapping_add(quot.wrapping_mul(self.time_mult))
-            .wrapping_add(rem.wrapping_mul(self.time_mult) >> shift)
+        self.time_zero.wrapping_add(quot.wrapping_mul(self.time_mult)).wrapping_add(rem.wrapping_mul(self.time_mult) >> shift)
     }
 }
 

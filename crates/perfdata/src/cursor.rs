@@ -48,13 +48,7 @@ impl<'a> Cursor<'a> {
 
     pub(crate) fn truncated(&self, needed: usize) -> Error {
         let at = self.position();
-        Error::Truncated {
-            what: self.what,
-            offset: at.offset,
-            inner: at.inner,
-            needed: needed as u64,
-            available: self.remaining() as u64,
-        }
+        Error::Truncated { what: self.what, offset: at.offset, inner: at.inner, needed: needed as u64, available: self.remaining() as u64 }
     }
 
     pub(crate) fn invalid(&self, reason: impl Into<String>) -> Error {
@@ -93,10 +87,7 @@ impl<'a> Cursor<'a> {
     pub(crate) fn items(&mut self, n: u64, item_size: usize) -> Result<&'a [u8]> {
         match n.checked_mul(item_size as u64) {
             Some(total) if total <= self.remaining() as u64 => self.bytes(total as usize),
-            _ => Err(self.invalid(format!(
-                "count {n} of {item_size}-byte items exceeds the {} bytes left",
-                self.remaining()
-            ))),
+            _ => Err(self.invalid(format!("count {n} of {item_size}-byte items exceeds the {} bytes left", self.remaining()))),
         }
     }
 

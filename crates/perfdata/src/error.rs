@@ -41,9 +41,7 @@ impl Error {
     /// File offset where the problem was found, when the error has one.
     pub fn offset(&self) -> Option<u64> {
         match self {
-            Error::Truncated { offset, .. } | Error::Invalid { offset, .. } | Error::Decompress { offset, .. } => {
-                Some(*offset)
-            }
+            Error::Truncated { offset, .. } | Error::Invalid { offset, .. } | Error::Decompress { offset, .. } => Some(*offset),
             _ => None,
         }
     }

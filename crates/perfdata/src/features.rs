@@ -139,10 +139,7 @@ impl Features {
                 let raw = c.items(nr, 16)?;
                 self.auxtrace_index = raw
                     .chunks_exact(16)
-                    .map(|e| AuxtraceIndexEntry {
-                        file_offset: crate::cursor::le_u64(e, 0),
-                        size: crate::cursor::le_u64(e, 8),
-                    })
+                    .map(|e| AuxtraceIndexEntry { file_offset: crate::cursor::le_u64(e, 0), size: crate::cursor::le_u64(e, 8) })
                     .collect();
             }
             _ => {}
@@ -163,13 +160,7 @@ pub(crate) fn slice_at<'a>(file: &'a [u8], offset: u64, len: u64, what: &'static
     let end = offset.checked_add(len);
     match end {
         Some(end) if end <= file.len() as u64 => Ok(&file[offset as usize..end as usize]),
-        _ => Err(Error::Truncated {
-            what,
-            offset,
-            inner: None,
-            needed: len,
-            available: (file.len() as u64).saturating_sub(offset),
-        }),
+        _ => Err(Error::Truncated { what, offset, inner: None, needed: len, available: (file.len() as u64).saturating_sub(offset) }),
     }
 }
 

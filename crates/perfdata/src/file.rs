@@ -1,8 +1,8 @@
 //! Opening perf.data (file, directory or pipe-mode capture) and walking its records.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::abi::{record_type as rt, sample_type as st};
 use crate::attr::{AttrWithIds, EventAttr, ATTR_SIZE_VER0};
@@ -69,8 +69,7 @@ impl PerfFile {
     /// Opens a perf.data file, or a perf.data directory (`DIR/data`, with `kcore_dir/` beside it).
     pub fn open(path: impl AsRef<Path>) -> Result<PerfFile> {
         let path = path.as_ref();
-        let (data_path, dir) =
-            if path.is_dir() { (path.join("data"), Some(path.to_path_buf())) } else { (path.to_path_buf(), None) };
+        let (data_path, dir) = if path.is_dir() { (path.join("data"), Some(path.to_path_buf())) } else { (path.to_path_buf(), None) };
         let io_err = |source| Error::Io { path: data_path.clone(), source };
         let file = std::fs::File::open(&data_path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
@@ -264,11 +263,7 @@ impl Decompressed {
 /// Runs `payload` through the stream decoder, after `carry`. perf flushes
 /// the stream at the end of each COMPRESSED record without ending the frame,
 /// so a stream that stops inside a frame is normal and not an error.
-fn inflate(
-    decoder: &mut zstd::stream::raw::Decoder<'static>,
-    carry: Vec<u8>,
-    payload: &[u8],
-) -> std::result::Result<Vec<u8>, String> {
+fn inflate(decoder: &mut zstd::stream::raw::Decoder<'static>, carry: Vec<u8>, payload: &[u8]) -> std::result::Result<Vec<u8>, String> {
     use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
     let mut out = carry;
     let mut input = InBuffer::around(payload);
@@ -363,10 +358,7 @@ fn parse_attrs(file: &[u8], h: &FileHeader) -> Result<Vec<AttrWithIds>> {
                 format!("the id arrays up to this attr take {ids_total} bytes, more than the {}-byte file", file.len()),
             ));
         }
-        let ids = slice_at(file, ids_off, ids_size, "attr id array")?
-            .chunks_exact(8)
-            .map(crate::cursor::u64_from_chunk)
-            .collect();
+        let ids = slice_at(file, ids_off, ids_size, "attr id array")?.chunks_exact(8).map(crate::cursor::u64_from_chunk).collect();
         attrs.push(AttrWithIds { attr, ids });
     }
     Ok(attrs)
@@ -418,11 +410,7 @@ impl Layout {
         if self.attrs.len() == 1 {
             return Some(first);
         }
-        let pos = if self.all_identifier {
-            Some(0)
-        } else {
-            id_position(first.sample_type)
-        };
+        let pos = if self.all_identifier { Some(0) } else { id_position(first.sample_type) };
         pos.and_then(|p| body.get(p..p + 8))
             .and_then(|b| self.by_id.get(&crate::cursor::u64_from_chunk(b)))
             .map(|&i| &self.attrs[i].attr)
@@ -541,14 +529,7 @@ impl<'a> Records<'a> {
             let mut b = Cursor::new(body, body_origin, what);
             let r = (|| {
                 let _size = b.u64()?;
-                Ok::<_, Error>(Auxtrace {
-                    offset: b.u64()?,
-                    reference: b.u64()?,
-                    idx: b.u32()?,
-                    tid: b.u32()?,
-                    cpu: b.u32()?,
-                    data: payload,
-                })
+                Ok::<_, Error>(Auxtrace { offset: b.u64()?, reference: b.u64()?, idx: b.u32()?, tid: b.u32()?, cpu: b.u32()?, data: payload })
             })()
             .map_err(skip)?;
             Record { offset: at.offset, inner_offset: at.inner, misc, size, body: RecordBody::Auxtrace(r), sample_id: SampleId::default() }
@@ -619,9 +600,7 @@ impl<'a> Iterator for Records<'a> {
                             let frame = Frame { data: buf, pos: 0, end: buf.len(), origin: Origin { offset: r.offset, inner: Some(0) } };
                             self.inner = Some(frame);
                         }
-                        Some(Err(reason)) => {
-                            return Some(Err(Error::Decompress { offset: r.offset, reason: reason.clone() }))
-                        }
+                        Some(Err(reason)) => return Some(Err(Error::Decompress { offset: r.offset, reason: reason.clone() })),
                         None => {}
                     }
                 }

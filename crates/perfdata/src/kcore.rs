@@ -34,14 +34,7 @@ pub fn kcore_elf(machine: Machine, segments: &[Segment]) -> Result<Vec<u8>> {
         Machine::X86_64 => elf::EM_X86_64,
         Machine::Aarch64 => elf::EM_AARCH64,
     };
-    let header = ElfFileHeader {
-        os_abi: elf::ELFOSABI_NONE,
-        abi_version: 0,
-        e_type: elf::ET_CORE,
-        e_machine,
-        e_entry: 0,
-        e_flags: 0,
-    };
+    let header = ElfFileHeader { os_abi: elf::ELFOSABI_NONE, abi_version: 0, e_type: elf::ET_CORE, e_machine, e_entry: 0, e_flags: 0 };
     w.write_file_header(&header).map_err(|e| Error::Unwritable { what: "kcore", reason: e.to_string() })?;
     w.write_align_program_headers();
     for (s, &off) in segments.iter().zip(&offsets) {
@@ -75,9 +68,10 @@ pub fn read_kcore_segments(data: &[u8]) -> Result<Vec<(u64, std::ops::Range<usiz
             continue;
         }
         let (off, size) = (ph.p_offset(endian), ph.p_filesz(endian));
-        let end = off.checked_add(size).filter(|&e| e <= data.len() as u64).ok_or_else(|| {
-            Error::invalid("kcore PT_LOAD", off, format!("segment of {size} bytes runs past the file's end"))
-        })?;
+        let end = off
+            .checked_add(size)
+            .filter(|&e| e <= data.len() as u64)
+            .ok_or_else(|| Error::invalid("kcore PT_LOAD", off, format!("segment of {size} bytes runs past the file's end")))?;
         out.push((ph.p_vaddr(endian), off as usize..end as usize));
     }
     Ok(out)

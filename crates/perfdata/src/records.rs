@@ -70,7 +70,10 @@ pub enum RecordBody<'a> {
     Compressed(Compressed<'a>),
     FinishedInit,
     /// A type without a typed body here: kept whole (without its header).
-    Other { record_type: u32, data: &'a [u8] },
+    Other {
+        record_type: u32,
+        data: &'a [u8],
+    },
 }
 
 impl RecordBody<'_> {
@@ -338,14 +341,9 @@ pub(crate) fn parse_body<'a>(
     let mut c = Cursor::new(body, origin, what);
     let c = &mut c;
     Ok(match ty {
-        rt::MMAP => RecordBody::Mmap(Mmap {
-            pid: c.u32()?,
-            tid: c.u32()?,
-            addr: c.u64()?,
-            len: c.u64()?,
-            pgoff: c.u64()?,
-            filename: c.c_string_rest(),
-        }),
+        rt::MMAP => {
+            RecordBody::Mmap(Mmap { pid: c.u32()?, tid: c.u32()?, addr: c.u64()?, len: c.u64()?, pgoff: c.u64()?, filename: c.c_string_rest() })
+        }
         rt::MMAP2 => {
             let (pid, tid, addr, len, pgoff) = (c.u32()?, c.u32()?, c.u64()?, c.u64()?, c.u64()?);
             let file_id = if misc_bits & misc::MMAP_BUILD_ID != 0 {
@@ -359,17 +357,7 @@ pub(crate) fn parse_body<'a>(
             } else {
                 Mmap2FileId::Inode { maj: c.u32()?, min: c.u32()?, ino: c.u64()?, ino_generation: c.u64()? }
             };
-            RecordBody::Mmap2(Mmap2 {
-                pid,
-                tid,
-                addr,
-                len,
-                pgoff,
-                file_id,
-                prot: c.u32()?,
-                flags: c.u32()?,
-                filename: c.c_string_rest(),
-            })
+            RecordBody::Mmap2(Mmap2 { pid, tid, addr, len, pgoff, file_id, prot: c.u32()?, flags: c.u32()?, filename: c.c_string_rest() })
         }
         rt::COMM => RecordBody::Comm(Comm { pid: c.u32()?, tid: c.u32()?, comm: c.c_string_rest() }),
         rt::FORK | rt::EXIT => {
@@ -397,28 +385,15 @@ pub(crate) fn parse_body<'a>(
         rt::AUX => RecordBody::Aux(Aux { aux_offset: c.u64()?, aux_size: c.u64()?, flags: c.u64()? }),
         rt::ITRACE_START => RecordBody::ItraceStart(ItraceStart { pid: c.u32()?, tid: c.u32()? }),
         rt::SWITCH => RecordBody::Switch,
-        rt::SWITCH_CPU_WIDE => {
-            RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: c.u32()?, next_prev_tid: c.u32()? })
-        }
-        rt::KSYMBOL => RecordBody::Ksymbol(Ksymbol {
-            addr: c.u64()?,
-            len: c.u32()?,
-            ksym_type: c.u16()?,
-            flags: c.u16()?,
-            name: c.c_string_rest(),
-        }),
-        rt::BPF_EVENT => {
-            RecordBody::BpfEvent(BpfEvent { event_type: c.u16()?, flags: c.u16()?, id: c.u32()?, tag: c.array()? })
-        }
+        rt::SWITCH_CPU_WIDE => RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: c.u32()?, next_prev_tid: c.u32()? }),
+        rt::KSYMBOL => RecordBody::Ksymbol(Ksymbol { addr: c.u64()?, len: c.u32()?, ksym_type: c.u16()?, flags: c.u16()?, name: c.c_string_rest() }),
+        rt::BPF_EVENT => RecordBody::BpfEvent(BpfEvent { event_type: c.u16()?, flags: c.u16()?, id: c.u32()?, tag: c.array()? }),
         rt::TEXT_POKE => {
             let addr = c.u64()?;
             let old_len = c.u16()? as usize;
             let new_len = c.u16()? as usize;
             if old_len + new_len > c.remaining() {
-                return Err(c.invalid(format!(
-                    "old_len {old_len} + new_len {new_len} exceed the {} bytes left in the record",
-                    c.remaining()
-                )));
+                return Err(c.invalid(format!("old_len {old_len} + new_len {new_len} exceed the {} bytes left in the record", c.remaining())));
             }
             RecordBody::TextPoke(TextPoke { addr, old: c.bytes(old_len)?, new: c.bytes(new_len)? })
         }

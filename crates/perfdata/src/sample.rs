@@ -186,15 +186,7 @@ impl<'a> Sample<'a> {
 
     /// The sample's who/when/where, as the trailer of other records would give it.
     pub fn sample_id(&self) -> SampleId {
-        SampleId {
-            pid: self.pid,
-            tid: self.tid,
-            time: self.time,
-            id: self.id,
-            stream_id: self.stream_id,
-            cpu: self.cpu,
-            identifier: self.identifier,
-        }
+        SampleId { pid: self.pid, tid: self.tid, time: self.time, id: self.id, stream_id: self.stream_id, cpu: self.cpu, identifier: self.identifier }
     }
 
     /// The callchain's instruction pointers.

@@ -84,16 +84,7 @@ impl<W: Write + Seek> Writer<W> {
             ids_off += 8 * a.ids.len() as u64;
             pos += a.attr.to_bytes().len() as u64 + 16;
         }
-        Ok(Writer {
-            out,
-            attrs,
-            by_id,
-            data_offset: pos,
-            pos,
-            auxtrace_index: Vec::new(),
-            scratch: Vec::new(),
-            features: FeatureData::default(),
-        })
+        Ok(Writer { out, attrs, by_id, data_offset: pos, pos, auxtrace_index: Vec::new(), scratch: Vec::new(), features: FeatureData::default() })
     }
 
     /// Where the next record goes.
@@ -267,16 +258,8 @@ impl<W: Write + Seek> Writer<W> {
         let ids_total: u64 = self.attrs.iter().map(|a| 8 * a.ids.len() as u64).sum();
         let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
         h.extend_from_slice(MAGIC);
-        for v in [
-            FILE_HEADER_SIZE,
-            attr_entry,
-            FILE_HEADER_SIZE + ids_total,
-            attr_entry * self.attrs.len() as u64,
-            self.data_offset,
-            data_size,
-            0,
-            0,
-        ] {
+        for v in [FILE_HEADER_SIZE, attr_entry, FILE_HEADER_SIZE + ids_total, attr_entry * self.attrs.len() as u64, self.data_offset, data_size, 0, 0]
+        {
             put64(&mut h, v);
         }
         h.extend_from_slice(&bitmap);

@@ -116,11 +116,7 @@ fn varied_attrs() -> Vec<AttrWithIds> {
     ]
 }
 
-fn write_records(
-    attrs: Vec<AttrWithIds>,
-    records: &[(u16, RecordBody<'_>, SampleId)],
-    features: FeatureData,
-) -> Vec<u8> {
+fn write_records(attrs: Vec<AttrWithIds>, records: &[(u16, RecordBody<'_>, SampleId)], features: FeatureData) -> Vec<u8> {
     let mut w = Writer::new(Cursor::new(Vec::new()), attrs).unwrap();
     w.features = features;
     for (m, body, s) in records {
@@ -189,16 +185,7 @@ fn build(attrs: &[AttrWithIds], data: &[u8], features: &[(u32, Vec<u8>)]) -> Vec
         f.extend_from_slice(p);
     }
     let mut h = MAGIC.to_vec();
-    h.extend(le(&[
-        FILE_HEADER_SIZE,
-        attr_size,
-        attrs_offset,
-        attr_size * attrs.len() as u64,
-        data_offset,
-        data.len() as u64,
-        0,
-        0,
-    ]));
+    h.extend(le(&[FILE_HEADER_SIZE, attr_size, attrs_offset, attr_size * attrs.len() as u64, data_offset, data.len() as u64, 0, 0]));
     h.extend_from_slice(&bitmap);
     f[..FILE_HEADER_SIZE as usize].copy_from_slice(&h);
     f
@@ -285,9 +272,7 @@ fn extent(r: &Record<'_>) -> u64 {
     r.size as u64
         + match &r.body {
             RecordBody::Auxtrace(a) => a.data.len() as u64,
-            RecordBody::Other { record_type: rt::HEADER_TRACING_DATA, data } => {
-                (u32::from_le_bytes(data[..4].try_into().unwrap()) as u64 + 7) & !7
-            }
+            RecordBody::Other { record_type: rt::HEADER_TRACING_DATA, data } => (u32::from_le_bytes(data[..4].try_into().unwrap()) as u64 + 7) & !7,
             _ => 0,
         }
 }
@@ -377,8 +362,7 @@ fn varied() -> Varied {
     let chain = le(&[0xffff_ffff_8100_0010, 0x0040_1000, 0x0040_2000]);
     let text_old = [0x0f, 0x1f, 0x44, 0x00, 0x00];
     let text_new = [0xe9, 0x01, 0x02, 0x03, 0x04];
-    let pt = IntelPtInfo { pmu_type: 8, time_shift: 10, time_mult: 600, tsc_bit: 10, ..IntelPtInfo::default() }
-        .to_priv_bytes();
+    let pt = IntelPtInfo { pmu_type: 8, time_shift: 10, time_mult: 600, tsc_bit: 10, ..IntelPtInfo::default() }.to_priv_bytes();
     let aux_a: Vec<u8> = (0u8..24).collect();
     let aux_b: Vec<u8> = (100u8..113).collect();
     let sample_a = Sample {
@@ -423,17 +407,10 @@ fn varied() -> Varied {
     let compressed_1 = zstd_raw_frame(&inner);
     let compressed_2 = zstd::bulk::compress(&split[..cut], 1).unwrap();
     let compressed_3 = zstd_raw_frame(&split[cut..]);
-    let id_index = IdIndex {
-        entries: (0..5)
-            .map(|i| IdIndexEntry { id: [11, 12, 21, 31, 32][i], idx: i as u64, cpu: i as u64 % 2, tid: 8 })
-            .collect(),
-    };
+    let id_index =
+        IdIndex { entries: (0..5).map(|i| IdIndexEntry { id: [11, 12, 21, 31, 32][i], idx: i as u64, cpu: i as u64 % 2, tid: 8 }).collect() };
     let records: Vec<(u16, RecordBody<'_>, SampleId)> = vec![
-        (
-            0,
-            RecordBody::TimeConv(TimeConv { time_shift: 10, time_mult: 600, time_zero: 5, extended: None }),
-            SampleId::default(),
-        ),
+        (0, RecordBody::TimeConv(TimeConv { time_shift: 10, time_mult: 600, time_zero: 5, extended: None }), SampleId::default()),
         (misc::USER, RecordBody::Comm(Comm { pid: 7, tid: 8, comm: b"prog" }), sid(100, 11)),
         (misc::USER, RecordBody::Fork(ForkExit { pid: 7, ppid: 1, tid: 8, ptid: 1, time: 99 }), sid(99, 31)),
         (
@@ -468,40 +445,18 @@ fn varied() -> Varied {
         ),
         (
             misc::KERNEL,
-            RecordBody::Ksymbol(Ksymbol {
-                addr: 0xffff_ffff_c000_0000,
-                len: 0x100,
-                ksym_type: 1,
-                flags: 0,
-                name: b"bpf_prog_x",
-            }),
+            RecordBody::Ksymbol(Ksymbol { addr: 0xffff_ffff_c000_0000, len: 0x100, ksym_type: 1, flags: 0, name: b"bpf_prog_x" }),
             sid(130, 12),
         ),
-        (
-            misc::KERNEL,
-            RecordBody::TextPoke(TextPoke { addr: 0xffff_ffff_8100_0000, old: &text_old, new: &text_new }),
-            sid(140, 12),
-        ),
+        (misc::KERNEL, RecordBody::TextPoke(TextPoke { addr: 0xffff_ffff_8100_0000, old: &text_old, new: &text_new }), sid(140, 12)),
         (misc::USER, RecordBody::Sample(sample_a.clone()), SampleId::default()),
         (misc::KERNEL, RecordBody::Sample(sample_b), SampleId::default()),
         (0, RecordBody::FinishedRound, SampleId::default()),
-        (
-            0,
-            RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::INTEL_PT, priv_data: &pt }),
-            SampleId::default(),
-        ),
+        (0, RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::INTEL_PT, priv_data: &pt }), SampleId::default()),
         (0, RecordBody::IdIndex(id_index), SampleId::default()),
-        (
-            0,
-            RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 77, idx: 0, tid: 8, cpu: 0, data: &aux_a }),
-            SampleId::default(),
-        ),
+        (0, RecordBody::Auxtrace(Auxtrace { offset: 0, reference: 77, idx: 0, tid: 8, cpu: 0, data: &aux_a }), SampleId::default()),
         (misc::KERNEL, RecordBody::Aux(Aux { aux_offset: 0, aux_size: 24, flags: 0 }), sid(155, 11)),
-        (
-            0,
-            RecordBody::Auxtrace(Auxtrace { offset: 24, reference: 78, idx: 1, tid: 8, cpu: 1, data: &aux_b }),
-            SampleId::default(),
-        ),
+        (0, RecordBody::Auxtrace(Auxtrace { offset: 24, reference: 78, idx: 1, tid: 8, cpu: 1, data: &aux_b }), SampleId::default()),
         (misc::KERNEL, RecordBody::Lost(Lost { id: 12, lost: 5 }), sid(160, 12)),
         (0, RecordBody::Compressed(Compressed { data: &compressed_1 }), SampleId::default()),
         (0, RecordBody::Compressed(Compressed { data: &compressed_2 }), SampleId::default()),
@@ -515,12 +470,7 @@ fn varied() -> Varied {
         osrelease: Some("6.1.0".into()),
         nrcpus: Some(NrCpus { available: 2, online: 2 }),
         cmdline: Some(vec!["perf".into(), "record".into(), "-e".into(), "intel_pt//".into()]),
-        build_ids: vec![BuildIdEntry {
-            misc: misc::USER,
-            pid: 7,
-            build_id: vec![0xab; 20],
-            filename: "/lib/libc.so.6".into(),
-        }],
+        build_ids: vec![BuildIdEntry { misc: misc::USER, pid: 7, build_id: vec![0xab; 20], filename: "/lib/libc.so.6".into() }],
         event_names: Some(vec!["cycles".into(), "instructions".into(), "dummy".into()]),
         ..FeatureData::default()
     };
@@ -611,11 +561,7 @@ fn truncated_at_every_offset() {
             assert!(items.last().unwrap().is_err(), "{ctx}: the error must come last");
             let off = bad[0].offset().unwrap();
             let last_good = good.last().map_or(h.data_offset, |r| r.offset);
-            assert!(
-                last_good <= off && off <= cut as u64,
-                "{ctx}: error at {off:#x}, last good record at {last_good:#x}: {}",
-                bad[0]
-            );
+            assert!(last_good <= off && off <= cut as u64, "{ctx}: error at {off:#x}, last good record at {last_good:#x}: {}", bad[0]);
         } else {
             assert!(bad.is_empty(), "{ctx}: {bad:?}");
             assert_eq!(good, full);
@@ -793,8 +739,7 @@ fn size_past_end_of_data() {
     bad[6..8].copy_from_slice(&0xfff8u16.to_le_bytes());
     data.extend(bad);
     // Bytes after the data section (the feature table) must not be read as the record.
-    let bytes =
-        build(&[AttrWithIds { attr: plain_attr(0), ids: vec![1] }], &data, &[(feature::HOSTNAME, perf_string("h"))]);
+    let bytes = build(&[AttrWithIds { attr: plain_attr(0), ids: vec![1] }], &data, &[(feature::HOSTNAME, perf_string("h"))]);
     let base = data_offset(&bytes) as u64;
     let file = PerfFile::from_vec(bytes).unwrap();
     let items = read(&file);
@@ -875,8 +820,7 @@ fn feature_sections_past_the_end() {
 
 #[test]
 fn attr_sizes_inconsistent() {
-    let attrs =
-        [AttrWithIds { attr: plain_attr(0), ids: vec![1, 2] }, AttrWithIds { attr: plain_attr(0), ids: vec![3] }];
+    let attrs = [AttrWithIds { attr: plain_attr(0), ids: vec![1, 2] }, AttrWithIds { attr: plain_attr(0), ids: vec![3] }];
     let good = build(&attrs, &comm(b"x"), &[]);
     assert_eq!(PerfFile::from_vec(good.clone()).unwrap().attrs().len(), 2);
     let attrs_off = u64::from_le_bytes(good[24..32].try_into().unwrap());
@@ -917,8 +861,7 @@ fn many_attrs_sharing_one_big_id_array() {
     // 3000 attrs, each claiming the whole file as its id array: without a
     // bound the ids would take 3000 x the file size.
     let n = 3000;
-    let attrs: Vec<AttrWithIds> =
-        (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER), ids: vec![i] }).collect();
+    let attrs: Vec<AttrWithIds> = (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER), ids: vec![i] }).collect();
     let mut b = build(&attrs, &comm(b"x"), &[]);
     let len = b.len() as u64;
     let first_entry = u64::from_le_bytes(b[24..32].try_into().unwrap()) as usize;
@@ -937,8 +880,7 @@ fn many_attrs_are_not_quadratic() {
     // built in linear time, for the file and for pipe-mode HEADER_ATTRs
     // (quadratic, each took over 2 s in a debug build).
     let n = 40_000u64;
-    let attrs: Vec<AttrWithIds> =
-        (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER | st::IP), ids: vec![i] }).collect();
+    let attrs: Vec<AttrWithIds> = (0..n).map(|i| AttrWithIds { attr: plain_attr(st::IDENTIFIER | st::IP), ids: vec![i] }).collect();
     let data = [rec(rt::SAMPLE, 0, &le(&[n - 1, 0x1234])), comm(b"x")].concat();
     let file = PerfFile::from_vec(build(&attrs, &data, &[])).unwrap();
     let t = Instant::now();
@@ -1077,9 +1019,7 @@ fn magic_and_empty() {
     b[..8].copy_from_slice(b"GARBAGE!");
     assert!(matches!(PerfFile::from_vec(b.clone()), Err(Error::BadMagic { magic }) if &magic == b"GARBAGE!"));
     for n in 0..16 {
-        let e = PerfFile::from_vec(
-            MAGIC[..n.min(8)].iter().copied().chain(std::iter::repeat_n(0, n.saturating_sub(8))).collect(),
-        );
+        let e = PerfFile::from_vec(MAGIC[..n.min(8)].iter().copied().chain(std::iter::repeat_n(0, n.saturating_sub(8))).collect());
         let e = e.err().unwrap_or_else(|| panic!("{n} bytes opened"));
         assert!(matches!(e, Error::Truncated { what: "perf.data header", offset: 0 | 8, .. }), "{n} bytes: {e:?}");
     }
@@ -1114,11 +1054,7 @@ fn pipe_file() -> Vec<u8> {
     b.extend(rec(rt::SAMPLE, misc::USER, &le(&[1, 0x4000, (8 << 32) | 7, 500])));
     b.extend(rec(rt::SAMPLE, misc::USER, &le(&[3, (8 << 32) | 7, 400, 12345])));
     // COMM with the trailer TID, TIME, IDENTIFIER.
-    b.extend(rec(
-        rt::COMM,
-        misc::USER,
-        &[le(&[(8 << 32) | 7]), b"pipe\0\0\0\0".to_vec(), le(&[(8 << 32) | 7, 300, 2])].concat(),
-    ));
+    b.extend(rec(rt::COMM, misc::USER, &[le(&[(8 << 32) | 7]), b"pipe\0\0\0\0".to_vec(), le(&[(8 << 32) | 7, 300, 2])].concat()));
     b.extend(rec(rt::FINISHED_ROUND, 0, &[]));
     b.extend(rec(rt::HEADER_FEATURE, 0, &le(&[3, 0])));
     b
@@ -1225,11 +1161,8 @@ fn compressed_file(frames: &[Vec<u8>]) -> (Vec<u8>, Vec<u64>) {
 
 #[test]
 fn compressed_garbage_is_a_decompress_error() {
-    let cases = [
-        ("zeros", vec![0u8; 16]),
-        ("text", b"not zstd at all!".to_vec()),
-        ("reserved bit", vec![0x28, 0xb5, 0x2f, 0xfd, 0x08, 0x00, 0x00, 0x00]),
-    ];
+    let cases =
+        [("zeros", vec![0u8; 16]), ("text", b"not zstd at all!".to_vec()), ("reserved bit", vec![0x28, 0xb5, 0x2f, 0xfd, 0x08, 0x00, 0x00, 0x00])];
     for (name, garbage) in cases {
         let (bytes, offs) = compressed_file(&[garbage]);
         let file = PerfFile::from_vec(bytes).unwrap();
@@ -1262,11 +1195,7 @@ fn compressed_stream_ending_mid_frame() {
     assert_eq!(names, vec![&b"before"[..], b"whole", b"after"]);
     let errors = errs(&items);
     assert_eq!(errors.len(), 1, "{items:?}");
-    assert!(
-        matches!(errors[0], Error::Truncated { what: "record in COMPRESSED data", available: 27, .. }),
-        "{:?}",
-        errors[0]
-    );
+    assert!(matches!(errors[0], Error::Truncated { what: "record in COMPRESSED data", available: 27, .. }), "{:?}", errors[0]);
     assert!(errors[0].offset().unwrap() > offs[0]);
     // Only a frame header, no block: nothing to decode and nothing reported.
     let (bytes, _) = compressed_file(&[vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x38]]);
@@ -1314,8 +1243,7 @@ fn compressed_frames_yield_their_records() {
     for (name, frame) in [("by hand", zstd_raw_frame(&inner)), ("zstd level 1", fast), ("zstd level 19", best)] {
         let (bytes, offs) = compressed_file(std::slice::from_ref(&frame));
         let file = PerfFile::from_vec(bytes).unwrap();
-        let items: Vec<Record<'_>> =
-            read(&file).into_iter().collect::<Result<_>>().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let items: Vec<Record<'_>> = read(&file).into_iter().collect::<Result<_>>().unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(items.len(), 6, "{name}");
         assert!(matches!(items[1].body, RecordBody::Compressed(_)));
         assert!(matches!(&items[2].body, RecordBody::Comm(c) if c.comm == b"one"), "{name}");
@@ -1349,13 +1277,7 @@ fn compressed_frames_yield_their_records() {
     let base = offs[0] - 24;
     assert_eq!(
         names,
-        vec![
-            (&b"before"[..], base),
-            (b"one", offs[0]),
-            (b"two", offs[1]),
-            (b"three", offs[1]),
-            (b"after", offs[1] + 8 + b.len() as u64)
-        ]
+        vec![(&b"before"[..], base), (b"one", offs[0]), (b"two", offs[1]), (b"three", offs[1]), (b"after", offs[1] + 8 + b.len() as u64)]
     );
 }
 
@@ -1493,8 +1415,7 @@ fn every_sample_field_file() -> Vec<u8> {
         sample_regs_intr: 0b1,
         ..attr(all)
     };
-    let other =
-        EventAttr { read_format: rf::TOTAL_TIME_RUNNING | rf::LOST, ..attr(SIDE_BAND | st::READ | st::REGS_USER) };
+    let other = EventAttr { read_format: rf::TOTAL_TIME_RUNNING | rf::LOST, ..attr(SIDE_BAND | st::READ | st::REGS_USER) };
     let attrs = vec![AttrWithIds { attr: a, ids: vec![1] }, AttrWithIds { attr: other, ids: vec![2] }];
     let read = le(&[1, 100, 5, 1]);
     let chain = le(&[0x1000, 0x2000]);
@@ -1555,21 +1476,13 @@ fn every_sample_field_file() -> Vec<u8> {
         &[
             (misc::USER, RecordBody::Sample(full), SampleId::default()),
             (misc::USER, RecordBody::Sample(small), SampleId::default()),
-            (
-                0,
-                RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::CS_ETM, priv_data: &cs }),
-                SampleId::default(),
-            ),
+            (0, RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: abi::auxtrace_type::CS_ETM, priv_data: &cs }), SampleId::default()),
             (misc::KERNEL, RecordBody::Throttle(Throttle { time: 11, id: 1, stream_id: 1 }), sid(11, 2)),
             (misc::KERNEL, RecordBody::BpfEvent(BpfEvent { event_type: 1, flags: 0, id: 3, tag: [1; 8] }), sid(12, 2)),
             (misc::KERNEL | misc::SWITCH_OUT, RecordBody::Switch, sid(13, 2)),
             (misc::KERNEL, RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: 1, next_prev_tid: 2 }), sid(14, 2)),
             (misc::KERNEL, RecordBody::ItraceStart(ItraceStart { pid: 7, tid: 8 }), sid(15, 2)),
-            (
-                misc::KERNEL,
-                RecordBody::Mmap(Mmap { pid: 7, tid: 8, addr: 0x1000, len: 0x1000, pgoff: 0, filename: b"[vdso]" }),
-                sid(16, 2),
-            ),
+            (misc::KERNEL, RecordBody::Mmap(Mmap { pid: 7, tid: 8, addr: 0x1000, len: 0x1000, pgoff: 0, filename: b"[vdso]" }), sid(16, 2)),
             (0, RecordBody::FinishedInit, SampleId::default()),
         ],
         FeatureData {
@@ -1590,9 +1503,7 @@ fn compressed_stream_file() -> Vec<u8> {
     let records: Vec<(u16, RecordBody<'_>, SampleId)> = names
         .iter()
         .enumerate()
-        .map(|(i, n)| {
-            (misc::USER, RecordBody::Comm(Comm { pid: i as u32, tid: i as u32, comm: n }), sid(1000 + i as u64, 31))
-        })
+        .map(|(i, n)| (misc::USER, RecordBody::Comm(Comm { pid: i as u32, tid: i as u32, comm: n }), sid(1000 + i as u64, 31)))
         .collect();
     let raw = raw_records(attrs.clone(), &records);
     let stream = zstd::bulk::compress(&raw, 3).unwrap();
@@ -1682,8 +1593,7 @@ fn regressions_replay() {
 #[ignore]
 fn fuzz_stable() {
     let iters: u64 = std::env::var("PERFDATA_FUZZ_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let seed: u64 =
-        std::env::var("PERFDATA_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x2545_f491_4f6c_dd1d);
+    let seed: u64 = std::env::var("PERFDATA_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x2545_f491_4f6c_dd1d);
     let mut corpus: Vec<Vec<u8>> = seed_files().into_iter().map(|(_, b)| b).collect();
     // Regression inputs, and a libFuzzer corpus if given (PERFDATA_FUZZ_CORPUS=fuzz/corpus/read).
     let extra = std::env::var_os("PERFDATA_FUZZ_CORPUS").map(std::path::PathBuf::from);
@@ -1709,8 +1619,7 @@ fn fuzz_stable() {
         let r = std::panic::catch_unwind(move || exercise(copy, "fuzz"));
         if let Err(p) = r {
             let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
-            let hash =
-                input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
             let path = regressions_dir().join(format!("crash-{hash:016x}"));
             std::fs::create_dir_all(regressions_dir()).unwrap();
             std::fs::write(&path, &input).unwrap();

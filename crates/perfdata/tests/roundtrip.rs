@@ -41,8 +41,16 @@ struct Owned {
 }
 
 fn owned() -> impl Strategy<Value = Owned> {
-    (0u8..22, any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>(), name(), bytes(64))
-        .prop_map(|(kind, a, b, c, x, y, s, t)| Owned { kind, a, b, c, x, y, s, t })
+    (0u8..22, any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>(), name(), bytes(64)).prop_map(|(kind, a, b, c, x, y, s, t)| Owned {
+        kind,
+        a,
+        b,
+        c,
+        x,
+        y,
+        s,
+        t,
+    })
 }
 
 fn body(o: &Owned) -> (u16, RecordBody<'_>) {
@@ -88,14 +96,8 @@ fn body(o: &Owned) -> (u16, RecordBody<'_>) {
         11 => (m, RecordBody::ItraceStart(ItraceStart { pid: o.x, tid: o.y })),
         12 => (m | misc::SWITCH_OUT, RecordBody::Switch),
         13 => (m, RecordBody::SwitchCpuWide(SwitchCpuWide { next_prev_pid: o.x, next_prev_tid: o.y })),
-        14 => (
-            m,
-            RecordBody::Ksymbol(Ksymbol { addr: o.a, len: o.x, ksym_type: o.y as u16 % 3, flags: (o.y >> 16) as u16 & 1, name: &o.s }),
-        ),
-        15 => (
-            m,
-            RecordBody::BpfEvent(BpfEvent { event_type: 1, flags: 0, id: o.x, tag: o.a.to_le_bytes() }),
-        ),
+        14 => (m, RecordBody::Ksymbol(Ksymbol { addr: o.a, len: o.x, ksym_type: o.y as u16 % 3, flags: (o.y >> 16) as u16 & 1, name: &o.s })),
+        15 => (m, RecordBody::BpfEvent(BpfEvent { event_type: 1, flags: 0, id: o.x, tag: o.a.to_le_bytes() })),
         16 => {
             let split = o.t.len() * (o.x as usize % 5) / 4;
             let (old, new) = o.t.split_at(split.min(o.t.len()));
@@ -108,10 +110,7 @@ fn body(o: &Owned) -> (u16, RecordBody<'_>) {
             }),
         ),
         18 => (0, RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: 1, priv_data: &o.t[..o.t.len() / 8 * 8] })),
-        19 => (
-            0,
-            RecordBody::Auxtrace(Auxtrace { offset: o.a, reference: o.b, idx: o.x, tid: o.y, cpu: 3, data: &o.t[..o.t.len() / 8 * 8] }),
-        ),
+        19 => (0, RecordBody::Auxtrace(Auxtrace { offset: o.a, reference: o.b, idx: o.x, tid: o.y, cpu: 3, data: &o.t[..o.t.len() / 8 * 8] })),
         20 => (
             0,
             RecordBody::TimeConv(TimeConv {
@@ -187,9 +186,22 @@ proptest! {
 fn sorted_order_follows_rounds() {
     let attrs = vec![AttrWithIds { attr: attr(SIDE_BAND), ids: vec![1] }];
     let poke = |t: u64| {
-        (misc::KERNEL, RecordBody::LostSamples(LostSamples { lost: t }), SampleId { time: Some(t), identifier: Some(1), pid: Some(0), tid: Some(0), cpu: Some(0), ..SampleId::default() })
+        (
+            misc::KERNEL,
+            RecordBody::LostSamples(LostSamples { lost: t }),
+            SampleId { time: Some(t), identifier: Some(1), pid: Some(0), tid: Some(0), cpu: Some(0), ..SampleId::default() },
+        )
     };
-    let records = vec![poke(30), poke(10), (0, RecordBody::FinishedRound, SampleId::default()), poke(20), poke(5), (0, RecordBody::FinishedRound, SampleId::default()), poke(40), poke(35)];
+    let records = vec![
+        poke(30),
+        poke(10),
+        (0, RecordBody::FinishedRound, SampleId::default()),
+        poke(20),
+        poke(5),
+        (0, RecordBody::FinishedRound, SampleId::default()),
+        poke(40),
+        poke(35),
+    ];
     let file = PerfFile::from_vec(write_all(attrs, &records)).unwrap();
     let order: Vec<Option<u64>> = file.sorted_records().map(|r| r.unwrap().time()).collect();
     // Round 1 flushes nothing (next_flush starts at 0); round 2 flushes up to 30,

@@ -142,9 +142,9 @@ pub(crate) enum Miss {
 pub(crate) fn open(id: u32) -> std::result::Result<OwnedFd, Miss> {
     prog_fd(id).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) => Miss::Gone,
-        Some(libc::EPERM | libc::EACCES) => Miss::Other(format!(
-            "bpf(BPF_PROG_GET_FD_BY_ID): {e}; reading BPF programs needs CAP_SYS_ADMIN (run as root)"
-        )),
+        Some(libc::EPERM | libc::EACCES) => {
+            Miss::Other(format!("bpf(BPF_PROG_GET_FD_BY_ID): {e}; reading BPF programs needs CAP_SYS_ADMIN (run as root)"))
+        }
         _ => Miss::Other(format!("bpf(BPF_PROG_GET_FD_BY_ID): {e}")),
     })
 }
@@ -187,14 +187,7 @@ fn read(fd: &OwnedFd) -> std::result::Result<Program, Miss> {
 
 /// Places the image's functions: `ksyms[i]` with `lens[i]` bytes each, in
 /// order; a program without subprograms is one function.
-fn split_funcs(
-    info: &BpfProgInfo,
-    ksyms: &[u64],
-    lens: &[u32],
-    tags: &[[u8; 8]],
-    name: &str,
-    image_len: usize,
-) -> Option<Vec<JitFunc>> {
+fn split_funcs(info: &BpfProgInfo, ksyms: &[u64], lens: &[u32], tags: &[[u8; 8]], name: &str, image_len: usize) -> Option<Vec<JitFunc>> {
     if ksyms.is_empty() || ksyms.contains(&0) {
         return None;
     }
@@ -260,9 +253,7 @@ impl BpfStore {
                         Some(libc::EPERM | libc::EACCES) => "; listing BPF programs needs CAP_SYS_ADMIN (run as root)",
                         _ => "",
                     };
-                    warnings.push(format!(
-                        "BPF programs loaded before the recording are not captured: bpf(BPF_PROG_GET_NEXT_ID): {e}{fix}"
-                    ));
+                    warnings.push(format!("BPF programs loaded before the recording are not captured: bpf(BPF_PROG_GET_NEXT_ID): {e}{fix}"));
                     break;
                 }
             };
@@ -270,13 +261,7 @@ impl BpfStore {
             let Some(p) = self.save(open(id).and_then(|fd| read(&fd)), None)? else { continue };
             let sid = SampleId::default();
             for f in &p.funcs {
-                let k = Ksymbol {
-                    addr: f.addr,
-                    len: f.len,
-                    ksym_type: ksymbol_type::BPF,
-                    flags: 0,
-                    name: f.name.as_bytes(),
-                };
+                let k = Ksymbol { addr: f.addr, len: f.len, ksym_type: ksymbol_type::BPF, flags: 0, name: f.name.as_bytes() };
                 writer.write(0, &RecordBody::Ksymbol(k), &sid)?;
                 records += 1;
             }
@@ -368,14 +353,7 @@ mod tests {
         let mut info: BpfProgInfo = unsafe { std::mem::zeroed() };
         info.tag = [0x59, 0xf4, 0xa9, 0x31, 0x74, 0x4d, 0xcd, 0xc6];
         let one = split_funcs(&info, &[0xffff_ffff_c000_10dc], &[20], &[info.tag], "poketrace_test", 20).unwrap();
-        assert_eq!(
-            one,
-            vec![JitFunc {
-                addr: 0xffff_ffff_c000_10dc,
-                len: 20,
-                name: "bpf_prog_59f4a931744dcdc6_poketrace_test".into()
-            }]
-        );
+        assert_eq!(one, vec![JitFunc { addr: 0xffff_ffff_c000_10dc, len: 20, name: "bpf_prog_59f4a931744dcdc6_poketrace_test".into() }]);
         let two = split_funcs(&info, &[0x1000, 0x3000], &[16, 8], &[[1; 8], [2; 8]], "", 24).unwrap();
         assert_eq!(two[0].name, "bpf_prog_0101010101010101_F");
         assert_eq!(two[1], JitFunc { addr: 0x3000, len: 8, name: "bpf_prog_0202020202020202_F".into() });

@@ -113,12 +113,7 @@ fn copy_kcore(text: (u64, u64), modules: &[Module]) -> std::result::Result<Vec<S
     let loads = kcore_loads(&file).map_err(|e| format!("/proc/kcore: {e}"))?;
     let page = 4096u64;
     let mut ranges = vec![(text.0 & !(page - 1), (text.1 + page - 1) & !(page - 1))];
-    ranges.extend(
-        modules
-            .iter()
-            .filter(|m| m.addr != 0 && m.size != 0)
-            .map(|m| (m.addr & !(page - 1), (m.addr + m.size + page - 1) & !(page - 1))),
-    );
+    ranges.extend(modules.iter().filter(|m| m.addr != 0 && m.size != 0).map(|m| (m.addr & !(page - 1), (m.addr + m.size + page - 1) & !(page - 1))));
     ranges.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::new();
     for (s, e) in ranges {
@@ -143,8 +138,7 @@ fn copy_kcore(text: (u64, u64), modules: &[Module]) -> std::result::Result<Vec<S
             };
             let stop = end.min(vaddr + size);
             let mut bytes = vec![0u8; (stop - at) as usize];
-            file.read_exact_at(&mut bytes, offset + (at - vaddr))
-                .map_err(|e| format!("/proc/kcore: reading {:#x}..{stop:#x}: {e}", at))?;
+            file.read_exact_at(&mut bytes, offset + (at - vaddr)).map_err(|e| format!("/proc/kcore: reading {:#x}..{stop:#x}: {e}", at))?;
             segments.push(Segment { vaddr: at, bytes });
             at = stop;
         }
@@ -184,14 +178,9 @@ fn kcore_loads(file: &File) -> std::io::Result<Vec<(u64, u64, u64)>> {
 /// executable segment when it has no symbols (Debian's vmlinuz).
 fn vmlinux_segments(path: &Path, running_text: u64, warnings: &mut Vec<String>) -> Result<Vec<Segment>> {
     let data = std::fs::read(path).map_err(Error::io(path))?;
-    let bad = |e: object::read::Error| {
-        Error::Environment(format!("{}: not an ELF file the kernel runs: {e}", path.display()))
-    };
+    let bad = |e: object::read::Error| Error::Environment(format!("{}: not an ELF file the kernel runs: {e}", path.display()));
     let elf = object::File::parse(&*data).map_err(bad)?;
-    let exec: Vec<_> = elf
-        .segments()
-        .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
-        .collect();
+    let exec: Vec<_> = elf.segments().filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0)).collect();
     let link_text = elf
         .symbols()
         .find(|s| s.name() == Ok("_text"))

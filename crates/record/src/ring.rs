@@ -36,11 +36,7 @@ pub struct Drained {
 /// `parts[0]` followed by `parts[1]`, in order. A record that starts in the
 /// first part and ends in the second is assembled in `scratch`. Stops at the
 /// first error of `f` and returns it.
-pub fn for_each_record<E>(
-    parts: [&[u8]; 2],
-    scratch: &mut Vec<u8>,
-    mut f: impl FnMut(&[u8]) -> Result<(), E>,
-) -> Result<Drained, E> {
+pub fn for_each_record<E>(parts: [&[u8]; 2], scratch: &mut Vec<u8>, mut f: impl FnMut(&[u8]) -> Result<(), E>) -> Result<Drained, E> {
     let [a, b] = parts;
     let total = a.len() + b.len();
     let byte = |i: usize| if i < a.len() { a[i] } else { b[i - a.len()] };

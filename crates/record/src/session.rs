@@ -100,8 +100,7 @@ pub fn record(opts: &Options) -> Result<Summary> {
             (watch_attr(), Vec::new())
         }
     };
-    let (attr, mut events) =
-        sys::open_all(&sideband_attr(opts.mmap_pages * sys::page_size(), watch.is_empty()), &cpus, opts.mmap_pages)?;
+    let (attr, mut events) = sys::open_all(&sideband_attr(opts.mmap_pages * sys::page_size(), watch.is_empty()), &cpus, opts.mmap_pages)?;
     let kernel = kernel::snapshot(&opts.output.join("kcore_dir"), opts.vmlinux.as_deref(), &mut warnings)?;
     let mut attrs = vec![AttrWithIds { attr, ids: events.iter().map(|e| e.id).collect() }];
     if !watch.is_empty() {
@@ -139,13 +138,12 @@ pub fn record(opts: &Options) -> Result<Summary> {
 
     let Sink { writer, counts, lost, skipped, resized, reported, .. } = sink;
     let (exit_code, watch_unreported) = looped;
-    let lost_unreported = watch_unreported
-        + events.iter().filter_map(|e| Some(e.lost()?.saturating_sub(*reported.get(&e.id).unwrap_or(&0)))).sum::<u64>();
+    let lost_unreported =
+        watch_unreported + events.iter().filter_map(|e| Some(e.lost()?.saturating_sub(*reported.get(&e.id).unwrap_or(&0)))).sum::<u64>();
     let bytes = writer.position();
     writer.finish()?;
     let bpf = bpf.finish()?;
-    let records =
-        counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(ty, &n)| (ty as u32, n)).collect::<BTreeMap<_, _>>();
+    let records = counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(ty, &n)| (ty as u32, n)).collect::<BTreeMap<_, _>>();
     Ok(Summary {
         output: opts.output.clone(),
         elapsed,
@@ -357,14 +355,10 @@ fn prepare_output(dir: &Path) -> Result<()> {
             dir.join("data").is_file() || std::fs::read_dir(dir).map_err(Error::io(dir))?.next().is_none()
         } else {
             let mut magic = [0u8; 8];
-            File::open(dir).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok()
-                && &magic == perfdata::MAGIC
+            File::open(dir).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && &magic == perfdata::MAGIC
         };
         if !is_recording {
-            return Err(Error::Environment(format!(
-                "{} exists and is not a perf.data file or directory: choose another output",
-                dir.display()
-            )));
+            return Err(Error::Environment(format!("{} exists and is not a perf.data file or directory: choose another output", dir.display())));
         }
         let mut old = dir.as_os_str().to_owned();
         old.push(".old");
@@ -384,12 +378,9 @@ fn features(online: usize, watch: bool) -> FeatureData {
     let u = sys::uname();
     // SAFETY: sysconf has no preconditions.
     let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(online as i64) as u32;
-    let cpudesc = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|t| {
-        t.lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-    });
+    let cpudesc = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()));
     FeatureData {
         hostname: Some(u.nodename),
         osrelease: Some(u.release),
@@ -414,8 +405,7 @@ impl Progress {
         let bar = (wanted && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
             bar.set_style(
-                indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+                indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
             );
             bar
         });
@@ -455,9 +445,7 @@ mod tests {
     #[test]
     fn attr_asks_for_every_side_band_record() {
         let a = sideband_attr(1 << 20, true);
-        for f in
-            [flag::TEXT_POKE, flag::KSYMBOL, flag::BPF_EVENT, flag::MMAP2, flag::COMM, flag::TASK, flag::CONTEXT_SWITCH]
-        {
+        for f in [flag::TEXT_POKE, flag::KSYMBOL, flag::BPF_EVENT, flag::MMAP2, flag::COMM, flag::TASK, flag::CONTEXT_SWITCH] {
             assert!(a.has(f));
         }
         assert!(!sideband_attr(1 << 20, false).has(flag::BPF_EVENT));

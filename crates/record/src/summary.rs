@@ -27,14 +27,7 @@ pub struct Options {
 impl Options {
     /// Defaults: `perf.data`, no time limit, no command, 256 pages (1 MiB) per CPU.
     pub fn new(output: impl Into<PathBuf>) -> Options {
-        Options {
-            output: output.into(),
-            duration: None,
-            command: Vec::new(),
-            vmlinux: None,
-            mmap_pages: 256,
-            progress: false,
-        }
+        Options { output: output.into(), duration: None, command: Vec::new(), vmlinux: None, mmap_pages: 256, progress: false }
     }
 }
 
@@ -99,18 +92,10 @@ impl fmt::Display for Summary {
         }
         writeln!(f, "  lost             {:>10}", self.lost)?;
         if self.lost_unreported > 0 {
-            writeln!(
-                f,
-                "  lost at the end  {:>10} (dropped, and not yet reported by a LOST record when recording stopped)",
-                self.lost_unreported
-            )?;
+            writeln!(f, "  lost at the end  {:>10} (dropped, and not yet reported by a LOST record when recording stopped)", self.lost_unreported)?;
         }
         if self.resized > 0 {
-            writeln!(
-                f,
-                "  resized          {:>10} (header.size grown by the kernel: another side-band reader was running)",
-                self.resized
-            )?;
+            writeln!(f, "  resized          {:>10} (header.size grown by the kernel: another side-band reader was running)", self.resized)?;
         }
         if self.skipped_bytes > 0 {
             writeln!(f, "  skipped bytes    {:>10} (ring data after a bad header)", self.skipped_bytes)?;
@@ -129,9 +114,7 @@ impl fmt::Display for Summary {
             writeln!(f, "  {r}")?;
         }
         match &self.kernel_code {
-            KernelCode::Kcore { segments, bytes } => {
-                writeln!(f, "kernel code: {bytes} bytes in {segments} segments from /proc/kcore")?
-            }
+            KernelCode::Kcore { segments, bytes } => writeln!(f, "kernel code: {bytes} bytes in {segments} segments from /proc/kcore")?,
             KernelCode::Vmlinux { path, bytes } => writeln!(f, "kernel code: {bytes} bytes from {}", path.display())?,
             KernelCode::None { reason } => writeln!(f, "kernel code: none ({reason})")?,
         }

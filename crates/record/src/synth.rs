@@ -19,14 +19,7 @@ const KERNEL_PID: u32 = u32::MAX;
 pub(crate) fn kernel_maps(w: &mut Writer<BufWriter<File>>, k: &KernelSnapshot) -> Result<u64> {
     let Some((text, etext)) = k.text else { return Ok(0) };
     let sid = SampleId::default();
-    let kernel = Mmap {
-        pid: KERNEL_PID,
-        tid: 0,
-        addr: text,
-        len: etext - text,
-        pgoff: text,
-        filename: b"[kernel.kallsyms]_text",
-    };
+    let kernel = Mmap { pid: KERNEL_PID, tid: 0, addr: text, len: etext - text, pgoff: text, filename: b"[kernel.kallsyms]_text" };
     w.write(misc::KERNEL, &RecordBody::Mmap(kernel), &sid)?;
     let mut n = 1;
     for m in k.modules.iter().filter(|m| m.addr != 0) {

@@ -33,8 +33,7 @@ impl Event {
         let n = bytes.len().min(std::mem::size_of::<pe::bindings::perf_event_attr>());
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut kattr as *mut _ as *mut u8, n) };
         // SAFETY: kattr is a valid attr that outlives the call.
-        let fd =
-            unsafe { pe::perf_event_open(&mut kattr, -1, cpu as i32, -1, pe::bindings::PERF_FLAG_FD_CLOEXEC as _) };
+        let fd = unsafe { pe::perf_event_open(&mut kattr, -1, cpu as i32, -1, pe::bindings::PERF_FLAG_FD_CLOEXEC as _) };
         if fd < 0 {
             return Err(open_error(cpu, io::Error::last_os_error()));
         }
@@ -44,11 +43,7 @@ impl Event {
         // SAFETY: PERF_EVENT_IOC_ID writes one u64 through the pointer.
         if unsafe { pe::ioctls::ID(fd.as_raw_fd(), &mut id) } < 0 {
             let source = io::Error::last_os_error();
-            return Err(Error::Sys {
-                call: format!("ioctl(PERF_EVENT_IOC_ID) on CPU {cpu}"),
-                source,
-                fix: String::new(),
-            });
+            return Err(Error::Sys { call: format!("ioctl(PERF_EVENT_IOC_ID) on CPU {cpu}"), source, fix: String::new() });
         }
         let ring = MmapRing::map(&fd, pages).map_err(|source| Error::Sys {
             call: format!("mmap of a {} KiB ring buffer for CPU {cpu}", pages * page_size() / 1024),
@@ -95,9 +90,7 @@ pub(crate) fn open_all(attr: &EventAttr, cpus: &[u32], pages: usize) -> Result<(
     for &cpu in cpus {
         match Event::open(&attr, cpu, pages) {
             Ok(e) => events.push(e),
-            Err(Error::Sys { source, .. })
-                if events.is_empty() && attr.read_format != 0 && source.raw_os_error() == Some(libc::EINVAL) =>
-            {
+            Err(Error::Sys { source, .. }) if events.is_empty() && attr.read_format != 0 && source.raw_os_error() == Some(libc::EINVAL) => {
                 attr.read_format = 0;
                 events.push(Event::open(&attr, cpu, pages)?);
             }
@@ -122,16 +115,7 @@ impl MmapRing {
     fn map(fd: &OwnedFd, pages: usize) -> io::Result<MmapRing> {
         let len = (pages + 1) * page_size();
         // SAFETY: a fresh shared mapping of the event's ring; checked below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -190,8 +174,7 @@ pub(crate) fn page_size() -> usize {
 pub(crate) fn online_cpus() -> Result<Vec<u32>> {
     let path = "/sys/devices/system/cpu/online";
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
-    parse_cpu_list(&text)
-        .ok_or_else(|| Error::Environment(format!("{path}: cannot read the CPU list {:?}", text.trim())))
+    parse_cpu_list(&text).ok_or_else(|| Error::Environment(format!("{path}: cannot read the CPU list {:?}", text.trim())))
 }
 
 fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
@@ -231,10 +214,9 @@ fn open_error(cpu: u32, source: io::Error) -> Error {
             }
             fix
         }
-        Some(libc::EINVAL | libc::E2BIG | libc::EOPNOTSUPP) => format!(
-            "the kernel ({}) rejects the side-band event: text_poke needs Linux 5.9 or later, ksymbol and bpf_event 5.1",
-            uname().release
-        ),
+        Some(libc::EINVAL | libc::E2BIG | libc::EOPNOTSUPP) => {
+            format!("the kernel ({}) rejects the side-band event: text_poke needs Linux 5.9 or later, ksymbol and bpf_event 5.1", uname().release)
+        }
         Some(libc::ENOENT | libc::ENODEV) => "this kernel has no software dummy event (Linux 4.10 or later)".into(),
         Some(libc::ENOSYS) => "this kernel is built without perf events (CONFIG_PERF_EVENTS)".into(),
         Some(libc::EMFILE | libc::ENFILE) => "too many open files: raise the limit (ulimit -n)".into(),
@@ -245,11 +227,9 @@ fn open_error(cpu: u32, source: io::Error) -> Error {
 
 fn mmap_fix(e: &io::Error) -> String {
     match e.raw_os_error() {
-        Some(libc::EPERM | libc::ENOMEM) => {
-            "the ring buffers exceed the locked-memory allowance: use a smaller --mmap-pages, raise \
+        Some(libc::EPERM | libc::ENOMEM) => "the ring buffers exceed the locked-memory allowance: use a smaller --mmap-pages, raise \
              kernel.perf_event_mlock_kb, or ulimit -l"
-                .into()
-        }
+            .into(),
         _ => String::new(),
     }
 }
@@ -304,11 +284,9 @@ extern "C" fn on_child_signal(_: libc::c_int) {}
 pub(crate) fn catch_signals() -> Result<Vec<(libc::c_int, libc::sigaction)>> {
     STOP.store(false, Ordering::SeqCst);
     let mut old = Vec::new();
-    for (sig, handler) in [
-        (libc::SIGINT, on_stop_signal as extern "C" fn(libc::c_int)),
-        (libc::SIGTERM, on_stop_signal),
-        (libc::SIGCHLD, on_child_signal),
-    ] {
+    for (sig, handler) in
+        [(libc::SIGINT, on_stop_signal as extern "C" fn(libc::c_int)), (libc::SIGTERM, on_stop_signal), (libc::SIGCHLD, on_child_signal)]
+    {
         // SAFETY: installs an async-signal-safe handler (an atomic store or
         // nothing); no SA_RESTART, so poll returns EINTR.
         unsafe {

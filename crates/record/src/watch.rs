@@ -104,8 +104,7 @@ impl Drop for Watcher {
 
 fn watch(mut events: Vec<Event>, stop: &AtomicBool, tx: &SyncSender<Watched>, wake: &OwnedFd) -> Result<u64> {
     let mut reported = vec![0u64; events.len()];
-    let mut pollfds: Vec<libc::pollfd> =
-        events.iter().map(|e| libc::pollfd { fd: e.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    let mut pollfds: Vec<libc::pollfd> = events.iter().map(|e| libc::pollfd { fd: e.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
     loop {
         let last = stop.load(Ordering::SeqCst);
         if last {
@@ -148,10 +147,7 @@ const TIME_FROM_END: usize = 24;
 /// A BPF_EVENT load's program id and time.
 pub(crate) fn bpf_load(r: &[u8]) -> Option<(u32, Option<u64>)> {
     let ty = u32::from_le_bytes(r.get(..4)?.try_into().ok()?);
-    if ty != rt::BPF_EVENT
-        || r.len() < 24 + TIME_FROM_END
-        || u16::from_le_bytes([r[8], r[9]]) != bpf_event_type::PROG_LOAD
-    {
+    if ty != rt::BPF_EVENT || r.len() < 24 + TIME_FROM_END || u16::from_le_bytes([r[8], r[9]]) != bpf_event_type::PROG_LOAD {
         return None;
     }
     let id = u32::from_le_bytes([r[12], r[13], r[14], r[15]]);

@@ -24,8 +24,7 @@ use record::{Options, Summary};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn ready() -> bool {
-    have(is_root(), "not root: recording needs CAP_PERFMON and CAP_BPF")
-        && have(command_works("perf", "--version"), "perf missing")
+    have(is_root(), "not root: recording needs CAP_PERFMON and CAP_BPF") && have(command_works("perf", "--version"), "perf missing")
 }
 
 /// Taken by each recording test for its whole run.
@@ -41,10 +40,7 @@ fn record_helper(name: &str, helper: &str, arg: &str) -> (Summary, std::path::Pa
     opts.command = vec![
         "/bin/sh".into(),
         "-c".into(),
-        format!(
-            "POKETRACE_HELPER='{arg}' exec \"$0\" --exact {helper} --ignored --nocapture --test-threads=1 >/dev/null"
-        )
-        .into(),
+        format!("POKETRACE_HELPER='{arg}' exec \"$0\" --exact {helper} --ignored --nocapture --test-threads=1 >/dev/null").into(),
         exe.into(),
     ];
     let summary = record::record(&opts).unwrap();
@@ -187,8 +183,7 @@ fn bpf_program_loaded_while_recording() {
     let (_, stderr) = perf(&home, &["report", "-D", "-i", rec_s]);
     assert!(!stderr.contains("failed"), "perf report -D: {stderr}");
     let (script, _) = perf(&home, &["script", "-i", rec_s, "--show-bpf-events", "--ns"]);
-    let ours: Vec<&str> =
-        script.lines().filter(|l| l.contains("poketrace_test") || l.contains("PERF_RECORD_BPF_EVENT")).collect();
+    let ours: Vec<&str> = script.lines().filter(|l| l.contains("poketrace_test") || l.contains("PERF_RECORD_BPF_EVENT")).collect();
     assert!(ours.iter().any(|l| l.contains("PERF_RECORD_KSYMBOL") && l.contains("flags 0x0")), "{script}");
     assert!(ours.iter().any(|l| l.contains("PERF_RECORD_BPF_EVENT type 1")), "{script}");
 }
@@ -283,13 +278,7 @@ fn context_switch_flood_is_drained_and_accounted() {
 /// Peak resident memory of this process, in KiB.
 fn peak_rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .unwrap()
-        .parse()
-        .unwrap()
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()).unwrap().parse().unwrap()
 }
 
 #[test]
@@ -334,8 +323,7 @@ fn helper_unprivileged() {
 #[test]
 fn unprivileged_user_is_told_the_fix() {
     use std::os::unix::process::CommandExt;
-    let paranoid: i64 =
-        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
+    let paranoid: i64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
     if !is_root() || paranoid < 1 {
         eprintln!("skipping: needs root to become another user, and perf_event_paranoid >= 1");
         return;

@@ -145,9 +145,5 @@ fn guest_kernel_pokes_recorded_and_read_back() {
     assert!(!printed.is_empty(), "the guest kernel printed no JIT code (bpf_jit_enable=2)");
     assert_eq!(region.bytes(), &printed[..], "the saved image differs from the JIT code the kernel printed");
 
-    eprintln!(
-        "qemu cycle {:.1} s (boot, record, power-off), whole test {:.1} s",
-        cycle.as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
+    eprintln!("qemu cycle {:.1} s (boot, record, power-off), whole test {:.1} s", cycle.as_secs_f64(), started.elapsed().as_secs_f64());
 }

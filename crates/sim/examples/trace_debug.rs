@@ -31,7 +31,10 @@ fn main() {
             println!("  {e:x?}");
         }
     }
-    let Some((i, k)) = first else { println!("no difference in {} events", events.len()); return };
+    let Some((i, k)) = first else {
+        println!("no difference in {} events", events.len());
+        return;
+    };
     for e in &events[i.saturating_sub(12)..(i + 8).min(events.len())] {
         println!("decoded {e:x?}");
     }

@@ -152,7 +152,12 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         *entry = f;
         symbols.push((f, format!("func_{i}")));
         let at = a.word(NOP);
-        sites.push(Site { addr: at, kind: SiteKind::Ftrace, states: vec![le(NOP), le(bl(at, ftrace_caller))], tramp_call: Some(le(bl(at, OOL_BASE))) });
+        sites.push(Site {
+            addr: at,
+            kind: SiteKind::Ftrace,
+            states: vec![le(NOP), le(bl(at, ftrace_caller))],
+            tramp_call: Some(le(bl(at, OOL_BASE))),
+        });
         let probe = a.word(0xaa00_03e1); // mov x1, x0
         sites.push(Site { addr: probe, kind: SiteKind::Kprobe, states: vec![le(0xaa00_03e1), le(BRK_KPROBE)], tramp_call: None });
         a.filler(rng, 1, 3);
@@ -248,7 +253,18 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         trampoline_code.extend_from_slice(&u32::to_le_bytes(w));
     }
     let text = a.words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    Program { arch: isa::Arch::Aarch64, text_base: TEXT_BASE, ool_base: OOL_BASE, text, symbols, sites, indirect, entry, int3_handler: brk_handler, trampoline_code }
+    Program {
+        arch: isa::Arch::Aarch64,
+        text_base: TEXT_BASE,
+        ool_base: OOL_BASE,
+        text,
+        symbols,
+        sites,
+        indirect,
+        entry,
+        int3_handler: brk_handler,
+        trampoline_code,
+    }
 }
 
 #[cfg(test)]

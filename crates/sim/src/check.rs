@@ -331,7 +331,15 @@ impl Matcher {
 }
 
 /// Decodes one CPU's trace and walks the truth beside it.
-fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig, timing: Timing, recovery: Recovery, truth: &Path) -> Result<Score, SimError> {
+fn score(
+    cpu: u32,
+    trace: &[u8],
+    code: &impl CodeSource,
+    cfg: &FlowConfig,
+    timing: Timing,
+    recovery: Recovery,
+    truth: &Path,
+) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
     let mut m = Matcher::new(TruthReader::open(truth).map_err(io)?, cpu);
     let mut last_hi = 0;
@@ -577,4 +585,3 @@ mod tests {
         assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (40, 10, 10, 20), "{s:?}");
     }
 }
-

@@ -22,7 +22,7 @@
 //! holds [`AUX_CHUNK`] bytes; the frames end there (padded with the null
 //! ID), because perf resets its decoder at every buffer.
 
-use etm::{packet::*, EtmV4Config, Encoder, FrameWriter, Packet, Profile};
+use etm::{packet::*, Encoder, EtmV4Config, FrameWriter, Packet, Profile};
 
 use crate::machine::Flow;
 use crate::spool::Pending;

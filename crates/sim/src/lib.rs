@@ -17,8 +17,8 @@
 //! Truth and trace are streamed to files as they are made: memory does not
 //! grow with the run. Same seed, same bytes.
 
-pub mod check;
 mod a64prog;
+pub mod check;
 mod etm;
 mod machine;
 mod program;
@@ -36,7 +36,8 @@ use perfdata::abi::{attr_flag, cs_etm_magic, ksymbol_type, misc, sample_type as 
 use perfdata::auxtrace::{CsEtmCpu, CsEtmInfo, IntelPtInfo};
 use perfdata::kcore::{write_kcore_dir, Machine, Segment};
 use perfdata::{
-    AttrWithIds, Auxtrace, AuxtraceInfo, Comm, EventAttr, IdIndex, IdIndexEntry, ItraceStart, Ksymbol, Mmap, Mmap2, Mmap2FileId, NrCpus, RecordBody, SampleId, TextPoke, Writer, ATTR_SIZE_VER7,
+    AttrWithIds, Auxtrace, AuxtraceInfo, Comm, EventAttr, IdIndex, IdIndexEntry, ItraceStart, Ksymbol, Mmap, Mmap2, Mmap2FileId, NrCpus, RecordBody,
+    SampleId, TextPoke, Writer, ATTR_SIZE_VER7,
 };
 use serde::{Deserialize, Serialize};
 
@@ -338,7 +339,12 @@ const USER_PID: u32 = 4242;
 
 /// Runs `execute` with truth and trace streamed to files (`DIR/truth/cpuN.bin`,
 /// `DIR/.trace-cpuN`); returns the trace files and the instruction counts.
-fn record_run<E: Emitter>(cfg: &SimConfig, dir: &Path, emitters: Vec<E>, execute: impl FnOnce(&mut Collect<E>)) -> Result<(Traces, Vec<u64>), SimError> {
+fn record_run<E: Emitter>(
+    cfg: &SimConfig,
+    dir: &Path,
+    emitters: Vec<E>,
+    execute: impl FnOnce(&mut Collect<E>),
+) -> Result<(Traces, Vec<u64>), SimError> {
     if cfg.cpus == 0 || cfg.cpus > 256 {
         return Err(SimError::Config(format!("--cpus {} (1 to 256)", cfg.cpus)));
     }
@@ -439,7 +445,10 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
     };
     let pt_ids: Vec<u64> = (0..n).map(|c| 1 + c).collect();
     let side_ids: Vec<u64> = (0..n).map(|c| 1001 + c).collect();
-    let mut w = Writer::create(dir.join("data"), vec![AttrWithIds { attr: pt_attr, ids: pt_ids.clone() }, AttrWithIds { attr: side_attr, ids: side_ids.clone() }])?;
+    let mut w = Writer::create(
+        dir.join("data"),
+        vec![AttrWithIds { attr: pt_attr, ids: pt_ids.clone() }, AttrWithIds { attr: side_attr, ids: side_ids.clone() }],
+    )?;
     w.features.hostname = Some("poketrace-sim".into());
     w.features.osrelease = Some("6.1.0-poketrace-sim".into());
     w.features.arch = Some(if aux == Aux::CsEtm { "aarch64" } else { "x86_64" }.into());
@@ -478,7 +487,10 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
     }
     let entries = (0..n)
         .flat_map(|c| {
-            [IdIndexEntry { id: pt_ids[c as usize], idx: c, cpu: c, tid: u64::MAX }, IdIndexEntry { id: side_ids[c as usize], idx: c, cpu: c, tid: u64::MAX }]
+            [
+                IdIndexEntry { id: pt_ids[c as usize], idx: c, cpu: c, tid: u64::MAX },
+                IdIndexEntry { id: side_ids[c as usize], idx: c, cpu: c, tid: u64::MAX },
+            ]
         })
         .collect();
     w.write(0, &RecordBody::IdIndex(IdIndex { entries }), &SampleId::default())?;
@@ -491,7 +503,14 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
             let text_len = prog.text.len() as u64;
             w.write(
                 misc::KERNEL,
-                &RecordBody::Mmap(Mmap { pid: u32::MAX, tid: 0, addr: prog.text_base, len: text_len, pgoff: prog.text_base, filename: b"[kernel.kallsyms]_text" }),
+                &RecordBody::Mmap(Mmap {
+                    pid: u32::MAX,
+                    tid: 0,
+                    addr: prog.text_base,
+                    len: text_len,
+                    pgoff: prog.text_base,
+                    filename: b"[kernel.kallsyms]_text",
+                }),
                 &sid(0, 0),
             )?;
         }

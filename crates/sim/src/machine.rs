@@ -38,13 +38,22 @@ pub enum Flow {
     Quiet,
     /// A direct jump or call, always taken: nothing for Intel PT, an E atom for ETMv4.
     Direct,
-    Cond { taken: bool },
+    Cond {
+        taken: bool,
+    },
     /// Indirect jump or call, or a return: the target.
-    Indirect { to: u64 },
+    Indirect {
+        to: u64,
+    },
     /// An INT3 or BRK trap: from the trapping instruction to the handler.
-    Trap { from: u64, to: u64 },
+    Trap {
+        from: u64,
+        to: u64,
+    },
     /// IRET or ERET back from a trap.
-    FarReturn { to: u64 },
+    FarReturn {
+        to: u64,
+    },
 }
 
 /// A recorded code change, as the kernel would announce it.
@@ -128,12 +137,23 @@ impl Image {
 /// One scheduled action of the patcher.
 #[derive(Clone, Debug)]
 enum Step {
-    Write { addr: u64, bytes: Vec<u8> },
+    Write {
+        addr: u64,
+        bytes: Vec<u8>,
+    },
     Event(PokeEvent),
     /// The site is mid-change: a CPU meeting INT3 there runs `new` (emulated).
-    InFlight { addr: u64, new: Option<Vec<u8>> },
-    Create { addr: u64, code: Vec<u8> },
-    Remove { addr: u64 },
+    InFlight {
+        addr: u64,
+        new: Option<Vec<u8>>,
+    },
+    Create {
+        addr: u64,
+        code: Vec<u8>,
+    },
+    Remove {
+        addr: u64,
+    },
     Ksym(KsymEvent),
 }
 
@@ -168,8 +188,7 @@ pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink)
     let mut image = Image { text_base: prog.text_base, text: prog.text.clone(), ool: BTreeMap::new() };
     let indirect: HashMap<u64, &Vec<u64>> = prog.indirect.iter().map(|(a, t)| (*a, t)).collect();
     let mut cache: HashMap<u64, Decoded> = HashMap::new();
-    let mut cpus: Vec<Cpu> =
-        (0..cfg.cpus).map(|_| Cpu { pc: prog.entry, stack: Vec::new(), resume: None, rng: rng.fork() }).collect();
+    let mut cpus: Vec<Cpu> = (0..cfg.cpus).map(|_| Cpu { pc: prog.entry, stack: Vec::new(), resume: None, rng: rng.fork() }).collect();
     let total = cfg.instructions * cfg.cpus as u64;
     let schedule = plan_pokes(prog, cfg, rng, total);
     let mut next_step = 0;

@@ -133,7 +133,12 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         symbols.push((f, format!("func_{i}")));
         // ftrace site at entry.
         let at = a.bytes(&NOP5);
-        sites.push(Site { addr: at, kind: SiteKind::Ftrace, states: vec![NOP5.to_vec(), call32(at, ftrace_caller)], tramp_call: Some(call32(at, OOL_BASE)) });
+        sites.push(Site {
+            addr: at,
+            kind: SiteKind::Ftrace,
+            states: vec![NOP5.to_vec(), call32(at, ftrace_caller)],
+            tramp_call: Some(call32(at, OOL_BASE)),
+        });
         // A kprobe-able first instruction.
         let probe = a.here();
         a.bytes(&[0x48, 0x89, 0xc3]);
@@ -207,5 +212,16 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
     // A run-time ftrace trampoline: some work, then return.
     let mut trampoline_code = vec![0x48, 0x89, 0xc3, 0x48, 0x83, 0xc0, 0x08, 0x90];
     trampoline_code.push(0xc3);
-    Program { arch: isa::Arch::X86_64, text_base: TEXT_BASE, ool_base: OOL_BASE, text: a.code, symbols, sites, indirect, entry, int3_handler, trampoline_code }
+    Program {
+        arch: isa::Arch::X86_64,
+        text_base: TEXT_BASE,
+        ool_base: OOL_BASE,
+        text: a.code,
+        symbols,
+        sites,
+        indirect,
+        entry,
+        int3_handler,
+        trampoline_code,
+    }
 }

@@ -14,15 +14,8 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn run(protocol: &str, name: &str) -> Vec<ModeReport> {
-    let cfg = SimConfig {
-        arch: "aarch64".into(),
-        cpus: 4,
-        instructions: 200_000,
-        pokes: 400,
-        protocol: protocol.into(),
-        seed: 11,
-        ..SimConfig::default()
-    };
+    let cfg =
+        SimConfig { arch: "aarch64".into(), cpus: 4, instructions: 200_000, pokes: 400, protocol: protocol.into(), seed: 11, ..SimConfig::default() };
     let d = dir(name);
     sim::simulate(&cfg, &d).unwrap();
     check(&d).unwrap()

@@ -36,7 +36,9 @@ fn damage(kind: Damage, per: u64, seed: u64) -> impl Fn(usize, &mut Vec<u8>) {
             let fits = match kind {
                 Damage::Tnt => matches!(p, Packet::TntShort(x) if x.count >= 2),
                 Damage::TipIp => matches!(p, Packet::Tip(ip) if ip.ip.is_some()),
-                Damage::Flow => matches!(p, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_) | Packet::Fup(_) | Packet::TipPge(_) | Packet::TipPgd(_)),
+                Damage::Flow => {
+                    matches!(p, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_) | Packet::Fup(_) | Packet::TipPge(_) | Packet::TipPgd(_))
+                }
             };
             if fits {
                 packets.push((off, dec.offset() - off, p));

@@ -106,7 +106,12 @@ fn aux_buffers_begin_at_a_psb() {
     for r in file.records() {
         if let RecordBody::Auxtrace(a) = r.unwrap().body {
             let c = a.cpu as usize;
-            assert!(a.offset <= ends[c] && ends[c] <= a.offset + 7 || buffers[c] == 0 && a.offset == 0, "cpu {c}: buffer at {:#x} after one ending at {:#x}", a.offset, ends[c]);
+            assert!(
+                a.offset <= ends[c] && ends[c] <= a.offset + 7 || buffers[c] == 0 && a.offset == 0,
+                "cpu {c}: buffer at {:#x} after one ending at {:#x}",
+                a.offset,
+                ends[c]
+            );
             assert!(a.data.starts_with(&PSB), "cpu {c} buffer at {:#x} does not begin with a PSB", a.offset);
             assert!(a.data.len() <= 1 << 16, "cpu {c} buffer at {:#x}: {} bytes", a.offset, a.data.len());
             ends[c] = a.offset + a.data.len() as u64;

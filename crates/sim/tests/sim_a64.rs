@@ -47,7 +47,17 @@ fn same_seed_same_bytes() {
     let (a, b) = (dir("same-a"), dir("same-b"));
     sim::simulate(&cfg, &a).unwrap();
     sim::simulate(&cfg, &b).unwrap();
-    for f in ["data", "kcore_dir/kcore", "kcore_dir/kallsyms", "truth/cpu0.bin", "truth/cpu3.bin", "truth/meta.json", "snapshot/trace.bin", "snapshot/kernel.bin", "snapshot/ETM_2.ini"] {
+    for f in [
+        "data",
+        "kcore_dir/kcore",
+        "kcore_dir/kallsyms",
+        "truth/cpu0.bin",
+        "truth/cpu3.bin",
+        "truth/meta.json",
+        "snapshot/trace.bin",
+        "snapshot/kernel.bin",
+        "snapshot/ETM_2.ini",
+    ] {
         assert_eq!(std::fs::read(a.join(f)).unwrap(), std::fs::read(b.join(f)).unwrap(), "{f} differs");
     }
     let c = dir("same-c");
@@ -173,7 +183,10 @@ fn truth_branches(d: &Path, cpu: u32, text_base: u64, text: &[u8]) -> Vec<(u64, 
             let o = a.checked_sub(text_base)? as usize;
             let word = u32::from_le_bytes(text.get(o..o + 4)?.try_into().unwrap());
             use isa::BranchClass as B;
-            let always = matches!(isa::classify_aarch64(a, word).class, B::DirectJump | B::DirectCall | B::IndirectJump | B::IndirectCall | B::Return | B::FarTransfer);
+            let always = matches!(
+                isa::classify_aarch64(a, word).class,
+                B::DirectJump | B::DirectCall | B::IndirectJump | B::IndirectCall | B::Return | B::FarTransfer
+            );
             (b != a + 4 || always).then_some((a, b))
         })
         .collect()
@@ -193,7 +206,12 @@ fn perf_branches(d: &Path) -> (Branches, Vec<String>) {
             let cpu: u32 = line.trim_start().strip_prefix('[')?.split(']').next()?.parse().ok()?;
             let (left, to) = line.rsplit_once("=>")?;
             let from = left.split_whitespace().last()?;
-            Some((cpu, u64::from_str_radix(from, 16).ok()?, u64::from_str_radix(to.trim(), 16).ok()?, line.contains(" tr strt") || line.contains(" tr end")))
+            Some((
+                cpu,
+                u64::from_str_radix(from, 16).ok()?,
+                u64::from_str_radix(to.trim(), 16).ok()?,
+                line.contains(" tr strt") || line.contains(" tr end"),
+            ))
         })();
         match parsed {
             Some((_, _, _, true)) => {}

@@ -81,12 +81,7 @@ impl CodeSource for CodeTimeline {
     #[inline]
     fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched {
         let info = self.read_into(addr, buf, t);
-        Fetched {
-            len: info.mapped,
-            valid_from: info.valid.start,
-            valid_to: info.valid.end,
-            uncertain: info.uncertain,
-        }
+        Fetched { len: info.mapped, valid_from: info.valid.start, valid_to: info.valid.end, uncertain: info.uncertain }
     }
 
     /// Every distinct content of `lo..=hi` (each side of an uncertain span counts).
@@ -111,10 +106,7 @@ impl CodeSource for CodeTimeline {
                 if all.len() == 1 {
                     Fetch::Exact(b.len())
                 } else {
-                    Fetch::Candidate {
-                        filled: b.len(),
-                        count: all.len(),
-                    }
+                    Fetch::Candidate { filled: b.len(), count: all.len() }
                 }
             }
             None => Fetch::Unmapped,
@@ -140,12 +132,7 @@ pub fn snapshot_code(snap: &Snapshot) -> (CodeTimeline, Vec<String>) {
             let size = match std::fs::metadata(&d.file) {
                 Ok(m) => m.len(),
                 Err(e) => {
-                    notes.push(format!(
-                        "{}: memory dump {} at {:#x} skipped: {e}",
-                        dev.path.display(),
-                        d.file.display(),
-                        d.address
-                    ));
+                    notes.push(format!("{}: memory dump {} at {:#x} skipped: {e}", dev.path.display(), d.file.display(), d.address));
                     continue;
                 }
             };
@@ -198,12 +185,7 @@ pub(crate) struct Insn {
     pub target: u64,
 }
 
-const OTHER: Insn = Insn {
-    ty: InstrType::Other,
-    sub: InstrSubtype::None,
-    cond: false,
-    target: 0,
-};
+const OTHER: Insn = Insn { ty: InstrType::Other, sub: InstrSubtype::None, cond: false, target: 0 };
 
 /// The P0 class of an A64 instruction word: branches (ERET included; SVC,
 /// HVC, SMC and traps are not P0: exception packets trace them), ISB, and
@@ -219,25 +201,14 @@ pub(crate) fn classify(addr: u64, word: u32, wfx_p0: bool) -> Insn {
         BranchClass::IndirectCall => (InstrType::IndirectBranch, InstrSubtype::Link, false),
         BranchClass::Return => (InstrType::IndirectBranch, InstrSubtype::Ret, false),
         // ERET, ERETAA, ERETAB; not SVC/HVC/SMC/DCPS/DRPS.
-        BranchClass::FarTransfer if matches!(word, 0xd69f_03e0 | 0xd69f_0bff | 0xd69f_0fff) => {
-            (InstrType::IndirectBranch, InstrSubtype::Eret, false)
-        }
+        BranchClass::FarTransfer if matches!(word, 0xd69f_03e0 | 0xd69f_0bff | 0xd69f_0fff) => (InstrType::IndirectBranch, InstrSubtype::Eret, false),
         // WFE, WFI (HINT #2, #3).
-        BranchClass::Nop if wfx_p0 && word & 0xffff_ffdf == 0xd503_205f => {
-            (InstrType::WfiWfe, InstrSubtype::None, false)
-        }
+        BranchClass::Nop if wfx_p0 && word & 0xffff_ffdf == 0xd503_205f => (InstrType::WfiWfe, InstrSubtype::None, false),
         // ISB with any option.
-        BranchClass::None if word & 0xffff_f0ff == 0xd503_30df => {
-            (InstrType::Isb, InstrSubtype::None, false)
-        }
+        BranchClass::None if word & 0xffff_f0ff == 0xd503_30df => (InstrType::Isb, InstrSubtype::None, false),
         _ => return OTHER,
     };
-    Insn {
-        ty,
-        sub,
-        cond,
-        target: i.target.unwrap_or(0),
-    }
+    Insn { ty, sub, cond, target: i.target.unwrap_or(0) }
 }
 
 /// The result of walking code from an address.
@@ -316,12 +287,7 @@ const MAX_CANDIDATES: usize = 4;
 
 /// The distinct instructions the word at `addr` is at some moment of the
 /// window, oldest first (None: unmapped then), and how many.
-fn word_candidates(
-    code: &impl CodeSource,
-    addr: u64,
-    win: Window,
-    wfx_p0: bool,
-) -> ([Option<Insn>; MAX_CANDIDATES], usize) {
+fn word_candidates(code: &impl CodeSource, addr: u64, win: Window, wfx_p0: bool) -> ([Option<Insn>; MAX_CANDIDATES], usize) {
     let mut out = [None; MAX_CANDIDATES];
     let mut n = 0;
     for which in 0..MAX_CANDIDATES {
@@ -360,12 +326,7 @@ fn walk(
 ) -> (Walk, Time, Time) {
     let mut buf = [0u8; CHUNK];
     let (mut from, mut to) = (0, Time::MAX);
-    let mut w = Walk {
-        end: addr,
-        num_i: 0,
-        last: OTHER,
-        nacc: false,
-    };
+    let mut w = Walk { end: addr, num_i: 0, last: OTHER, nacc: false };
     loop {
         let f = code.fetch(w.end, win.lo, &mut buf);
         let mut words = f.len.min(CHUNK) / 4;
@@ -435,14 +396,7 @@ impl Walk {
 /// branches, until the next instruction is `target`. Also says whether the
 /// walk went through a P0 instruction, which a trace traces with an atom
 /// first: a walk that does is not the code that ran.
-pub(crate) fn walk_to_addr(
-    code: &impl CodeSource,
-    addr: u64,
-    target: u64,
-    win: Window,
-    wfx_p0: bool,
-    pick: &mut Picker,
-) -> (Walk, bool) {
+pub(crate) fn walk_to_addr(code: &impl CodeSource, addr: u64, target: u64, win: Window, wfx_p0: bool, pick: &mut Picker) -> (Walk, bool) {
     let mut crossed = false;
     let w = walk(code, addr, win, wfx_p0, pick, |next, i| {
         if next == target {
@@ -473,20 +427,11 @@ const CACHE_BITS: u32 = 14;
 
 impl RunCache {
     pub fn new() -> RunCache {
-        RunCache {
-            entries: Vec::new(),
-        }
+        RunCache { entries: Vec::new() }
     }
 
     #[inline]
-    pub fn walk_to_p0(
-        &mut self,
-        code: &impl CodeSource,
-        addr: u64,
-        win: Window,
-        wfx_p0: bool,
-        pick: &mut Picker,
-    ) -> Walk {
+    pub fn walk_to_p0(&mut self, code: &impl CodeSource, addr: u64, win: Window, wfx_p0: bool, pick: &mut Picker) -> Walk {
         if self.entries.is_empty() {
             self.entries = vec![None; 1 << CACHE_BITS];
         }
@@ -497,17 +442,10 @@ impl RunCache {
             }
         }
         let made = pick.made;
-        let (w, from, to) = walk(code, addr, win, wfx_p0, pick, |_, i| {
-            i.ty != InstrType::Other
-        });
+        let (w, from, to) = walk(code, addr, win, wfx_p0, pick, |_, i| i.ty != InstrType::Other);
         // A walk that chose among candidates holds for that choice only.
         if pick.made == made {
-            self.entries[slot] = Some(Entry {
-                addr,
-                from,
-                to,
-                walk: w,
-            });
+            self.entries[slot] = Some(Entry { addr, from, to, walk: w });
         }
         w
     }

@@ -4,10 +4,7 @@
 use std::collections::VecDeque;
 
 use super::code::{walk_to_addr, CodeSource, Picker, RunCache, Time, Walk, Window};
-use super::{
-    ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext,
-    TraceOnReason, UnsyncReason,
-};
+use super::{ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext, TraceOnReason, UnsyncReason};
 use crate::config::EtmV4Config;
 use crate::packet::{Context, Packet, PacketType};
 use crate::TracePacket;
@@ -158,10 +155,7 @@ pub(crate) struct Source {
 /// before each packet when it reads code over windows).
 impl Clone for Source {
     fn clone(&self) -> Source {
-        Source {
-            stack: self.stack.clone(),
-            ..*self
-        }
+        Source { stack: self.stack.clone(), ..*self }
     }
 
     fn clone_from(&mut self, o: &Source) {
@@ -232,19 +226,10 @@ impl Source {
 
     #[inline]
     fn emit(&self, out: &mut Vec<Element>, index: u64, kind: ElemKind) {
-        out.push(Element {
-            trace_id: self.trace_id,
-            index,
-            kind,
-        });
+        out.push(Element { trace_id: self.trace_id, index, kind });
     }
 
-    pub fn packet(
-        &mut self,
-        p: &TracePacket<'_>,
-        code: &mut Code<'_, impl CodeSource>,
-        out: &mut Vec<Element>,
-    ) {
+    pub fn packet(&mut self, p: &TracePacket<'_>, code: &mut Code<'_, impl CodeSource>, out: &mut Vec<Element>) {
         self.last_index = p.index;
         if let Packet::Timestamp(ts) = p.packet {
             self.time = ts.value;
@@ -290,12 +275,7 @@ impl Source {
         }
     }
 
-    fn decode(
-        &mut self,
-        p: &TracePacket<'_>,
-        code: &mut Code<'_, impl CodeSource>,
-        out: &mut Vec<Element>,
-    ) {
+    fn decode(&mut self, p: &TracePacket<'_>, code: &mut Code<'_, impl CodeSource>, out: &mut Vec<Element>) {
         let idx = p.index;
         self.out_mark = out.len();
         let mut is_addr = false;
@@ -314,54 +294,22 @@ impl Source {
                 if let Some(c) = c {
                     self.update_ctx(&c);
                 }
-                self.push(
-                    idx,
-                    Pending::Ctxt {
-                        ctx: self.ctx,
-                        updated: c.is_some(),
-                        is: self.last_is,
-                    },
-                );
+                self.push(idx, Pending::Ctxt { ctx: self.ctx, updated: c.is_some(), is: self.last_is });
             }
             Packet::AddressContext(a, c) => {
                 self.last_is = a.is;
                 self.update_ctx(&c);
-                self.push(
-                    idx,
-                    Pending::Ctxt {
-                        ctx: self.ctx,
-                        updated: true,
-                        is: a.is,
-                    },
-                );
-                self.push(
-                    idx,
-                    Pending::Addr {
-                        addr: a.value,
-                        is: a.is,
-                    },
-                );
+                self.push(idx, Pending::Ctxt { ctx: self.ctx, updated: true, is: a.is });
+                self.push(idx, Pending::Addr { addr: a.value, is: a.is });
                 is_addr = true;
             }
             Packet::Address(a) | Packet::ExactMatch { addr: a, .. } => {
                 self.last_is = a.is;
-                self.push(
-                    idx,
-                    Pending::Addr {
-                        addr: a.value,
-                        is: a.is,
-                    },
-                );
+                self.push(idx, Pending::Addr { addr: a.value, is: a.is });
                 is_addr = true;
             }
             Packet::Exception(e) => {
-                self.push(
-                    idx,
-                    Pending::Exception {
-                        number: e.number,
-                        ret_is_target: e.addr_interp == 2,
-                    },
-                );
+                self.push(idx, Pending::Exception { number: e.number, ret_is_target: e.addr_interp == 2 });
                 self.exception_pending_addr = true;
             }
             Packet::ExceptionReturn => self.push(idx, Pending::ExceptionReturn),
@@ -369,13 +317,7 @@ impl Source {
             Packet::CycleCount(c) => self.push(idx, Pending::CycleCount(c.count.unwrap_or(0))),
             Packet::Timestamp(ts) => {
                 let cycles = self.ts_with_cc.then_some(ts.cycle_count.unwrap_or(0));
-                self.push(
-                    idx,
-                    Pending::Timestamp {
-                        value: ts.value,
-                        cycles,
-                    },
-                );
+                self.push(idx, Pending::Timestamp { value: ts.value, cycles });
             }
             Packet::Commit(n) => self.commit = n,
             // Speculation resolution in the architecture's order: cancel
@@ -413,11 +355,7 @@ impl Source {
                 self.spec_depth = 0;
                 self.discard = true;
             }
-            Packet::Q(_)
-            | Packet::CondInstr(_)
-            | Packet::CondFlush
-            | Packet::CondResult(_)
-            | Packet::DataSync { .. } => {
+            Packet::Q(_) | Packet::CondInstr(_) | Packet::CondFlush | Packet::CondResult(_) | Packet::DataSync { .. } => {
                 let e = FlowError::UnsupportedPacket(p.packet.packet_type());
                 self.fail(idx, e, UnsyncReason::BadPacket, out);
                 return;
@@ -454,11 +392,7 @@ impl Source {
     /// The context a packet describes. VMID and context ID stay once seen:
     /// a packet without them means they did not change.
     fn update_ctx(&mut self, c: &Context) {
-        self.ctx = Context {
-            vmid: c.vmid.or(self.ctx.vmid),
-            context_id: c.context_id.or(self.ctx.context_id),
-            ..*c
-        };
+        self.ctx = Context { vmid: c.vmid.or(self.ctx.vmid), context_id: c.context_id.or(self.ctx.context_id), ..*c };
     }
 
     /// A bad packet: an error element, and the source waits for the next
@@ -520,11 +454,7 @@ impl Source {
     }
 
     fn trace_on_reason(&mut self) -> TraceOnReason {
-        let r = if self.prev_overflow {
-            TraceOnReason::Overflow
-        } else {
-            TraceOnReason::Normal
-        };
+        let r = if self.prev_overflow { TraceOnReason::Overflow } else { TraceOnReason::Normal };
         self.prev_overflow = false;
         r
     }
@@ -567,10 +497,7 @@ impl Source {
                 }
                 Pending::ExceptionReturn => self.emit(out, index, ElemKind::ExceptionReturn),
                 Pending::FunctionReturn => self.commit -= 1,
-                Pending::Atoms {
-                    mut bits,
-                    mut count,
-                } => {
+                Pending::Atoms { mut bits, mut count } => {
                     while count > 0 && self.commit > 0 {
                         let taken = bits & 1 == 1;
                         bits >>= 1;
@@ -590,10 +517,7 @@ impl Source {
                         continue;
                     }
                 }
-                Pending::Exception {
-                    number,
-                    ret_is_target,
-                } => {
+                Pending::Exception { number, ret_is_target } => {
                     self.commit -= 1;
                     if !self.pop_return_stack(out) {
                         return;
@@ -659,22 +583,14 @@ impl Source {
     /// not A64 is an error (the source waits for a new address and
     /// context), unless there is no code there at all: then it is
     /// inaccessible memory, whatever its instruction set.
-    fn check_isa(
-        &mut self,
-        index: u64,
-        code: &Code<'_, impl CodeSource>,
-        out: &mut Vec<Element>,
-    ) -> Walkable {
+    fn check_isa(&mut self, index: u64, code: &Code<'_, impl CodeSource>, out: &mut Vec<Element>) -> Walkable {
         if self.isa == Isa::A64 {
             return Walkable::Yes;
         }
         if code.src.fetch(self.addr, self.time, &mut [0u8; 4]).len < 4 {
             return Walkable::NoCode;
         }
-        let e = FlowError::UnsupportedIsa {
-            isa: self.isa,
-            addr: self.addr,
-        };
+        let e = FlowError::UnsupportedIsa { isa: self.isa, addr: self.addr };
         self.emit(out, index, ElemKind::Error(e));
         self.need_addr = true;
         self.need_ctxt = true;
@@ -683,13 +599,7 @@ impl Source {
 
     /// One committed atom: the code from the current address to the next P0 instruction.
     #[inline]
-    fn atom(
-        &mut self,
-        taken: bool,
-        index: u64,
-        code: &mut Code<'_, impl CodeSource>,
-        out: &mut Vec<Element>,
-    ) {
+    fn atom(&mut self, taken: bool, index: u64, code: &mut Code<'_, impl CodeSource>, out: &mut Vec<Element>) {
         match self.check_isa(index, code, out) {
             Walkable::Yes => {}
             Walkable::NoCode => {
@@ -700,9 +610,7 @@ impl Source {
             Walkable::Unsupported => return,
         }
         let start = self.addr;
-        let w = code
-            .cache
-            .walk_to_p0(code.src, start, self.win(), self.wfx_p0, &mut self.pick);
+        let w = code.cache.walk_to_p0(code.src, start, self.win(), self.wfx_p0, &mut self.pick);
         self.addr = w.end;
         if w.nacc {
             self.need_addr = true;
@@ -714,10 +622,7 @@ impl Source {
             return;
         }
         // Unconditional branches are always taken.
-        if !taken
-            && matches!(w.last.ty, InstrType::Branch | InstrType::IndirectBranch)
-            && !w.last.cond
-        {
+        if !taken && matches!(w.last.ty, InstrType::Branch | InstrType::IndirectBranch) && !w.last.cond {
             self.misfit = true;
         }
         if taken {
@@ -753,14 +658,7 @@ impl Source {
     /// The times code is read for.
     #[inline]
     fn win(&self) -> Window {
-        Window {
-            lo: self.time,
-            hi: if self.window {
-                self.hi.max(self.time)
-            } else {
-                self.time
-            },
-        }
+        Window { lo: self.time, hi: if self.window { self.hi.max(self.time) } else { self.time } }
     }
 
     /// What decides the source's future: two hypotheses equal in it walk
@@ -781,39 +679,19 @@ impl Source {
     /// A hypothesis that no longer fits: an error element, and the source
     /// waits for the next A-sync.
     pub fn fail_no_fit(&mut self, index: u64, addr: u64, out: &mut Vec<Element>) {
-        self.fail(
-            index,
-            FlowError::NoCandidateFits { addr },
-            UnsyncReason::BadPacket,
-            out,
-        );
+        self.fail(index, FlowError::NoCandidateFits { addr }, UnsyncReason::BadPacket, out);
     }
 
     /// A committed exception (already off the stack): its context and
     /// return address follow it on the stack. The code up to the preferred
     /// return address ran before the exception was taken.
-    fn exception(
-        &mut self,
-        index: u64,
-        number: u16,
-        ret_is_target: bool,
-        code: &mut Code<'_, impl CodeSource>,
-        out: &mut Vec<Element>,
-    ) {
+    fn exception(&mut self, index: u64, number: u16, ret_is_target: bool, code: &mut Code<'_, impl CodeSource>, out: &mut Vec<Element>) {
         let mut ctxt = None;
-        if let Some(&Stacked {
-            e: Pending::Ctxt { ctx, is, .. },
-            ..
-        }) = self.stack.front()
-        {
+        if let Some(&Stacked { e: Pending::Ctxt { ctx, is, .. }, .. }) = self.stack.front() {
             ctxt = Some((ctx, is));
             self.stack.pop_front();
         }
-        let Some(&Stacked {
-            e: Pending::Addr { addr: ret_addr, is },
-            ..
-        }) = self.stack.front()
-        else {
+        let Some(&Stacked { e: Pending::Addr { addr: ret_addr, is }, .. }) = self.stack.front() else {
             self.fail_resolving(FlowError::ExceptionWithoutAddress, out);
             return;
         };
@@ -840,8 +718,7 @@ impl Source {
                 Walkable::Yes => {
                     let start = self.addr;
                     let win = self.win();
-                    let (w, crossed) =
-                        walk_to_addr(code.src, start, ret_addr, win, self.wfx_p0, &mut self.pick);
+                    let (w, crossed) = walk_to_addr(code.src, start, ret_addr, win, self.wfx_p0, &mut self.pick);
                     self.misfit |= crossed;
                     self.addr = w.end;
                     if w.nacc {
@@ -865,15 +742,7 @@ impl Source {
         }
         // The exception's target address comes next.
         self.addr_due = true;
-        self.emit(
-            out,
-            index,
-            ElemKind::Exception {
-                number,
-                ret_addr,
-                ret_addr_is_target: ret_is_target,
-            },
-        );
+        self.emit(out, index, ElemKind::Exception { number, ret_addr, ret_addr_is_target: ret_is_target });
     }
 
     /// Cancels the newest `n` P0 elements (and the addresses and contexts
@@ -890,10 +759,7 @@ impl Source {
                     if c == count {
                         self.stack.remove(i);
                     } else {
-                        self.stack[i].e = Pending::Atoms {
-                            bits,
-                            count: count - c,
-                        };
+                        self.stack[i].e = Pending::Atoms { bits, count: count - c };
                     }
                 }
                 Pending::Exception { .. } | Pending::FunctionReturn => {
@@ -927,10 +793,7 @@ impl Source {
             i -= 1;
             match self.stack[i].e {
                 Pending::Atoms { bits, count } => {
-                    self.stack[i].e = Pending::Atoms {
-                        bits: bits ^ (1 << (count - 1)),
-                        count,
-                    };
+                    self.stack[i].e = Pending::Atoms { bits: bits ^ (1 << (count - 1)), count };
                     return true;
                 }
                 Pending::Addr { .. } => {
@@ -953,11 +816,7 @@ impl Source {
         self.commit = 0;
         self.discard = false;
         self.spec_depth = 0;
-        self.unsync = if self.prev_overflow {
-            UnsyncReason::Overflow
-        } else {
-            UnsyncReason::Discard
-        };
+        self.unsync = if self.prev_overflow { UnsyncReason::Overflow } else { UnsyncReason::Discard };
         self.emit(out, index, ElemKind::NoSync(self.unsync));
         self.state = State::WaitSync;
         self.need_ctxt = true;
@@ -970,21 +829,14 @@ impl Source {
     pub fn finish(&mut self, out: &mut Vec<Element>) {
         while let Some(Stacked { index, e }) = self.stack.pop_front() {
             match e {
-                Pending::Atoms { .. }
-                | Pending::TraceOn
-                | Pending::Exception { .. }
-                | Pending::ExceptionReturn => {
+                Pending::Atoms { .. } | Pending::TraceOn | Pending::Exception { .. } | Pending::ExceptionReturn => {
                     self.stack.clear();
                 }
                 Pending::Addr { .. } | Pending::Ctxt { .. } | Pending::FunctionReturn => {}
                 _ => self.emit_time(index, e, out),
             }
         }
-        let why = if self.prev_overflow {
-            UnsyncReason::Overflow
-        } else {
-            UnsyncReason::EndOfTrace
-        };
+        let why = if self.prev_overflow { UnsyncReason::Overflow } else { UnsyncReason::EndOfTrace };
         self.emit(out, self.last_index, ElemKind::EoTrace(why));
     }
 }

@@ -7,10 +7,7 @@ use std::process::Command;
 /// required, a failure when POKETRACE_REQUIRE_PERF or CI is set
 /// ([`testkit::required`]).
 pub fn lister() -> Option<&'static str> {
-    let ok = Command::new("trc_pkt_lister")
-        .arg("-help")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Trace Packet Lister"));
+    let ok = Command::new("trc_pkt_lister").arg("-help").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Trace Packet Lister"));
     testkit::have(ok, "trc_pkt_lister not found (apt-get install libopencsd-bin)").then_some("trc_pkt_lister")
 }
 
@@ -25,14 +22,7 @@ pub fn tmp(dir: &str, name: &str) -> PathBuf {
 /// whether it ran to the end.
 pub fn run(lister: &str, dir: &Path, args: &[&str], log: &Path) -> (String, bool) {
     let _ = std::fs::remove_file(log); // trc_pkt_lister appends
-    let out = Command::new(lister)
-        .arg("-ss_dir")
-        .arg(dir)
-        .args(args)
-        .arg("-logfilename")
-        .arg(log)
-        .output()
-        .unwrap();
+    let out = Command::new(lister).arg("-ss_dir").arg(dir).args(args).arg("-logfilename").arg(log).output().unwrap();
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let done = out.status.success() && text.contains("Trace buffer done");
     (text, done)

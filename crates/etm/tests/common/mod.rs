@@ -21,14 +21,7 @@ pub fn snapshots_dir() -> PathBuf {
     }
 }
 
-pub const SNAPSHOTS: [&str; 6] = [
-    "juno_r1_1",
-    "juno-uname-001",
-    "bugfix-exact-match",
-    "a57_single_step",
-    "init-short-addr",
-    "a55-test-tpiu",
-];
+pub const SNAPSHOTS: [&str; 6] = ["juno_r1_1", "juno-uname-001", "bugfix-exact-match", "a57_single_step", "init-short-addr", "a55-test-tpiu"];
 
 /// Whether missing oracles and data must fail the test rather than skip it.
 pub use testkit::required;
@@ -66,32 +59,16 @@ pub fn first_buffer(dir: &Path) -> Buffer {
 /// One item of a decoded buffer, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Item {
-    Packet {
-        id: u8,
-        index: u64,
-        packet: Packet,
-        raw: Vec<u8>,
-    },
+    Packet { id: u8, index: u64, packet: Packet, raw: Vec<u8> },
     Frame(FrameError),
 }
 
-pub fn decode_all(
-    data: &[u8],
-    container: Container,
-    framing: Framing,
-    configs: &[EtmV4Config],
-    recovery: ErrorRecovery,
-) -> Vec<Item> {
+pub fn decode_all(data: &[u8], container: Container, framing: Framing, configs: &[EtmV4Config], recovery: ErrorRecovery) -> Vec<Item> {
     let mut r = PacketReader::with_container(data, container, framing, configs, recovery);
     let mut out = Vec::new();
     while let Some(item) = r.next() {
         out.push(match item {
-            Ok(p) => Item::Packet {
-                id: p.trace_id,
-                index: p.index,
-                packet: p.packet,
-                raw: p.raw.to_vec(),
-            },
+            Ok(p) => Item::Packet { id: p.trace_id, index: p.index, packet: p.packet, raw: p.raw.to_vec() },
             Err(e) => Item::Frame(e),
         });
     }

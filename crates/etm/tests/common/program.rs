@@ -55,10 +55,7 @@ impl Program {
     pub fn random(rng: &mut Rng) -> Program {
         let leaf_start = USER_WORDS * 3 / 4;
         // Leaf functions: every 16 words of the last quarter, ending in RET.
-        let leaves: Vec<u64> = (leaf_start..USER_WORDS)
-            .step_by(16)
-            .map(|w| USER + w * 4)
-            .collect();
+        let leaves: Vec<u64> = (leaf_start..USER_WORDS).step_by(16).map(|w| USER + w * 4).collect();
         let mut words = Vec::with_capacity(USER_WORDS as usize);
         for w in 0..USER_WORDS {
             let pc = USER + w * 4;
@@ -74,11 +71,7 @@ impl Program {
             } else {
                 match rng.below(100) {
                     0..=69 => Kind::Plain,
-                    70..=79 if leaf => Kind::Cond(near(
-                        rng,
-                        w + 1,
-                        leaf_start + (w - leaf_start) / 16 * 16 + 16,
-                    )),
+                    70..=79 if leaf => Kind::Cond(near(rng, w + 1, leaf_start + (w - leaf_start) / 16 * 16 + 16)),
                     70..=79 => Kind::Cond(near(rng, 0, leaf_start)),
                     80..=82 if !leaf => Kind::B(main_target(rng)),
                     83..=87 if !leaf => {
@@ -123,9 +116,7 @@ impl Program {
             };
             words.push((word, k));
         }
-        let mut handler: Vec<(u32, Kind)> = (0..HANDLER_WORDS)
-            .map(|_| (0xd503201f, Kind::Plain))
-            .collect();
+        let mut handler: Vec<(u32, Kind)> = (0..HANDLER_WORDS).map(|_| (0xd503201f, Kind::Plain)).collect();
         // Handlers at every 32 words: a few plain instructions, maybe a
         // forward conditional branch, then ERET.
         for h in (0..HANDLER_WORDS).step_by(32) {
@@ -134,18 +125,11 @@ impl Program {
                 let at = h + rng.below(len);
                 let t = HANDLER + (h + len) * 4;
                 let pc = HANDLER + at * 4;
-                handler[at as usize] = (
-                    0x54000000 | imm(t as i64 - pc as i64, 19, 5) | 1,
-                    Kind::Cond(t),
-                );
+                handler[at as usize] = (0x54000000 | imm(t as i64 - pc as i64, 19, 5) | 1, Kind::Cond(t));
             }
             handler[(h + len) as usize] = (0xd69f03e0, Kind::Eret);
         }
-        Program {
-            words,
-            handler,
-            leaves,
-        }
+        Program { words, handler, leaves }
     }
 
     fn at(&self, pc: u64) -> Option<(u32, Kind)> {
@@ -164,13 +148,7 @@ impl Program {
 }
 
 fn ctx(el: u8) -> Context {
-    Context {
-        el,
-        aarch64: true,
-        non_secure: true,
-        vmid: None,
-        context_id: Some(0x42),
-    }
+    Context { el, aarch64: true, non_secure: true, vmid: None, context_id: Some(0x42) }
 }
 
 /// The trace of a run of `steps` instructions, as one source's bytes.
@@ -218,11 +196,7 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
     let start = |enc: &mut Encoder, out: &mut Vec<u8>, pc: u64, el: u8, rs: &mut Vec<u64>| {
         for p in [
             Packet::Async,
-            Packet::TraceInfo(TraceInfo {
-                info: cci as u32,
-                cc_threshold: cci.then_some(4),
-                ..TraceInfo::default()
-            }),
+            Packet::TraceInfo(TraceInfo { info: cci as u32, cc_threshold: cci.then_some(4), ..TraceInfo::default() }),
             Packet::TraceOn,
             Packet::AddressContext(long_addr(pc), ctx(el)),
         ] {
@@ -255,11 +229,7 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
         if el == 0 && rng.chance(1) {
             // Right after a taken branch the return address is that branch's target.
             let same = at_target && rng.chance(50);
-            put!(Packet::Exception(Exception {
-                number: 14,
-                addr_interp: if same { 2 } else { 1 },
-                ..Default::default()
-            }));
+            put!(Packet::Exception(Exception { number: 14, addr_interp: if same { 2 } else { 1 }, ..Default::default() }));
             enc.address(pc, 0, &mut out).expect("address");
             exc_return = (pc, el);
             spec += 1;
@@ -271,18 +241,10 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
         }
         if step % 97 == 96 {
             ts += 1 + rng.below(5000);
-            put!(Packet::Timestamp(Timestamp {
-                value: ts,
-                updated_bits: 64,
-                cycle_count: cci.then(|| rng.below(4000) as u32),
-            }));
+            put!(Packet::Timestamp(Timestamp { value: ts, updated_bits: 64, cycle_count: cci.then(|| rng.below(4000) as u32) }));
         }
         if cci && rng.chance(2) {
-            put!(Packet::CycleCount(CycleCount {
-                format: 3,
-                count: Some(4 + rng.below(3) as u32),
-                commit: None,
-            }));
+            put!(Packet::CycleCount(CycleCount { format: 3, count: Some(4 + rng.below(3) as u32), commit: None }));
         }
         if rng.chance(1) {
             put!(Packet::Event(1 + rng.below(15) as u8));
@@ -333,18 +295,12 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
                     2 if room => {
                         atom!(taken);
                         atoms.push(rng.chance(50));
-                        put!(Packet::CancelF1 {
-                            count: 1,
-                            mispredict: false,
-                        });
+                        put!(Packet::CancelF1 { count: 1, mispredict: false });
                     }
                     3 if room => {
                         atom!(!taken);
                         atoms.push(rng.chance(50));
-                        put!(Packet::CancelF1 {
-                            count: 1,
-                            mispredict: true,
-                        });
+                        put!(Packet::CancelF1 { count: 1, mispredict: true });
                     }
                     _ => atom!(taken),
                 }
@@ -408,21 +364,13 @@ pub fn run(rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, steps: usize) -> Ve
 /// Writes a snapshot of one source (trace ID `cfg`'s, in CoreSight frames)
 /// with the program's code as two memory dumps.
 pub fn write_snapshot(dir: &Path, rng: &mut Rng, prog: &Program, cfg: &EtmV4Config, trace: &[u8]) {
-    let frames = super::synth::frames(
-        rng,
-        &[(cfg.trace_id(), trace.to_vec())],
-        &mut FrameWriter::new(),
-    );
+    let frames = super::synth::frames(rng, &[(cfg.trace_id(), trace.to_vec())], &mut FrameWriter::new());
     super::synth::write_snapshot(dir, &[("etm_0", *cfg)], "coresight", &frames);
     std::fs::write(dir.join("user.bin"), Program::bytes(&prog.words)).unwrap();
     std::fs::write(dir.join("handler.bin"), Program::bytes(&prog.handler)).unwrap();
     let mut cpu = std::fs::read_to_string(dir.join("cpu_0.ini")).unwrap();
-    write!(
-        cpu,
-        "\n[dump1]\nfile=user.bin\naddress=0x{USER:x}\nlength=0x{:x}\n\n[dump2]\nfile=handler.bin\naddress=0x{HANDLER:x}\n",
-        USER_WORDS * 4
-    )
-    .unwrap();
+    write!(cpu, "\n[dump1]\nfile=user.bin\naddress=0x{USER:x}\nlength=0x{:x}\n\n[dump2]\nfile=handler.bin\naddress=0x{HANDLER:x}\n", USER_WORDS * 4)
+        .unwrap();
     std::fs::write(dir.join("cpu_0.ini"), cpu).unwrap();
 }
 
@@ -442,11 +390,7 @@ pub fn random_packets(rng: &mut Rng, cfg: &EtmV4Config, n: usize) -> Vec<u8> {
             1 => Packet::TraceInfo(TraceInfo {
                 info: cci as u32,
                 cc_threshold: cci.then_some(4),
-                spec_depth: if rng.chance(10) {
-                    rng.below(8) as u32
-                } else {
-                    0
-                },
+                spec_depth: if rng.chance(10) { rng.below(8) as u32 } else { 0 },
                 ..TraceInfo::default()
             }),
             2 => Packet::TraceOn,
@@ -464,28 +408,13 @@ pub fn random_packets(rng: &mut Rng, cfg: &EtmV4Config, n: usize) -> Vec<u8> {
             // (Return address also the last branch target, addr_interp 2,
             // can leave the instruction set unknown, which OpenCSD then
             // walks as A32: synthetic runs test it where it makes sense.)
-            13 => Packet::Exception(Exception {
-                number: rng.below(16) as u16,
-                addr_interp: 1,
-                ..Default::default()
-            }),
+            13 => Packet::Exception(Exception { number: rng.below(16) as u16, addr_interp: 1, ..Default::default() }),
             14 => Packet::ExceptionReturn,
-            15 => Packet::Timestamp(Timestamp {
-                value: rng.below(1 << 40),
-                updated_bits: 64,
-                cycle_count: cci.then(|| rng.below(100) as u32),
-            }),
-            16 if cci => Packet::CycleCount(CycleCount {
-                format: 3,
-                count: Some(4 + rng.below(3) as u32),
-                commit: None,
-            }),
+            15 => Packet::Timestamp(Timestamp { value: rng.below(1 << 40), updated_bits: 64, cycle_count: cci.then(|| rng.below(100) as u32) }),
+            16 if cci => Packet::CycleCount(CycleCount { format: 3, count: Some(4 + rng.below(3) as u32), commit: None }),
             17 => Packet::Event(1 + rng.below(15) as u8),
             18 => Packet::Commit(1 + rng.below(4) as u32),
-            19 | 20 => Packet::CancelF1 {
-                count: 1 + rng.below(3) as u32,
-                mispredict: false,
-            },
+            19 | 20 => Packet::CancelF1 { count: 1 + rng.below(3) as u32, mispredict: false },
             21 => {
                 if rng.chance(30) {
                     Packet::Overflow

@@ -32,35 +32,15 @@ pub fn configs() -> Vec<(&'static str, EtmV4Config)> {
         idr8: 0,
         ..full
     };
-    let plain = EtmV4Config {
-        configr: 0xC1,
-        traceidr: 0x13,
-        idr0: 0x28000EA1,
-        idr1: 0x4100F403,
-        idr2: 0x488,
-        ..EtmV4Config::default()
-    };
-    let m = EtmV4Config {
-        traceidr: 0x31,
-        idr1: 0x4200F420,
-        profile: Profile::M,
-        ..plain
-    };
-    vec![
-        ("full", full),
-        ("commopt1", commopt1),
-        ("plain", plain),
-        ("mprofile", m),
-    ]
+    let plain = EtmV4Config { configr: 0xC1, traceidr: 0x13, idr0: 0x28000EA1, idr1: 0x4100F403, idr2: 0x488, ..EtmV4Config::default() };
+    let m = EtmV4Config { traceidr: 0x31, idr1: 0x4200F420, profile: Profile::M, ..plain };
+    vec![("full", full), ("commopt1", commopt1), ("plain", plain), ("mprofile", m)]
 }
 
 /// Whether OpenCSD's full decoder (`-decode`) takes the configuration: it
 /// refuses speculation, data trace and conditional trace.
 pub fn opencsd_decoder_accepts(c: &EtmV4Config) -> bool {
-    c.max_spec_depth() == 0
-        && c.configr & 0x6 == 0
-        && !c.data_trace_enabled()
-        && !c.cond_trace_enabled()
+    c.max_spec_depth() == 0 && c.configr & 0x6 == 0 && !c.data_trace_enabled() && !c.cond_trace_enabled()
 }
 
 /// A core type whose profile OpenCSD derives like ours.
@@ -101,21 +81,13 @@ fn random_context(rng: &mut Rng, c: &EtmV4Config) -> Context {
         el: rng.below(4) as u8,
         aarch64: rng.chance(85),
         non_secure: rng.chance(70),
-        vmid: (c.vmid_bytes() > 0 && rng.chance(60))
-            .then(|| rng.next() as u32 & (u32::MAX >> (32 - 8 * c.vmid_bytes() as u32))),
+        vmid: (c.vmid_bytes() > 0 && rng.chance(60)).then(|| rng.next() as u32 & (u32::MAX >> (32 - 8 * c.vmid_bytes() as u32))),
         context_id: (c.context_id_bytes() > 0 && rng.chance(60)).then(|| rng.next() as u32),
     }
 }
 
 fn addr(value: u64, is: u8, form: AddrForm, update_bits: u8) -> Address {
-    Address {
-        value,
-        is,
-        form,
-        update_bits,
-        valid_bits: 64,
-        is64: true,
-    }
+    Address { value, is, form, update_bits, valid_bits: 64, is64: true }
 }
 
 /// `packets` random packets of every kind valid for `c` (and, with
@@ -142,11 +114,7 @@ pub fn trace(rng: &mut Rng, c: &EtmV4Config, packets: usize, errors: bool) -> Ve
                 let ti = TraceInfo {
                     info: cc as u32 | (rng.below(2) as u32) << 4,
                     p0_key: rng.chance(20).then(|| rng.below(1000) as u32),
-                    spec_depth: if rng.chance(20) {
-                        rng.below(20) as u32
-                    } else {
-                        0
-                    },
+                    spec_depth: if rng.chance(20) { rng.below(20) as u32 } else { 0 },
                     cc_threshold: (cc || rng.chance(20)).then_some(threshold),
                     window: None,
                 };
@@ -156,15 +124,7 @@ pub fn trace(rng: &mut Rng, c: &EtmV4Config, packets: usize, errors: bool) -> Ve
                 put(&mut enc, Packet::TraceInfo(ti), &mut out);
             }
             2 => put(&mut enc, Packet::TraceOn, &mut out),
-            3 => put(
-                &mut enc,
-                Packet::Context(if rng.chance(20) {
-                    None
-                } else {
-                    Some(random_context(rng, c))
-                }),
-                &mut out,
-            ),
+            3 => put(&mut enc, Packet::Context(if rng.chance(20) { None } else { Some(random_context(rng, c)) }), &mut out),
             4..=8 => enc.atoms(&atoms_of(rng, 40), &mut out),
             9..=11 => put(&mut enc, random_atom_packet(rng), &mut out),
             12..=15 => {
@@ -180,12 +140,7 @@ pub fn trace(rng: &mut Rng, c: &EtmV4Config, packets: usize, errors: bool) -> Ve
                 let is = rng.below(2) as u8;
                 let v = rng.next() & !1;
                 let p = match rng.below(3) {
-                    0 => addr(
-                        v,
-                        is,
-                        AddrForm::Short,
-                        if rng.chance(50) { 9 - is } else { 17 - is },
-                    ),
+                    0 => addr(v, is, AddrForm::Short, if rng.chance(50) { 9 - is } else { 17 - is }),
                     1 => addr(v, is, AddrForm::Long32, 32),
                     _ => addr(v, is, AddrForm::Long64, 64),
                 };
@@ -193,28 +148,10 @@ pub fn trace(rng: &mut Rng, c: &EtmV4Config, packets: usize, errors: bool) -> Ve
             }
             17 => {
                 let is = rng.below(2) as u8;
-                let form = if rng.chance(50) {
-                    AddrForm::Long32
-                } else {
-                    AddrForm::Long64
-                };
-                put(
-                    &mut enc,
-                    Packet::AddressContext(
-                        addr(rng.next() & !1, is, form, 64),
-                        random_context(rng, c),
-                    ),
-                    &mut out,
-                );
+                let form = if rng.chance(50) { AddrForm::Long32 } else { AddrForm::Long64 };
+                put(&mut enc, Packet::AddressContext(addr(rng.next() & !1, is, form, 64), random_context(rng, c)), &mut out);
             }
-            18 => put(
-                &mut enc,
-                Packet::ExactMatch {
-                    index: rng.below(3) as u8,
-                    addr: addr(0, 0, AddrForm::Long64, 64),
-                },
-                &mut out,
-            ),
+            18 => put(&mut enc, Packet::ExactMatch { index: rng.below(3) as u8, addr: addr(0, 0, AddrForm::Long64, 64) }, &mut out),
             19 | 20 => {
                 let limit = if c.profile == Profile::M {
                     0x400
@@ -237,183 +174,69 @@ pub fn trace(rng: &mut Rng, c: &EtmV4Config, packets: usize, errors: bool) -> Ve
             }
             21 => put(&mut enc, Packet::ExceptionReturn, &mut out),
             22 | 23 => {
-                let value = if rng.chance(30) {
-                    rng.next() >> 2
-                } else {
-                    rng.next() >> (2 + rng.below(50))
-                };
-                let bits = if rng.chance(40) {
-                    64
-                } else {
-                    7 * (1 + rng.below(8) as u8)
-                };
+                let value = if rng.chance(30) { rng.next() >> 2 } else { rng.next() >> (2 + rng.below(50)) };
+                let bits = if rng.chance(40) { 64 } else { 7 * (1 + rng.below(8) as u8) };
                 let cycle_count = rng.chance(50).then(|| rng.below(1 << 12) as u32);
-                put(
-                    &mut enc,
-                    Packet::Timestamp(Timestamp {
-                        value,
-                        updated_bits: bits,
-                        cycle_count,
-                    }),
-                    &mut out,
-                );
+                put(&mut enc, Packet::Timestamp(Timestamp { value, updated_bits: bits, cycle_count }), &mut out);
             }
             24 | 25 => {
                 let format = 1 + rng.below(3) as u8;
                 let (count, commit) = match format {
-                    1 => (
-                        rng.chance(80)
-                            .then(|| threshold + rng.below(1 << 14) as u32),
-                        (!c.commit_opt1()).then(|| rng.below(100) as u32),
-                    ),
-                    2 => (
-                        Some(threshold + rng.below(16) as u32),
-                        Some(1 + rng.below(16) as u32),
-                    ),
-                    _ => (
-                        Some(threshold + rng.below(4) as u32),
-                        (!c.commit_opt1()).then(|| 1 + rng.below(4) as u32),
-                    ),
+                    1 => (rng.chance(80).then(|| threshold + rng.below(1 << 14) as u32), (!c.commit_opt1()).then(|| rng.below(100) as u32)),
+                    2 => (Some(threshold + rng.below(16) as u32), Some(1 + rng.below(16) as u32)),
+                    _ => (Some(threshold + rng.below(4) as u32), (!c.commit_opt1()).then(|| 1 + rng.below(4) as u32)),
                 };
-                put(
-                    &mut enc,
-                    Packet::CycleCount(CycleCount {
-                        format,
-                        count,
-                        commit,
-                    }),
-                    &mut out,
-                );
+                put(&mut enc, Packet::CycleCount(CycleCount { format, count, commit }), &mut out);
             }
             26 => put(&mut enc, Packet::Commit(rng.below(200) as u32), &mut out),
-            27 => put(
-                &mut enc,
-                Packet::CancelF1 {
-                    count: rng.below(200) as u32,
-                    mispredict: rng.chance(50),
-                },
-                &mut out,
-            ),
+            27 => put(&mut enc, Packet::CancelF1 { count: rng.below(200) as u32, mispredict: rng.chance(50) }, &mut out),
             28 => {
-                let a = [
-                    Atoms::default(),
-                    Atoms::new(1, 1),
-                    Atoms::new(3, 2),
-                    Atoms::new(0, 1),
-                ][rng.below(4) as usize];
-                put(
-                    &mut enc,
-                    if rng.chance(50) {
-                        Packet::Mispredict(a)
-                    } else {
-                        Packet::CancelF2(a)
-                    },
-                    &mut out,
-                );
+                let a = [Atoms::default(), Atoms::new(1, 1), Atoms::new(3, 2), Atoms::new(0, 1)][rng.below(4) as usize];
+                put(&mut enc, if rng.chance(50) { Packet::Mispredict(a) } else { Packet::CancelF2(a) }, &mut out);
             }
-            29 => put(
-                &mut enc,
-                Packet::CancelF3 {
-                    e_atom: rng.chance(50),
-                    count: 2 + rng.below(4) as u8,
-                },
-                &mut out,
-            ),
+            29 => put(&mut enc, Packet::CancelF3 { e_atom: rng.chance(50), count: 2 + rng.below(4) as u8 }, &mut out),
             30 | 31 if c.cond_trace_enabled() || errors => {
                 let p = match rng.below(8) {
-                    0 => Packet::CondInstr(CondInstr::F1 {
-                        key: rng.below(5000) as u32,
-                    }),
-                    1 => Packet::CondInstr(CondInstr::F2 {
-                        code: rng.below(3) as u8,
-                    }),
+                    0 => Packet::CondInstr(CondInstr::F1 { key: rng.below(5000) as u32 }),
+                    1 => Packet::CondInstr(CondInstr::F2 { code: rng.below(3) as u8 }),
                     2 => {
                         let final_elem = rng.chance(50);
-                        Packet::CondInstr(CondInstr::F3 {
-                            count: rng.below(63) as u8 + final_elem as u8,
-                            final_elem,
-                        })
+                        Packet::CondInstr(CondInstr::F3 { count: rng.below(63) as u8 + final_elem as u8, final_elem })
                     }
                     3 => Packet::CondFlush,
                     4 => {
                         let two = rng.chance(50);
                         let r = |rng: &mut Rng| Some((rng.below(3000) as u32, rng.below(16) as u8));
                         let results = [r(rng), if two { r(rng) } else { None }];
-                        Packet::CondResult(CondResult::F1 {
-                            results,
-                            ci: [rng.chance(50), two && rng.chance(50)],
-                        })
+                        Packet::CondResult(CondResult::F1 { results, ci: [rng.chance(50), two && rng.chance(50)] })
                     }
-                    5 => Packet::CondResult(CondResult::F2 {
-                        key_incr: 1 + rng.below(2) as u8,
-                        token: rng.below(3) as u8,
-                    }),
-                    6 => Packet::CondResult(CondResult::F3 {
-                        tokens: rng.below(0x1000) as u16,
-                    }),
-                    _ => Packet::CondResult(CondResult::F4 {
-                        token: rng.below(3) as u8,
-                    }),
+                    5 => Packet::CondResult(CondResult::F2 { key_incr: 1 + rng.below(2) as u8, token: rng.below(3) as u8 }),
+                    6 => Packet::CondResult(CondResult::F3 { tokens: rng.below(0x1000) as u16 }),
+                    _ => Packet::CondResult(CondResult::F4 { token: rng.below(3) as u8 }),
                 };
                 put(&mut enc, p, &mut out);
             }
             32 | 33 if c.has_q_elements() || errors => {
                 let qtype = [0u8, 1, 2, 5, 6, 0xA, 0xB, 0xC, 0xF][rng.below(9) as usize];
                 let addr = match qtype {
-                    0..=2 => QAddress::ExactMatch {
-                        index: qtype,
-                        addr: addr(0, 0, AddrForm::Long64, 64),
-                    },
-                    5 | 6 => QAddress::Address(addr(
-                        rng.next() & !3,
-                        qtype - 5,
-                        AddrForm::Short,
-                        if rng.chance(50) { 9 } else { 17 } - (qtype - 5),
-                    )),
-                    0xA | 0xB => {
-                        QAddress::Address(addr(rng.next() & !3, qtype - 0xA, AddrForm::Long32, 32))
-                    }
+                    0..=2 => QAddress::ExactMatch { index: qtype, addr: addr(0, 0, AddrForm::Long64, 64) },
+                    5 | 6 => QAddress::Address(addr(rng.next() & !3, qtype - 5, AddrForm::Short, if rng.chance(50) { 9 } else { 17 } - (qtype - 5))),
+                    0xA | 0xB => QAddress::Address(addr(rng.next() & !3, qtype - 0xA, AddrForm::Long32, 32)),
                     _ => QAddress::None,
                 };
                 let count = (qtype != 0xF).then(|| rng.below(3000) as u32);
-                put(
-                    &mut enc,
-                    Packet::Q(QPacket { qtype, count, addr }),
-                    &mut out,
-                );
+                put(&mut enc, Packet::Q(QPacket { qtype, count, addr }), &mut out);
             }
             34 => put(&mut enc, Packet::Event(1 + rng.below(15) as u8), &mut out),
             35 if c.data_trace_enabled() || errors => {
                 let numbered = rng.chance(50);
-                put(
-                    &mut enc,
-                    Packet::DataSync {
-                        numbered,
-                        value: rng.below(if numbered { 8 } else { 5 }) as u8,
-                    },
-                    &mut out,
-                );
+                put(&mut enc, Packet::DataSync { numbered, value: rng.below(if numbered { 8 } else { 5 }) as u8 }, &mut out);
             }
-            36 => put(
-                &mut enc,
-                [Packet::Discard, Packet::Overflow, Packet::Ignore][rng.below(3) as usize],
-                &mut out,
-            ),
-            37 if c.profile == Profile::M || errors => {
-                put(&mut enc, Packet::FunctionReturn, &mut out)
-            }
+            36 => put(&mut enc, [Packet::Discard, Packet::Overflow, Packet::Ignore][rng.below(3) as usize], &mut out),
+            37 if c.profile == Profile::M || errors => put(&mut enc, Packet::FunctionReturn, &mut out),
             38 => put(&mut enc, Packet::Async, &mut out),
             39 if errors => {
-                let bad: &[&[u8]] = &[
-                    &[0x08],
-                    &[0x84],
-                    &[0x93],
-                    &[0xB4],
-                    &[0x00, 0x07],
-                    &[0x00, 0x00, 0x00, 0x7f],
-                    &[0x47],
-                    &[0x65],
-                ];
+                let bad: &[&[u8]] = &[&[0x08], &[0x84], &[0x93], &[0xB4], &[0x00, 0x07], &[0x00, 0x00, 0x00, 0x7f], &[0x47], &[0x65]];
                 out.extend_from_slice(bad[rng.below(bad.len() as u64) as usize]);
             }
             _ => enc.atoms(&atoms_of(rng, 8), &mut out),
@@ -422,10 +245,7 @@ pub fn trace(rng: &mut Rng, c: &EtmV4Config, packets: usize, errors: bool) -> Ve
     if rng.chance(50) {
         // Cut inside a last, long packet.
         let mut tail = Vec::new();
-        let _ = enc.encode(
-            &Packet::Address(addr(rng.next() & !3, 0, AddrForm::Long64, 64)),
-            &mut tail,
-        );
+        let _ = enc.encode(&Packet::Address(addr(rng.next() & !3, 0, AddrForm::Long64, 64)), &mut tail);
         out.extend_from_slice(&tail[..1 + rng.below(7) as usize]);
     }
     out
@@ -470,19 +290,10 @@ pub fn write_snapshot(dir: &Path, sources: &[(&str, EtmV4Config)], format: &str,
     let mut trace = format!("[trace_buffers]\nbuffers=buffer0\n\n[buffer0]\nname=buf\nfile=trace.bin\nformat={format}\n\n[source_buffers]\n");
     let mut cores = String::from("\n[core_trace_sources]\n");
     for (i, (name, c)) in sources.iter().enumerate() {
-        writeln!(
-            snap,
-            "device{}=cpu_{i}.ini\ndevice{}=etm_{i}.ini",
-            2 * i,
-            2 * i + 1
-        )
-        .unwrap();
+        writeln!(snap, "device{}=cpu_{i}.ini\ndevice{}=etm_{i}.ini", 2 * i, 2 * i + 1).unwrap();
         std::fs::write(
             dir.join(format!("cpu_{i}.ini")),
-            format!(
-                "[device]\nname=cpu_{i}\nclass=core\ntype={}\n\n[regs]\nPC(size:64)=0x0\n",
-                core_type(c)
-            ),
+            format!("[device]\nname=cpu_{i}\nclass=core\ntype={}\n\n[regs]\nPC(size:64)=0x0\n", core_type(c)),
         )
         .unwrap();
         let regs = [

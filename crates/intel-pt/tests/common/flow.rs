@@ -330,7 +330,10 @@ pub enum Out<'b> {
     Block(&'b pt_block),
     Event(&'b pt_event),
     /// A decode error at this trace offset; libipt then syncs forward.
-    Error { offset: u64, code: c_int },
+    Error {
+        offset: u64,
+        code: c_int,
+    },
 }
 
 /// libipt's block decoder over one CPU's trace, the loop of libipt's `ptxed`:

@@ -29,13 +29,7 @@ pub fn timeline(pieces: &[(u64, &[u8])], pokes: &[(Time, u64, &[u8], &[u8])]) ->
 /// Times equal to TSC, default kernel idioms, walks of at most 1000
 /// instructions between packets.
 pub fn config(noretcomp: bool, trial_insns: u64) -> FlowConfig {
-    FlowConfig {
-        time: TimeConv { shift: 0, mult: 1, zero: 0 },
-        noretcomp,
-        idioms: isa::KernelIdioms::default(),
-        max_walk: 1000,
-        trial_insns,
-    }
+    FlowConfig { time: TimeConv { shift: 0, mult: 1, zero: 0 }, noretcomp, idioms: isa::KernelIdioms::default(), max_walk: 1000, trial_insns }
 }
 
 /// A packet stream written through the encoder, IPs compressed as they go.

@@ -2,7 +2,7 @@
 //! random valid streams, and a decode loop that resyncs after errors.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
-use intel_pt::{Encoder, IpCompression, Packet, PacketDecoder, PacketError, PayloadSize, Resync, Tnt, Ip};
+use intel_pt::{Encoder, Ip, IpCompression, Packet, PacketDecoder, PacketError, PayloadSize, Resync, Tnt};
 
 /// A deterministic xorshift, so the random streams are the same every run.
 pub use testkit::Rng;

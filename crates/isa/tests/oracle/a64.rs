@@ -18,14 +18,11 @@ pub fn classify(addr: u64, word: u32) -> (BranchClass, Option<u64>) {
         "bl" => BranchClass::DirectCall,
         "b.c" | "bc.c" | "cbz" | "cbnz" | "tbz" | "tbnz" => BranchClass::CondBranch,
         // FEAT_CMPBR: cbgt, cbbeq, cbhne, ... (class COMPBRANCH like cbz).
-        m if m.starts_with("cb") && format!("{:?}", def.class) == "COMPBRANCH" => {
-            BranchClass::CondBranch
-        }
+        m if m.starts_with("cb") && format!("{:?}", def.class) == "COMPBRANCH" => BranchClass::CondBranch,
         "br" | "braa" | "braaz" | "brab" | "brabz" => BranchClass::IndirectJump,
         "blr" | "blraa" | "blraaz" | "blrab" | "blrabz" => BranchClass::IndirectCall,
         "ret" | "retaa" | "retab" => BranchClass::Return,
-        "eret" | "eretaa" | "eretab" | "drps" | "svc" | "hvc" | "smc" | "dcps1" | "dcps2"
-        | "dcps3" => BranchClass::FarTransfer,
+        "eret" | "eretaa" | "eretab" | "drps" | "svc" | "hvc" | "smc" | "dcps1" | "dcps2" | "dcps3" => BranchClass::FarTransfer,
         "brk" | "hlt" | "udf" => BranchClass::Trap,
         // The HINT space: NOP, YIELD, BTI, PACIASP, ... and CHKFEAT (hint #0x28).
         "hint" | "chkfeat" => BranchClass::Nop,
@@ -36,13 +33,8 @@ pub fn classify(addr: u64, word: u32) -> (BranchClass, Option<u64>) {
             let mut text = String::new();
             format_insn_pc(addr, &mut text, &opcode).expect("formatting into a String");
             let last = text.rsplit([' ', '\t', ',']).next().unwrap_or_default();
-            let hex = last
-                .strip_prefix("0x")
-                .unwrap_or_else(|| panic!("{word:#010x}: target in {text:?}"));
-            Some(
-                u64::from_str_radix(hex, 16)
-                    .unwrap_or_else(|e| panic!("{word:#010x}: {text:?}: {e}")),
-            )
+            let hex = last.strip_prefix("0x").unwrap_or_else(|| panic!("{word:#010x}: target in {text:?}"));
+            Some(u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("{word:#010x}: {text:?}: {e}")))
         }
         _ => None,
     };

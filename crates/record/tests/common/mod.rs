@@ -19,8 +19,7 @@ pub fn scratch(name: &str) -> PathBuf {
 /// perf with a private HOME and no user config; returns (stdout, stderr).
 pub fn perf(home: &Path, args: &[&str]) -> (String, String) {
     let out = testkit::perf_command(home).args(args).output().unwrap();
-    let (stdout, stderr) =
-        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
     assert!(out.status.success(), "perf {args:?} failed: {stderr}");
     (stdout, stderr)
 }
