@@ -7,4 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -n "${CI:-}" ]]; then
 	export POKETRACE_REQUIRE_PERF=1
 fi
+# Style first: formatting and lints are part of the tests.
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 exec cargo test --workspace --locked "$@"
