@@ -4,6 +4,8 @@
 //! perf with a clean environment, fresh scratch directories, and a
 //! deterministic RNG so random cases are the same every run.
 
+pub mod modules;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
