@@ -6,6 +6,7 @@ mod dump;
 mod etm_cmd;
 mod hex;
 mod image;
+mod lines;
 mod pokes;
 mod record;
 mod symbols;
@@ -169,7 +170,7 @@ fn main() {
         Command::Check { dir, json } => check(&dir, json, &mut out),
         Command::Decode { input, itrace, image, json, fields, ns } => (|| {
             let opts = decode::Options {
-                itrace: decode::Itrace::parse(&itrace)?,
+                itrace: lines::Itrace::parse(&itrace)?,
                 image,
                 json,
                 fields: fields.map(|f| decode::Fields::parse(&f, ns)).transpose()?,
