@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Proves that `poketrace` prints the same bytes as at a git revision: stdout, stderr and exit status
-# of decode (every --itrace, --json, -F, --image form), check, dump, pokes, image, demo, and the
-# files `simulate` writes, on small simulated runs (x86_64 Intel PT with TSC, MTC and CYC timing,
-# AArch64 ETMv4, the int3 and prepost protocols) and on runs whose trace was damaged on purpose.
+# of decode (every --itrace, --json, -F, --image form), check, dump, pokes, image, demo, --help and
+# refused flags, and the files `simulate` writes, on small simulated runs (x86_64 Intel PT with TSC,
+# MTC and CYC timing, AArch64 ETMv4, the int3 and prepost protocols) and on runs whose trace was
+# damaged on purpose.
 #
 #   scripts/compare-outputs.sh [REV]      REV defaults to 8d265fb; run from anywhere in the tree
 #
@@ -31,7 +32,8 @@ sha=$(git -C "$root" rev-parse --verify --quiet "$rev^{commit}") || die "$rev is
 # Builds share one target directory; the lock keeps two runs from swapping each other's binary.
 exec 9>"$cache/lock"
 flock 9
-rev_bin=$cache/bin/poketrace-$sha
+# Both binaries are called poketrace: usage lines name them.
+rev_bin=$cache/bin/$sha/poketrace
 if [[ ! -x $rev_bin ]]; then
 	# A fixed path: cargo then reuses the artifacts of the last revision built here.
 	src=$cache/rev-src
@@ -40,13 +42,15 @@ if [[ ! -x $rev_bin ]]; then
 	git -C "$root" worktree add --detach --quiet "$src" "$sha"
 	echo "building $rev ($sha) in $src" >&2
 	(cd "$src" && CARGO_TARGET_DIR=$cache/target cargo build --release --locked --quiet -p poketrace) || die "building $rev failed"
+	mkdir -p "$cache/bin/$sha"
 	cp "$cache/target/release/poketrace" "$rev_bin.tmp"
 	mv "$rev_bin.tmp" "$rev_bin"
 	git -C "$root" worktree remove --force "$src"
 fi
 echo "building the working tree $root" >&2
 (cd "$root" && CARGO_TARGET_DIR=$cache/target cargo build --release --locked --quiet -p poketrace) || die "building the working tree failed"
-cur_bin=$work/poketrace-current
+mkdir "$work/current"
+cur_bin=$work/current/poketrace
 cp "$cache/target/release/poketrace" "$cur_bin"
 flock -u 9
 
@@ -188,6 +192,15 @@ for name in "${names[@]}"; do
 	compare "$name: image --at symbol" image "$dir" --at 1.000000000 _text+0x10 8
 done
 compare "decode of a missing directory" decode "$work/no-such-dir"
+compare "decode --image of no such mode" decode rev/x86-int3-tsc --image bogus
+compare "simulate --arch of no such arch" simulate --arch bogus -o cur/bogus
+compare "simulate --protocol of no such protocol" simulate --protocol bogus --instructions 100 -o cur/bogus
+for cmd in "" decode simulate check dump pokes image demo; do
+	# shellcheck disable=SC2086 # no command: the top level
+	compare "help: $cmd -h" $cmd -h
+	# shellcheck disable=SC2086
+	compare "help: $cmd --help" $cmd --help
+done
 
 # demo writes into TMPDIR, in a directory named by its process id.
 mkdir -p "$work/demo-tmp"
