@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
 use codeimage::{BaseImage, CodeTimeline};
 use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, MtcConv, SharedBlocks, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
@@ -13,6 +14,7 @@ use isa::{BranchClass, KernelIdioms};
 use perfdata::abi::auxtrace_type;
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
 use perfdata::{PerfFile, RecordBody};
+use sim::check::Mode as ImageMode;
 
 use crate::lines::{Itrace, Kind, Out, Queue};
 use crate::symbols::Symbolizer;
@@ -69,8 +71,7 @@ impl Fields {
 /// What `decode` prints and from which code image.
 pub struct Options {
     pub itrace: Itrace,
-    /// timeline, perf or static.
-    pub image: String,
+    pub image: ImageMode,
     pub json: bool,
     /// perf script's layout with these fields, instead of poketrace's own.
     pub fields: Option<Fields>,
@@ -138,10 +139,7 @@ impl Threads {
 }
 
 pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
-    let (itrace, image, json) = (&opts.itrace, opts.image.as_str(), opts.json);
-    if !matches!(image, "timeline" | "perf" | "static") {
-        bail!("--image {image}: timeline, perf or static");
-    }
+    let (itrace, image, json) = (&opts.itrace, opts.image, opts.json);
     let file = PerfFile::open(input)?;
     let mut info = None;
     let mut time_conv = None;
@@ -163,6 +161,9 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         }
     }
     let info = info.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
+    if matches!(info, Trace::CoreSight(_)) && image == ImageMode::PerfStyle {
+        bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
+    }
     let mut symbols = Symbolizer::for_input(&file, None)?;
     symbols.add_user_mappings(&file);
     let built = codeimage::from_perf_data(&file, BaseImage::new())?;
@@ -170,7 +171,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         eprintln!("poketrace decode: {e}");
     }
     let tl: &CodeTimeline = &built.timeline;
-    let bare = if image == "static" {
+    let bare = if image == ImageMode::Static {
         let mut base = BaseImage::new();
         codeimage::add_base(&file, &mut base)?;
         Some(codeimage::TimelineBuilder::new(base).build())
@@ -211,8 +212,13 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         }
     }
     out.write_all(text.as_bytes())?;
-    eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {image}", aux.len());
+    eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {}", aux.len(), image_name(image));
     Ok(0)
+}
+
+/// The `--image` name of a mode.
+fn image_name(image: ImageMode) -> String {
+    image.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
 }
 
 /// Bytes of lines kept before they are written out.
@@ -234,7 +240,7 @@ fn pt_lines(
     info: &IntelPtInfo,
     aux: &[Queue],
     itrace: &Itrace,
-    image: &str,
+    image: ImageMode,
     tl: &CodeTimeline,
     code: &CodeTimeline,
     emit: &mut impl FnMut(&Out) -> Result<()>,
@@ -269,17 +275,17 @@ fn pt_lines(
             s.spawn(move || {
                 let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &tx);
                 match image {
-                    "timeline" => {
+                    ImageMode::Timeline => {
                         FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink)
                     }
                     // The lines show no instruction's latest time: none is worked out.
-                    "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
+                    ImageMode::PerfStyle => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
                         .with_mtc(mtc)
                         .with_cyc(cyc)
                         .with_upper_bounds(false)
                         .with_shared_blocks(blocks)
                         .run_with(sink),
-                    _ => FlowDecoder::new(&q.trace, &Static(code), cfg)
+                    ImageMode::Static => FlowDecoder::new(&q.trace, &Static(code), cfg)
                         .with_mtc(mtc)
                         .with_cyc(cyc)
                         .with_upper_bounds(false)

@@ -15,13 +15,15 @@ use serde::Serialize;
 use crate::truth::TruthReader;
 use crate::SimError;
 
-/// Which code the decoder walks.
+/// Which code the decoder walks (`decode --image`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// The code before any change (no poke awareness).
     Static,
     /// One image updated in timestamp order, read at the last timestamp seen (what perf does).
+    #[cfg_attr(feature = "clap", value(name = "perf"))]
     PerfStyle,
     /// The code timeline, read over the interval the trace allows.
     Timeline,
@@ -98,7 +100,7 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
 /// from damage. (An ETMv4 run is checked as it is.)
 pub fn check_with(dir: &Path, recovery: Recovery, damage: impl Fn(usize, &mut Vec<u8>)) -> Result<Vec<ModeReport>, SimError> {
     let summary = crate::read_summary(dir)?;
-    if summary.config.arch == "aarch64" {
+    if summary.config.arch == isa::Arch::Aarch64 {
         return check_etm(dir, &summary);
     }
     let file = PerfFile::open(dir)?;
@@ -410,7 +412,7 @@ fn pt_setup(file: &PerfFile, info: &IntelPtInfo) -> (FlowConfig, Timing) {
 /// The code with every change the run recorded (begin/end pairs for the
 /// PRE/POST protocol).
 fn poked_image(file: &PerfFile, summary: &crate::Summary) -> Result<CodeTimeline, SimError> {
-    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
+    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
     Ok(codeimage::from_perf_data_with(file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
 }
 
