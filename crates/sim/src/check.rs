@@ -360,16 +360,22 @@ fn score(
     m.finish().map_err(io)
 }
 
-/// Decoded events of one CPU in timeline mode (a debugging aid for the simulator's tests).
-pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
-    let file = PerfFile::open(dir).unwrap();
-    let summary = crate::read_summary(dir).unwrap();
-    let (info, aux) = per_cpu_aux(&file, summary.config.cpus).unwrap();
-    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info.unwrap()).unwrap());
-    let full = poked_image(&file, &summary).unwrap();
+/// Decoded events of one CPU of an Intel PT run in timeline mode (a debugging aid for the
+/// simulator's tests).
+pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
+    let file = PerfFile::open(dir)?;
+    let summary = crate::read_summary(dir)?;
+    if summary.config.arch != isa::Arch::X86_64 {
+        return Err(SimError::Config(format!("{}: decode_cpu decodes Intel PT; this run is {:?}", dir.display(), summary.config.arch)));
+    }
+    let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
+    let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
+    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
+    let trace = aux.get(cpu).ok_or_else(|| SimError::Config(format!("cpu {cpu}: the run has {} CPUs", aux.len())))?;
+    let full = poked_image(&file, &summary)?;
     let mut out = Vec::new();
-    FlowDecoder::new(&aux[cpu], &Interval(&full), cfg).with_mtc(timing.0).with_cyc(timing.1).run(|e| out.push(e));
-    out
+    FlowDecoder::new(trace, &Interval(&full), cfg).with_mtc(timing.0).with_cyc(timing.1).run(|e| out.push(e));
+    Ok(out)
 }
 
 /// A run's AUXTRACE_INFO and each CPU's trace.

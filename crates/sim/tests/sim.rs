@@ -175,3 +175,21 @@ fn config_names_arch_and_protocol_as_the_command_line_does() {
     let old = json.replace(r#""arch":"aarch64","#, "");
     assert_eq!(serde_json::from_str::<SimConfig>(&old).unwrap().arch, Arch::X86_64, "a config without arch is x86_64");
 }
+
+#[test]
+fn decode_cpu_gives_the_truths_instructions_or_an_error() {
+    let d = dir("decode-cpu");
+    let cfg = SimConfig { cpus: 2, instructions: 5_000, pokes: 0, protocol: Protocol::None, tsc_period: 20, ..SimConfig::default() };
+    sim::simulate(&cfg, &d).unwrap();
+    let events = sim::check::decode_cpu(&d, 1).unwrap();
+    let decoded: Vec<u64> = events.iter().filter_map(|e| if let intel_pt::flow::FlowEvent::Insn { ip, .. } = e { Some(*ip) } else { None }).collect();
+    let truth: Vec<u64> = sim::TruthReader::open(&d.join("truth/cpu1.bin")).unwrap().map(|r| r.unwrap().1).collect();
+    assert!(decoded.len() > 1000, "{} instructions", decoded.len());
+    assert_eq!(decoded, truth[..decoded.len()], "no changes to the code: the decode is the truth");
+    let e = sim::check::decode_cpu(&d, 2).unwrap_err();
+    assert!(e.to_string().contains("cpu 2"), "{e}");
+    let a = dir("decode-cpu-a64");
+    sim::simulate(&SimConfig { arch: Arch::Aarch64, ..cfg }, &a).unwrap();
+    let e = sim::check::decode_cpu(&a, 0).unwrap_err();
+    assert!(e.to_string().contains("Intel PT"), "{e}");
+}
