@@ -1,4 +1,10 @@
-//! `poketrace`: the command line. Parses flags, wires the crates together, prints.
+//! `poketrace`, the command line over the workspace's crates: `dump` and
+//! `pokes` print perf.data records and the history of code changes, `image`
+//! the code at an address at a moment, `decode` Intel PT or CoreSight ETMv4
+//! over the code timeline (perf script's layouts, or JSON), `record` captures
+//! side-band data live, `simulate`/`check`/`demo` run and score the
+//! simulator, `etm` decodes OpenCSD snapshots. It parses flags, wires the
+//! crates together and prints; the work is in the crates.
 
 mod decode;
 mod decode_cs;

@@ -26,6 +26,10 @@
 //!
 //! Nothing here panics on malformed input: undecodable bytes become `.byte`
 //! lines and unrecognised changes become [`PokeKind::Other`].
+//!
+//! [`Arch`] names the two instruction sets everywhere in poketrace; the `clap`
+//! and `serde` features make it a command-line value and a serialized field
+//! (`x86_64`, `aarch64`).
 
 mod a64_class;
 mod aarch64;

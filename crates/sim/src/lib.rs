@@ -16,6 +16,12 @@
 //!
 //! Truth and trace are streamed to files as they are made: memory does not
 //! grow with the run. Same seed, same bytes.
+//!
+//! [`check`] decodes such a run with three images of the code ([`check::Mode`]:
+//! static, perf-style, timeline) and scores each against the truth: right,
+//! wrong, missing, errors, uncertain. [`simulate_elf`] walks a real ELF
+//! file's code instead of a generated kernel. The `clap` feature makes the
+//! architecture, [`Protocol`] and [`check::Mode`] command-line values.
 
 mod a64prog;
 pub mod check;
