@@ -9,6 +9,8 @@ use std::io::{self, Write};
 /// Column widths (characters of content; the text is cut at these).
 const OPCODE_MAX: usize = 9;
 const PAYLOAD_MAX: usize = 24;
+/// The payload column's width when a tracking column follows it.
+const PAYLOAD_WIDTH: usize = 20;
 /// A TNT's payload may be wider: up to 47 outcome characters.
 const WIDE_PAYLOAD_MAX: usize = 47;
 const TRACK_ID_MAX: usize = 4;
@@ -77,9 +79,10 @@ impl Line {
         column(out, self.opcode, OPCODE_MAX, if payload.is_empty() { 0 } else { OPCODE_MAX + 1 })?;
         if !self.track_id.is_empty() {
             out.write_all(b" ")?;
-            column(out, payload, PAYLOAD_MAX, PAYLOAD_MAX + 1)?;
+            column(out, payload, PAYLOAD_MAX, PAYLOAD_WIDTH)?;
             out.write_all(b" ")?;
-            column(out, self.track_id, TRACK_ID_MAX, TRACK_ID_MAX + 1)?;
+            column(out, self.track_id, TRACK_ID_MAX, 0)?;
+            out.write_all(b" ")?;
             column(out, &self.track, TRACK_MAX, 0)?;
         } else if !payload.is_empty() {
             write!(out, " {payload}")?;
@@ -106,7 +109,7 @@ mod tests {
         line.opcode = "pip";
         line.track_id = "cr3";
         line.track.push_str("0000000000afafa0");
-        assert_eq!(printed(&line, Some(0x86)), format!("0000000000000086  pip        afafa0{}cr3  0000000000afafa0\n", " ".repeat(20)));
+        assert_eq!(printed(&line, Some(0x86)), format!("0000000000000086  pip        afafa0{}cr3 0000000000afafa0\n", " ".repeat(15)));
         line.clear();
         line.opcode = "psbend";
         line.set_raw(&[0x02, 0x23]);

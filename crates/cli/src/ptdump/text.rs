@@ -97,8 +97,8 @@ fn payload(packet: &Packet, line: &mut Line) -> std::fmt::Result {
             // One wake reason: interrupt (bit 0), store (bit 2), hardware (bit 3).
             let reason = match wake_reason & 0xd {
                 0x1 => "int",
-                0x4 => " st",
-                0x8 => " hw",
+                0x4 => "st",
+                0x8 => "hw",
                 _ => "bad",
             };
             write!(p, "{reason}: c{}, c{}", (last_cstate + 1) & 0xf, (deepest_cstate + 1) & 0xf)
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(payload_of(Packet::TipPgd(ip(IpCompression::Suppressed, 0))).0, "tip.pgd 0: ????????????????");
         assert_eq!(payload_of(Packet::TntShort(Tnt { bits: 0b10001, count: 5 })).0, "tnt.8 !...!");
         assert_eq!(payload_of(Packet::ModeExec { csl: true, csd: false, if_flag: true }).0, "mode.exec cs.l, if");
-        assert_eq!(payload_of(Packet::Pwrx { last_cstate: 0, deepest_cstate: 5, wake_reason: 4 }).0, "pwrx  st: c1, c6");
+        assert_eq!(payload_of(Packet::Pwrx { last_cstate: 0, deepest_cstate: 5, wake_reason: 4 }).0, "pwrx st: c1, c6");
         assert_eq!(payload_of(Packet::Cfe { ip: true, event_type: 14, vector: 0x80 }), ("cfe 14: 128, ip".into(), "swintr".into()));
         assert_eq!(payload_of(Packet::Cfe { ip: false, event_type: 5, vector: 0xce }), ("cfe 5: ce".into(), "sipi".into()));
         let t = Trig { trbv: 0xa1, ip: true, mult: true, icnt: Some(23) };
