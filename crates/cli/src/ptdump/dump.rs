@@ -1,19 +1,20 @@
 //! The dump itself: each packet printed with what ptdump tracks beside it
-//! (the last IP, the execution mode, the estimated time and calibration),
-//! errors printed as `[offset: what: why]` lines, and a resync to the next
-//! PSB after a bad packet.
+//! (the last IP, the execution mode, CR3 and VMCS, time through
+//! [`Clock`]), errors printed as `[offset: what: why]` lines, and a resync
+//! to the next PSB after a bad packet.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use intel_pt::{IpCompression, Packet};
+use intel_pt::{Ip, IpCompression, Packet};
 
-use super::error::Fault;
+use super::clock::Clock;
+use super::error::{diag, Fault};
 use super::line::Line;
 use super::options::Options;
 use super::reader::{Decoded, Item, Reader};
 use super::text;
-use super::time::{Calibration, Time, TimingConfig, FCR_SHIFT};
+use super::time::TimingConfig;
 
 /// The last IP as ptdump tracks it: built from every IP packet's payload,
 /// never reset by a PSB (only by a resync).
@@ -23,38 +24,40 @@ struct LastIp {
     suppressed: bool,
 }
 
-/// What is tracked across packets; reset after a resync.
-#[derive(Default)]
-struct Tracking {
-    last_ip: LastIp,
-    tcal: Calibration,
-    time: Time,
-    /// The last time and calibration printed, for `--time-delta`.
-    tsc: u64,
-    fcr: u64,
-    in_header: bool,
+impl LastIp {
+    fn update(&mut self, ip: Ip) {
+        match ip.compression {
+            IpCompression::Suppressed => self.suppressed = true,
+            c => {
+                self.ip = c.apply(ip.payload, self.ip.unwrap_or(0));
+                self.suppressed = false;
+            }
+        }
+    }
+
+    /// The last IP; none yet, or suppressed by the last IP packet.
+    fn get(&self) -> Result<u64, Fault> {
+        match (self.ip, self.suppressed) {
+            (None, _) => Err(Fault::NoIp),
+            (Some(_), true) => Err(Fault::IpSuppressed),
+            (Some(ip), false) => Ok(ip),
+        }
+    }
 }
 
 /// Prints the packets of a trace as ptdump does.
 pub struct Dumper<'o, W: Write> {
     options: Options,
-    timing: TimingConfig,
     out: &'o mut W,
     line: Line,
-    track: Tracking,
+    /// Tracked across packets, reset after a resync.
+    last_ip: LastIp,
+    clock: Clock,
 }
 
 impl<'o, W: Write> Dumper<'o, W> {
     pub fn new(options: Options, timing: TimingConfig, out: &'o mut W) -> Self {
-        Dumper { options, timing, out, line: Line::default(), track: Tracking::default() }
-    }
-
-    /// An error line: `[offset: what]` or `[offset: what: why]`.
-    pub fn diag(&mut self, offset: usize, what: &str, fault: Option<Fault>) -> io::Result<()> {
-        match fault {
-            Some(f) => writeln!(self.out, "[{offset:x}: {what}: {}]", f.message()),
-            None => writeln!(self.out, "[{offset:x}: {what}]"),
-        }
+        Dumper { options, out, line: Line::default(), last_ip: LastIp::default(), clock: Clock::new(options, timing) }
     }
 
     /// Dumps the whole buffer: from the first PSB (or its start with
@@ -70,11 +73,12 @@ impl<'o, W: Write> Dumper<'o, W> {
                 Ok(Some(d)) => self.packet(reader, d)?,
                 Ok(None) => return Ok(()),
                 Err((offset, fault)) => {
-                    self.diag(offset, "error decoding packet", Some(fault))?;
+                    diag(self.out, offset, "error decoding packet", Some(fault))?;
                     if !reader.sync_forward() {
                         return Ok(());
                     }
-                    self.track = Tracking::default();
+                    self.last_ip = LastIp::default();
+                    self.clock.reset();
                 }
             }
         }
@@ -101,39 +105,21 @@ impl<'o, W: Write> Dumper<'o, W> {
         let o = self.options;
         let timed = o.track_time;
         match *packet {
-            Packet::Psb => {
-                if timed {
-                    self.track.tcal.update_psb(&self.timing);
-                }
-                self.track.in_header = true;
-            }
-            Packet::PsbEnd => self.track.in_header = false,
+            Packet::Psb if timed => self.clock.psb(),
+            Packet::PsbEnd => self.clock.psbend(),
             Packet::Pad => line.skip = o.no_pad,
-            Packet::Ovf if timed => {
-                if o.keep_tcal_on_ovf {
-                    self.track.tcal.update_ovf();
-                } else {
-                    self.track.tcal = Calibration::default();
-                }
-            }
+            Packet::Ovf if timed => self.clock.ovf(),
             Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) if o.show_last_ip => {
-                let last = &mut self.track.last_ip;
-                match ip.compression {
-                    IpCompression::Suppressed => last.suppressed = true,
-                    c => {
-                        last.ip = c.apply(ip.payload, last.ip.unwrap_or(0));
-                        last.suppressed = false;
-                    }
-                }
+                self.last_ip.update(ip);
                 line.track_id = "ip";
-                match (last.ip, last.suppressed) {
-                    (None, _) => {
-                        line.track.push_str("<unavailable>");
-                        self.diag(offset, "error tracking last-ip", Some(Fault::NoIp))?;
-                    }
-                    (Some(_), true) => line.track.push_str("<suppressed>"),
-                    (Some(ip), false) => {
+                match self.last_ip.get() {
+                    Ok(ip) => {
                         let _ = write!(line.track, "{ip:016x}");
+                    }
+                    Err(Fault::IpSuppressed) => line.track.push_str("<suppressed>"),
+                    Err(f) => {
+                        line.track.push_str("<unavailable>");
+                        diag(self.out, offset, "error tracking last-ip", Some(f))?;
                     }
                 }
             }
@@ -154,136 +140,18 @@ impl<'o, W: Write> Dumper<'o, W> {
                 line.track_id = "vmcs";
                 let _ = write!(line.track, "{base:016x}");
             }
-            Packet::Tsc(tsc) => {
-                if timed {
-                    self.on_tsc(offset, tsc, line)?;
-                }
-                line.skip |= o.no_timing;
-            }
-            Packet::Cbr(ratio) => {
-                if timed {
-                    self.on_cbr(offset, ratio, line)?;
-                }
-                line.skip |= o.no_timing;
-            }
-            Packet::Tma { ctc, fast_counter } => {
-                if timed {
-                    let r = self.track.time.update_tma(&self.timing, ctc, fast_counter);
-                    self.report(offset, "error updating time", r)?;
-                    line.skip_tcal = true;
-                    self.show_time(offset, line)?;
-                }
-                line.skip |= o.no_timing;
-            }
-            Packet::Mtc(ctc) => {
-                if timed {
-                    if !o.no_tcal {
-                        let r = self.track.tcal.update_mtc(&self.timing, ctc);
-                        self.report(offset, "error calibrating time", r)?;
-                    }
-                    let r = self.track.time.update_mtc(&self.timing, ctc);
-                    self.report(offset, "error updating time", r)?;
-                    self.show_time(offset, line)?;
-                }
-                line.skip |= o.no_timing;
-            }
-            Packet::Cyc(cycles) => {
-                if timed && !o.no_cyc {
-                    self.on_cyc(offset, cycles, line)?;
-                }
-                line.skip |= o.no_timing || o.no_cyc;
-            }
+            Packet::Tsc(tsc) if timed => self.clock.tsc(self.out, offset, tsc, line)?,
+            Packet::Cbr(ratio) if timed => self.clock.cbr(self.out, offset, ratio, line)?,
+            Packet::Tma { ctc, fast_counter } if timed => self.clock.tma(self.out, offset, ctc, fast_counter, line)?,
+            Packet::Mtc(ctc) if timed => self.clock.mtc(self.out, offset, ctc, line)?,
+            Packet::Cyc(cycles) if timed && !o.no_cyc => self.clock.cyc(self.out, offset, cycles, line)?,
             _ => {}
         }
-        Ok(())
-    }
-
-    fn on_tsc(&mut self, offset: usize, tsc: u64, line: &mut Line) -> io::Result<()> {
-        if !self.options.no_tcal {
-            if self.track.in_header {
-                let r = self.track.tcal.header_tsc(tsc);
-                self.report(offset, "error calibrating time", r)?;
-            } else {
-                self.track.tcal.update_tsc(tsc);
-            }
-        }
-        self.track.time.update_tsc(tsc);
-        self.show_time(offset, line)
-    }
-
-    fn on_cbr(&mut self, offset: usize, ratio: u8, line: &mut Line) -> io::Result<()> {
-        if !self.options.no_tcal {
-            let tcal = &mut self.track.tcal;
-            let r = if self.track.in_header { tcal.header_cbr(&self.timing, ratio) } else { tcal.update_cbr(&self.timing, ratio) };
-            self.report(offset, "error calibrating time", r)?;
-        }
-        let r = self.track.time.update_cbr(ratio);
-        self.report(offset, "error updating time", r)?;
-        line.skip_time = true;
-        self.show_time(offset, line)
-    }
-
-    fn on_cyc(&mut self, offset: usize, cycles: u64, line: &mut Line) -> io::Result<()> {
-        let mut fcr = 0;
-        if !self.options.no_tcal {
-            match self.track.tcal.fcr() {
-                Ok(v) => fcr = v,
-                Err(f) => self.diag(offset, "calibration error", Some(f))?,
-            }
-            self.track.tcal.update_cyc(cycles);
-        }
-        match self.track.time.update_cyc(&self.timing, cycles, fcr) {
-            Err(f) => self.diag(offset, "error updating time", Some(f))?,
-            Ok(()) if fcr == 0 => self.diag(offset, "error updating time: no calibration", None)?,
-            Ok(()) => {}
-        }
-        line.skip_tcal = true;
-        self.show_time(offset, line)
-    }
-
-    fn report(&mut self, offset: usize, what: &str, r: Result<(), Fault>) -> io::Result<()> {
-        match r {
-            Ok(()) => Ok(()),
-            Err(f) => self.diag(offset, what, Some(f)),
-        }
-    }
-
-    /// The tracking column of a timing packet: the calibration (`--tcal`)
-    /// or the estimated TSC (`--time`), as values or as deltas.
-    fn show_time(&mut self, offset: usize, line: &mut Line) -> io::Result<()> {
-        let o = self.options;
-        if o.show_tcal && !line.skip_tcal {
-            line.track_id = "fcr";
-            match self.track.tcal.fcr() {
-                Err(f) => {
-                    line.track.push_str("<unavailable>");
-                    self.diag(offset, "error printing time", Some(f))?;
-                }
-                Ok(fcr) => {
-                    let scale = (1u64 << FCR_SHIFT) as f64;
-                    let value = fcr as f64 / scale;
-                    if o.time_delta {
-                        let _ = write!(line.track, "{:+.3}", value - self.track.fcr as f64 / scale);
-                        self.track.fcr = fcr;
-                    } else {
-                        let _ = write!(line.track, "{value:.3}");
-                    }
-                }
-            }
-        }
-        if o.show_time && !line.skip_time {
-            line.track_id = "tsc";
-            let (tsc, wall_clock) = self.track.time.tsc();
-            if !wall_clock && !o.no_wall_clock {
-                self.diag(offset, "error printing time", Some(Fault::NoTime))?;
-                line.track.push_str("<unavailable>");
-            } else if o.time_delta {
-                let last = self.track.tsc;
-                let _ = if last <= tsc { write!(line.track, "+{:x}", tsc - last) } else { write!(line.track, "-{:x}", last - tsc) };
-                self.track.tsc = tsc;
-            } else {
-                let _ = write!(line.track, "{tsc:016x}");
-            }
+        // Hidden timing packets are still tracked.
+        match packet {
+            Packet::Tsc(_) | Packet::Cbr(_) | Packet::Tma { .. } | Packet::Mtc(_) => line.skip |= o.no_timing,
+            Packet::Cyc(_) => line.skip |= o.no_timing || o.no_cyc,
+            _ => {}
         }
         Ok(())
     }

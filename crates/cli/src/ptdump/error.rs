@@ -10,6 +10,7 @@ pub enum Fault {
     BadContext,
     BadConfig,
     NoIp,
+    IpSuppressed,
     NoTime,
     BadCpu,
 }
@@ -24,8 +25,25 @@ impl Fault {
             Fault::BadContext => "unexpected packet context",
             Fault::BadConfig => "bad configuration",
             Fault::NoIp => "no ip",
+            Fault::IpSuppressed => "ip has been suppressed",
             Fault::NoTime => "no timing information",
             Fault::BadCpu => "unknown cpu",
         }
+    }
+}
+
+/// Writes ptdump's error line: `[offset: what]`, or `[offset: what: why]`.
+pub fn diag(out: &mut impl std::io::Write, offset: usize, what: &str, fault: Option<Fault>) -> std::io::Result<()> {
+    match fault {
+        Some(f) => writeln!(out, "[{offset:x}: {what}: {}]", f.message()),
+        None => writeln!(out, "[{offset:x}: {what}]"),
+    }
+}
+
+/// [`diag`] for a failed update, nothing for a good one.
+pub fn report(out: &mut impl std::io::Write, offset: usize, what: &str, r: Result<(), Fault>) -> std::io::Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(f) => diag(out, offset, what, Some(f)),
     }
 }

@@ -3,6 +3,7 @@
 //! optionally the last IP, the execution mode and the estimated time, in
 //! ptdump's format, from the project's packet decoder.
 
+mod clock;
 mod cpu;
 mod dump;
 mod error;
