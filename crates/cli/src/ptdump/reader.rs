@@ -227,4 +227,20 @@ mod tests {
         assert_eq!(got[2], Ok((3, 16, Item::Packet(Packet::Psb))));
         assert_eq!(got[3], Ok((19, 2, Item::Packet(Packet::PsbEnd))));
     }
+
+    /// Of a run of PSB patterns longer than a PSB, the sync point is its
+    /// last 16 bytes, and a resync never goes back to the PSB it left.
+    #[test]
+    fn sync_takes_the_last_psb_of_a_run() {
+        let mut trace = vec![0x00];
+        trace.extend_from_slice(&[0x02, 0x82].repeat(10));
+        trace.extend_from_slice(&[0x02, 0x23, 0x02, 0x55]);
+        let mut r = Reader::new(&trace, Errata::default());
+        assert!(r.sync_forward());
+        assert_eq!(r.offset(), 5);
+        assert_eq!(r.next().unwrap().map(|d| (d.offset, d.item)), Some((5, Item::Packet(Packet::Psb))));
+        assert_eq!(r.next().unwrap().map(|d| (d.offset, d.item)), Some((21, Item::Packet(Packet::PsbEnd))));
+        assert_eq!(r.next().unwrap_err(), (23, Fault::BadOpcode));
+        assert!(!r.sync_forward());
+    }
 }

@@ -87,8 +87,10 @@ impl Time {
         (self.tsc, self.have_tsc)
     }
 
+    /// A TSC: the full time; what MTCs and CYCs built up starts over (the
+    /// CTC CYC counting started from is kept until a TMA or MTC sets it).
     pub fn update_tsc(&mut self, tsc: u64) {
-        *self = Time { tsc, base: tsc, have_tsc: true, ..Time::default() };
+        *self = Time { tsc, base: tsc, have_tsc: true, ctc_cyc: self.ctc_cyc, ..Time::default() };
     }
 
     /// A CBR: only checked, the estimate does not use the ratio.
