@@ -66,11 +66,8 @@ fn libipt_ptdump_cases() {
             failed.push(format!("  {name} ({})\n{p}", args.trim()));
         }
     }
-    println!(
-        "ptdump: {} passed, {} failed ({identical} byte for byte; the rest differ in hand-aligned blanks)",
-        cases.len() - failed.len(),
-        failed.len()
-    );
+    let passed = cases.len() - failed.len();
+    println!("ptdump: {passed} passed, {} failed; {identical} of {} byte for byte", failed.len(), cases.len());
     for f in &failed {
         println!("{f}");
     }
