@@ -3,7 +3,7 @@
 # of frames, 6 trace IDs, 1,740,344 instruction ranges, 7,581,461
 # instructions) into trace elements, against OpenCSD's trc_pkt_lister
 # (Debian libopencsd-bin) decoding the same, in the same run
-# (docs/PERFORMANCE.md, "ETMv4 decode").
+# (docs/PERFORMANCE.md, "ETMv4 packets and decode").
 #
 #   scripts/bench-etm-decode.sh
 #   SNAP=../shared/opencsd-snapshots/juno_r1_1 RUNS=20 scripts/bench-etm-decode.sh

@@ -14,6 +14,7 @@ mod hex;
 mod image;
 mod lines;
 mod pokes;
+mod ptdump;
 mod record;
 mod symbols;
 mod text;
@@ -154,6 +155,13 @@ enum Command {
         #[arg(long, default_value = "opencsd")]
         format: String,
     },
+    /// List the packets of a raw Intel PT file, a drop-in for libipt's ptdump (`poketrace ptdump --help`).
+    #[command(disable_help_flag = true)]
+    Ptdump {
+        /// ptdump's own options and the trace file, parsed as ptdump parses them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Run the main job on built-in data.
     Demo,
 }
@@ -186,6 +194,7 @@ fn main() {
         })(),
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
+        Command::Ptdump { args } => ptdump::run(&args, &mut out),
         Command::Demo => demo(&mut out),
     };
     let result = result.and_then(|code| {
