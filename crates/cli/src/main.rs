@@ -3,8 +3,9 @@
 //! the code at an address at a moment, `decode` Intel PT or CoreSight ETMv4
 //! over the code timeline (perf script's layouts, or JSON), `record` captures
 //! side-band data live, `simulate`/`check`/`demo` run and score the
-//! simulator, `etm` decodes OpenCSD snapshots. It parses flags, wires the
-//! crates together and prints; the work is in the crates.
+//! simulator, `etm` decodes OpenCSD snapshots, `ptdump` lists a raw Intel PT
+//! file's packets as libipt's ptdump does. It parses flags, wires the crates
+//! together and prints; the work is in the crates.
 
 mod decode;
 mod decode_cs;
