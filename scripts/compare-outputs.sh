@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves that `poketrace` prints the same bytes as at a git revision: stdout, stderr and exit status
-# of decode (every --itrace, --json, -F, --image form), check, dump, pokes, image, demo, --help and
-# refused flags, and the files `simulate` writes, on small simulated runs (x86_64 Intel PT with TSC,
+# of decode (every --itrace, --json, -F, --image form), check, dump, pokes, image, demo, ptdump,
+# --help and refused flags, and the files `simulate` writes, on small simulated runs (x86_64 Intel PT with TSC,
 # MTC and CYC timing, AArch64 ETMv4, the int3 and prepost protocols) and on runs whose trace was
 # damaged on purpose.
 #
@@ -114,15 +114,22 @@ compare_dirs() {
 	fi
 }
 
-# damage DIR: overwrites 256 bytes in the middle of the first AUXTRACE record's trace data with a
-# fixed pattern that both Intel PT and ETMv4 decode with errors.
-damage() {
-	local data=$1/data line off size len
-	line=$("$rev_bin" dump "$data" | grep -m1 'PERF_RECORD_AUXTRACE size:') || die "no AUXTRACE in $data"
+# first_aux DIR: "START LEN", where the first AUXTRACE record's trace data lies in DIR/data.
+first_aux() {
+	local line off size len
+	line=$("$rev_bin" dump "$1/data" | grep -m1 'PERF_RECORD_AUXTRACE size:') || die "no AUXTRACE in $1/data"
 	# `0xOFFSET [0xSIZE]: PERF_RECORD_AUXTRACE size: 0xLEN ...`: the trace follows the record.
 	off=$(sed -E 's/^.*(0x[0-9a-f]+) \[(0x[0-9a-f]+)\]: PERF_RECORD_AUXTRACE size: (0x[0-9a-f]+).*$/\1 \2 \3/' <<<"$line")
 	read -r off size len <<<"$off"
-	local at=$((off + size + len / 2))
+	echo "$((off + size)) $((len))"
+}
+
+# damage DIR: overwrites 256 bytes in the middle of the first AUXTRACE record's trace data with a
+# fixed pattern that both Intel PT and ETMv4 decode with errors.
+damage() {
+	local data=$1/data start len
+	read -r start len < <(first_aux "$1")
+	local at=$((start + len / 2))
 	local i
 	for ((i = 0; i < 256; i++)); do
 		# shellcheck disable=SC2059 # the format is the byte
@@ -192,11 +199,20 @@ for name in "${names[@]}"; do
 	fi
 	compare "$name: image --at symbol" image "$dir" --at 1.000000000 _text+0x10 8
 done
+# ptdump (where REV has it) on the first Intel PT buffer, cut out of perf.data as a raw file.
+for name in x86-int3-tsc x86-int3-cyc x86-int3-tsc-damaged; do
+	read -r start len < <(first_aux "$work/rev/$name")
+	dd if="$work/rev/$name/data" of="$work/rev/$name.pt" iflag=skip_bytes,count_bytes skip="$start" count="$len" bs=64K status=none
+	compare "$name: ptdump" ptdump "rev/$name.pt"
+	timing=(--mtc-freq 5 --nom-freq 10 --cpuid-0x15.eax 1 --cpuid-0x15.ebx 40)
+	compare "$name: ptdump --lastip --exec-mode --time" ptdump --lastip --exec-mode --time "${timing[@]}" "rev/$name.pt"
+	compare "$name: ptdump --tcal --time-delta --raw" ptdump --tcal --time-delta --raw "${timing[@]}" "rev/$name.pt"
+done
 compare "decode of a missing directory" decode "$work/no-such-dir"
 compare "decode --image of no such mode" decode rev/x86-int3-tsc --image bogus
 compare "simulate --arch of no such arch" simulate --arch bogus -o cur/bogus
 compare "simulate --protocol of no such protocol" simulate --protocol bogus --instructions 100 -o cur/bogus
-for cmd in "" decode simulate check dump pokes image demo; do
+for cmd in "" decode simulate check dump pokes image demo ptdump; do
 	# shellcheck disable=SC2086 # no command: the top level
 	compare "help: $cmd -h" $cmd -h
 	# shellcheck disable=SC2086
