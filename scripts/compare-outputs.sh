@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves that `poketrace` prints the same bytes as at a git revision: stdout, stderr and exit status
-# of decode (every --itrace, --json, -F, --image form), check, dump, pokes, image, demo, ptdump,
-# --help and refused flags, and the files `simulate` writes, on small simulated runs (x86_64 Intel PT with TSC,
+# of decode (every --itrace, --json, -F, --image form), check, dump, pokes, image, etm, demo,
+# ptdump, --help and refused flags, and the files `simulate` writes, on small simulated runs (x86_64 Intel PT with TSC,
 # MTC and CYC timing, AArch64 ETMv4, the int3 and prepost protocols) and on runs whose trace was
 # damaged on purpose.
 #
@@ -199,6 +199,15 @@ for name in "${names[@]}"; do
 	fi
 	compare "$name: image --at symbol" image "$dir" --at 1.000000000 _text+0x10 8
 done
+# etm on the OpenCSD snapshots of the AArch64 runs, in each format, elements and packets.
+for name in arm-int3-tsc arm-prepost-tsc; do
+	for format in opencsd text json; do
+		compare "$name: etm --format $format" etm "rev/$name/snapshot" --format "$format"
+		compare "$name: etm --packets --format $format" etm "rev/$name/snapshot" --packets --format "$format"
+	done
+done
+compare "etm --format of no such format" etm rev/arm-int3-tsc/snapshot --format bogus
+
 # ptdump (where REV has it) on the first Intel PT buffer, cut out of perf.data as a raw file.
 for name in x86-int3-tsc x86-int3-cyc x86-int3-tsc-damaged; do
 	read -r start len < <(first_aux "$work/rev/$name")
@@ -212,7 +221,7 @@ compare "decode of a missing directory" decode "$work/no-such-dir"
 compare "decode --image of no such mode" decode rev/x86-int3-tsc --image bogus
 compare "simulate --arch of no such arch" simulate --arch bogus -o cur/bogus
 compare "simulate --protocol of no such protocol" simulate --protocol bogus --instructions 100 -o cur/bogus
-for cmd in "" decode simulate check dump pokes image demo ptdump; do
+for cmd in "" decode simulate check dump pokes image etm demo ptdump; do
 	# shellcheck disable=SC2086 # no command: the top level
 	compare "help: $cmd -h" $cmd -h
 	# shellcheck disable=SC2086
