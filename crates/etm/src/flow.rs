@@ -9,8 +9,10 @@
 //! packet, or the speculation depth exceeding the source's maximum), are
 //! cancelled, mispredicted (the newest atom flips) or discarded, as the ETMv4
 //! architecture defines. Committed atoms walk the code from the current
-//! address to the next P0 instruction (`flow/code.rs`), asking a [`CodeSource`]
-//! for the code as it was at the latest timestamp seen.
+//! address to the next P0 instruction (`flow/code.rs`), asking a
+//! [`CodeSource`] (`codeimage::window`) for the code as it was at the latest
+//! timestamp seen. The image's time is the trace's timestamps, or the perf
+//! time they convert to ([`FlowDecoder::with_perf_clock`]).
 //!
 //! Given the trace's timestamps ([`FlowDecoder::window_timestamps`]), the
 //! code is read over the window from the latest timestamp to the next one
@@ -42,13 +44,14 @@
 mod code;
 mod source;
 
-pub use code::{snapshot_code, CodeSource, Fetch, Fetched, Time};
+use codeimage::window::CodeSource;
+use perfdata::TimeConv;
 
 use crate::config::EtmV4Config;
 use crate::frame::{FrameError, FrameErrorKind, Framing};
 use crate::packet::PacketType;
 use crate::TracePacket;
-use code::{Picker, RunCache, MAX_CHOICES};
+use code::{ImageClock, Picker, RunCache, MAX_CHOICES};
 use source::{Code, Source};
 
 /// Instruction set of the traced PE.
@@ -311,6 +314,17 @@ impl<C: CodeSource> FlowDecoder<C> {
         }
     }
 
+    /// Reads code at the perf time of the trace's timestamps: they are the
+    /// clock counter `conv` converts (CoreSight with the kernel's counter as
+    /// timestamp source), the image is keyed by perf time.
+    pub fn with_perf_clock(mut self, conv: TimeConv) -> FlowDecoder<C> {
+        for s in &mut self.sources {
+            s.source.clock = ImageClock(Some(conv));
+            s.before.clock = ImageClock(Some(conv));
+        }
+        self
+    }
+
     /// The code source.
     pub fn code(&self) -> &C {
         &self.code
@@ -394,7 +408,7 @@ impl Slot {
     fn window_packet<C: CodeSource>(&mut self, p: &TracePacket<'_>, src: &C, out: &mut Vec<Element>) {
         if let crate::Packet::Timestamp(t) = p.packet {
             let next = self.stamps.partition_point(|&s| s <= t.value);
-            let hi = self.stamps.get(next).copied().unwrap_or(Time::MAX);
+            let hi = self.stamps.get(next).copied().unwrap_or(u64::MAX);
             self.source.hi = hi;
             for a in &mut self.alts {
                 a.source.hi = hi;

@@ -8,6 +8,7 @@
 
 mod common;
 
+use codeimage::window::{PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use common::packets::{atoms, decode_all, long_addr};
 use etm::flow::{ElemKind, FlowDecoder, FlowError, InstrRange, InstrSubtype, InstrType, Isa, TraceOnReason, UnsyncReason};
@@ -57,7 +58,8 @@ fn sync(start: u64) -> Vec<Packet> {
 /// Decodes the packets (index = position) and returns the elements with
 /// their indices, EO_TRACE included.
 fn decode(cfg: EtmV4Config, packets: &[Packet]) -> Vec<(u64, ElemKind)> {
-    let mut d = FlowDecoder::new(code(), &[cfg]);
+    let code = code();
+    let mut d = FlowDecoder::new(Static(&code), &[cfg]);
     decode_all(&mut d, packets).into_iter().map(|e| (e.index, e.kind)).collect()
 }
 
@@ -353,7 +355,7 @@ fn code_is_read_at_the_trace_time() {
     p.push(atoms("E")); // now `b 0x2008` at 0x2000
     p.push(ts(160));
     p.push(atoms("E")); // bl at 0x2008
-    let mut d = FlowDecoder::new(&poked, &[config(0, false)]);
+    let mut d = FlowDecoder::new(PerfStyle(&poked), &[config(0, false)]);
     let e: Vec<(u64, ElemKind)> = decode_all(&mut d, &p).into_iter().map(|e| (e.index, e.kind)).collect();
     assert_eq!(ranges(&e), [(0x2000, 0x2008, true), (0x2000, 0x2004, true), (0x2008, 0x200c, true)]);
 }
@@ -372,7 +374,7 @@ fn unframed_data_decodes_under_the_framing_trace_id() {
     let code = code();
     let framing = etm::Framing::Raw { trace_id: 0 };
     let mut r = etm::PacketReader::new(&data, framing, &[cfg], etm::ErrorRecovery::Resync);
-    let mut d = FlowDecoder::for_buffer(&code, framing, &[cfg]);
+    let mut d = FlowDecoder::for_buffer(Static(&code), framing, &[cfg]);
     let mut got = Vec::new();
     etm::flow::run(&mut r, &mut d, |item| {
         if let etm::flow::Item::Element(e) = item {

@@ -3,7 +3,9 @@
 
 use std::collections::VecDeque;
 
-use super::code::{walk_to_addr, CodeSource, Picker, RunCache, Time, Walk, Window};
+use codeimage::window::{CodeSource, Fetch};
+
+use super::code::{walk_to_addr, ImageClock, Picker, RunCache, Walk, Window};
 use super::{ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext, TraceOnReason, UnsyncReason};
 use crate::config::EtmV4Config;
 use crate::packet::{Context, Packet, PacketType};
@@ -127,9 +129,12 @@ pub(crate) struct Source {
     isa: Isa,
     ret: ReturnStack,
     last_index: u64,
-    time: Time,
+    /// The latest timestamp (trace time).
+    time: u64,
     /// The next timestamp after `time` (`time` itself when not known).
-    pub hi: Time,
+    pub hi: u64,
+    /// The image time of a timestamp.
+    pub clock: ImageClock,
     /// Code is read over `time..=hi` (the decoder was given the trace's
     /// timestamps), not at `time` alone.
     pub window: bool,
@@ -213,6 +218,7 @@ impl Source {
             last_index: 0,
             time: 0,
             hi: 0,
+            clock: ImageClock::default(),
             window: false,
             pick: Picker::default(),
             misfit: false,
@@ -587,7 +593,12 @@ impl Source {
         if self.isa == Isa::A64 {
             return Walkable::Yes;
         }
-        if code.src.fetch(self.addr, self.time, &mut [0u8; 4]).len < 4 {
+        let at = self.win().lo;
+        let filled = match code.src.fetch(self.addr, at, at, 0, &mut [0u8; 16]) {
+            Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => n,
+            Fetch::Unmapped => 0,
+        };
+        if filled < 4 {
             return Walkable::NoCode;
         }
         let e = FlowError::UnsupportedIsa { isa: self.isa, addr: self.addr };
@@ -655,10 +666,12 @@ impl Source {
         self.last_index
     }
 
-    /// The times code is read for.
+    /// The times code is read for, on the image's clock.
     #[inline]
     fn win(&self) -> Window {
-        Window { lo: self.time, hi: if self.window { self.hi.max(self.time) } else { self.time } }
+        let lo = self.clock.time(self.time);
+        let hi = if self.window { self.clock.end(self.hi.max(self.time)) } else { lo };
+        Window { lo, hi }
     }
 
     /// What decides the source's future: two hypotheses equal in it walk
