@@ -319,8 +319,8 @@ impl<C: CodeSource> FlowDecoder<C> {
     /// timestamp source), the image is keyed by perf time.
     pub fn with_perf_clock(mut self, conv: TimeConv) -> FlowDecoder<C> {
         for s in &mut self.sources {
-            s.source.clock = ImageClock(Some(conv));
-            s.before.clock = ImageClock(Some(conv));
+            s.source.set_clock(ImageClock(Some(conv)));
+            s.before.set_clock(ImageClock(Some(conv)));
         }
         self
     }
@@ -356,8 +356,7 @@ impl<C: CodeSource> FlowDecoder<C> {
         let slot = self.route[(trace_id & 0x7F) as usize];
         if let Some(s) = self.sources.get_mut(slot as usize) {
             stamps.sort_unstable();
-            s.source.window = !stamps.is_empty();
-            s.source.hi = stamps.first().copied().unwrap_or(0);
+            s.source.set_windows(stamps.first().copied());
             s.stamps = stamps;
         }
     }
@@ -409,9 +408,9 @@ impl Slot {
         if let crate::Packet::Timestamp(t) = p.packet {
             let next = self.stamps.partition_point(|&s| s <= t.value);
             let hi = self.stamps.get(next).copied().unwrap_or(u64::MAX);
-            self.source.hi = hi;
+            self.source.set_next_timestamp(hi);
             for a in &mut self.alts {
-                a.source.hi = hi;
+                a.source.set_next_timestamp(hi);
             }
         }
         let mut code = Code { src, cache: &mut self.cache };

@@ -132,12 +132,15 @@ pub(crate) struct Source {
     /// The latest timestamp (trace time).
     time: u64,
     /// The next timestamp after `time` (`time` itself when not known).
-    pub hi: u64,
+    hi: u64,
     /// The image time of a timestamp.
-    pub clock: ImageClock,
+    clock: ImageClock,
     /// Code is read over `time..=hi` (the decoder was given the trace's
     /// timestamps), not at `time` alone.
-    pub window: bool,
+    window: bool,
+    /// The times code is read for: `time..=hi` (or `time`) on the image's
+    /// clock, worked out when one of them changes rather than per walk.
+    code_window: Window,
     /// Choices among candidate instructions where code changes inside the window.
     pub pick: Picker,
     /// The trace does not fit what this source walked (an unconditional
@@ -220,6 +223,7 @@ impl Source {
             hi: 0,
             clock: ImageClock::default(),
             window: false,
+            code_window: Window { lo: 0, hi: 0 },
             pick: Picker::default(),
             misfit: false,
             addr_due: false,
@@ -239,6 +243,7 @@ impl Source {
         self.last_index = p.index;
         if let Packet::Timestamp(ts) = p.packet {
             self.time = ts.value;
+            self.update_code_window();
         }
         loop {
             match self.state {
@@ -589,10 +594,17 @@ impl Source {
     /// not A64 is an error (the source waits for a new address and
     /// context), unless there is no code there at all: then it is
     /// inaccessible memory, whatever its instruction set.
+    #[inline]
     fn check_isa(&mut self, index: u64, code: &Code<'_, impl CodeSource>, out: &mut Vec<Element>) -> Walkable {
         if self.isa == Isa::A64 {
             return Walkable::Yes;
         }
+        self.check_other_isa(index, code, out)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_other_isa(&mut self, index: u64, code: &Code<'_, impl CodeSource>, out: &mut Vec<Element>) -> Walkable {
         let at = self.win().lo;
         let filled = match code.src.fetch(self.addr, at, at, 0, &mut [0u8; 16]) {
             Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => n,
@@ -669,9 +681,33 @@ impl Source {
     /// The times code is read for, on the image's clock.
     #[inline]
     fn win(&self) -> Window {
+        self.code_window
+    }
+
+    fn update_code_window(&mut self) {
         let lo = self.clock.time(self.time);
         let hi = if self.window { self.clock.end(self.hi.max(self.time)) } else { lo };
-        Window { lo, hi }
+        self.code_window = Window { lo, hi };
+    }
+
+    /// Timestamps become image times by `clock`.
+    pub fn set_clock(&mut self, clock: ImageClock) {
+        self.clock = clock;
+        self.update_code_window();
+    }
+
+    /// Code is read over windows from each timestamp to the next, the first
+    /// timestamp `first` (None: at the latest timestamp alone).
+    pub fn set_windows(&mut self, first: Option<u64>) {
+        self.window = first.is_some();
+        self.hi = first.unwrap_or(0);
+        self.update_code_window();
+    }
+
+    /// The timestamp after the latest one (`u64::MAX`: none).
+    pub fn set_next_timestamp(&mut self, hi: u64) {
+        self.hi = hi;
+        self.update_code_window();
     }
 
     /// What decides the source's future: two hypotheses equal in it walk
