@@ -240,6 +240,7 @@ pub struct Element {
 /// ([`FlowDecoder::finish`]); elements are appended to the caller's vector.
 pub struct FlowDecoder<C: CodeSource> {
     code: C,
+    clock: ImageClock,
     sources: Vec<Slot>,
     route: [u8; 128],
 }
@@ -298,7 +299,7 @@ impl<C: CodeSource> FlowDecoder<C> {
                 });
             }
         }
-        FlowDecoder { code, sources, route }
+        FlowDecoder { code, clock: ImageClock::default(), sources, route }
     }
 
     /// Decoders for a buffer with `framing`: unframed data is one source's
@@ -318,9 +319,9 @@ impl<C: CodeSource> FlowDecoder<C> {
     /// clock counter `conv` converts (CoreSight with the kernel's counter as
     /// timestamp source), the image is keyed by perf time.
     pub fn with_perf_clock(mut self, conv: TimeConv) -> FlowDecoder<C> {
+        self.clock = ImageClock(Some(conv));
         for s in &mut self.sources {
-            s.source.set_clock(ImageClock(Some(conv)));
-            s.before.set_clock(ImageClock(Some(conv)));
+            s.source.update_code_window(&self.clock);
         }
         self
     }
@@ -356,7 +357,7 @@ impl<C: CodeSource> FlowDecoder<C> {
         let slot = self.route[(trace_id & 0x7F) as usize];
         if let Some(s) = self.sources.get_mut(slot as usize) {
             stamps.sort_unstable();
-            s.source.set_windows(stamps.first().copied());
+            s.source.set_windows(stamps.first().copied(), &self.clock);
             s.stamps = stamps;
         }
     }
@@ -369,11 +370,11 @@ impl<C: CodeSource> FlowDecoder<C> {
             return;
         };
         if s.stamps.is_empty() {
-            let mut code = Code { src: &self.code, cache: &mut s.cache };
+            let mut code = Code { src: &self.code, cache: &mut s.cache, clock: &self.clock };
             s.source.packet(p, &mut code, out);
             return;
         }
-        s.window_packet(p, &self.code, out);
+        s.window_packet(p, &self.code, &self.clock, out);
     }
 
     /// A frame-level fault: every source loses sync (as their packet
@@ -404,16 +405,16 @@ impl Slot {
     /// and settles the hypotheses the trace decides. Kept out of line: the
     /// decode at one time stays as small as it was.
     #[inline(never)]
-    fn window_packet<C: CodeSource>(&mut self, p: &TracePacket<'_>, src: &C, out: &mut Vec<Element>) {
+    fn window_packet<C: CodeSource>(&mut self, p: &TracePacket<'_>, src: &C, clock: &ImageClock, out: &mut Vec<Element>) {
         if let crate::Packet::Timestamp(t) = p.packet {
             let next = self.stamps.partition_point(|&s| s <= t.value);
             let hi = self.stamps.get(next).copied().unwrap_or(u64::MAX);
-            self.source.set_next_timestamp(hi);
+            self.source.set_next_timestamp(hi, clock);
             for a in &mut self.alts {
-                a.source.set_next_timestamp(hi);
+                a.source.set_next_timestamp(hi, clock);
             }
         }
-        let mut code = Code { src, cache: &mut self.cache };
+        let mut code = Code { src, cache: &mut self.cache, clock };
         if self.alts.is_empty() {
             self.before.clone_from(&self.source);
             let mark = out.len();

@@ -102,6 +102,8 @@ impl ReturnStack {
 pub(crate) struct Code<'a, C> {
     pub src: &'a C,
     pub cache: &'a mut RunCache,
+    /// The image time of a timestamp.
+    pub clock: &'a ImageClock,
 }
 
 pub(crate) struct Source {
@@ -133,8 +135,6 @@ pub(crate) struct Source {
     time: u64,
     /// The next timestamp after `time` (`time` itself when not known).
     hi: u64,
-    /// The image time of a timestamp.
-    clock: ImageClock,
     /// Code is read over `time..=hi` (the decoder was given the trace's
     /// timestamps), not at `time` alone.
     window: bool,
@@ -221,7 +221,6 @@ impl Source {
             last_index: 0,
             time: 0,
             hi: 0,
-            clock: ImageClock::default(),
             window: false,
             code_window: Window { lo: 0, hi: 0 },
             pick: Picker::default(),
@@ -243,7 +242,7 @@ impl Source {
         self.last_index = p.index;
         if let Packet::Timestamp(ts) = p.packet {
             self.time = ts.value;
-            self.update_code_window();
+            self.update_code_window(code.clock);
         }
         loop {
             match self.state {
@@ -684,30 +683,26 @@ impl Source {
         self.code_window
     }
 
-    fn update_code_window(&mut self) {
-        let lo = self.clock.time(self.time);
-        let hi = if self.window { self.clock.end(self.hi.max(self.time)) } else { lo };
+    /// Works out the window code is read for again, timestamps becoming
+    /// image times by `clock`.
+    pub fn update_code_window(&mut self, clock: &ImageClock) {
+        let lo = clock.time(self.time);
+        let hi = if self.window { clock.end(self.hi.max(self.time)) } else { lo };
         self.code_window = Window { lo, hi };
-    }
-
-    /// Timestamps become image times by `clock`.
-    pub fn set_clock(&mut self, clock: ImageClock) {
-        self.clock = clock;
-        self.update_code_window();
     }
 
     /// Code is read over windows from each timestamp to the next, the first
     /// timestamp `first` (None: at the latest timestamp alone).
-    pub fn set_windows(&mut self, first: Option<u64>) {
+    pub fn set_windows(&mut self, first: Option<u64>, clock: &ImageClock) {
         self.window = first.is_some();
         self.hi = first.unwrap_or(0);
-        self.update_code_window();
+        self.update_code_window(clock);
     }
 
     /// The timestamp after the latest one (`u64::MAX`: none).
-    pub fn set_next_timestamp(&mut self, hi: u64) {
+    pub fn set_next_timestamp(&mut self, hi: u64, clock: &ImageClock) {
         self.hi = hi;
-        self.update_code_window();
+        self.update_code_window(clock);
     }
 
     /// What decides the source's future: two hypotheses equal in it walk
