@@ -315,9 +315,9 @@ impl<C: CodeSource> FlowDecoder<C> {
         }
     }
 
-    /// Reads code at the perf time of the trace's timestamps: they are the
-    /// clock counter `conv` converts (CoreSight with the kernel's counter as
-    /// timestamp source), the image is keyed by perf time.
+    /// Reads code at the perf time of the trace's timestamps, for an image
+    /// keyed by perf time: the timestamps are the clock counter `conv`
+    /// converts (CoreSight with the kernel's counter as timestamp source).
     pub fn with_perf_clock(mut self, conv: TimeConv) -> FlowDecoder<C> {
         self.clock = ImageClock(Some(conv));
         for s in &mut self.sources {
