@@ -5,8 +5,7 @@
 use crate::packet::{IpCompression, Packet, PacketKind, PayloadSize, Tnt};
 use crate::{Ip, PSB};
 
-mod visit;
-pub use visit::PacketVisitor;
+pub(crate) mod visit;
 
 /// The packets [`PacketDecoder::next_quick`] decodes, as the flow walk uses
 /// them (IPs resolved against the last IP; `None`: suppressed).
@@ -843,6 +842,7 @@ pub mod scan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::PacketVisitor;
 
     /// Bytes that are often packet starts (PSB, PEBS blocks, IP packets with
     /// every IPBytes, TSC, MTC, CYC, long TNT), among random ones.

@@ -37,7 +37,7 @@
 //! # Ok::<(), intel_pt::EncodeError>(())
 //! ```
 
-mod block_cache;
+mod blocks;
 mod decode;
 mod encode;
 pub mod flow;
@@ -47,7 +47,8 @@ pub mod sources;
 
 #[doc(hidden)]
 pub use decode::scan as __scan;
-pub use decode::{find_psb, PacketDecoder, PacketError, PacketErrorKind, PacketVisitor, Resync};
+pub use decode::visit::PacketVisitor;
+pub use decode::{find_psb, PacketDecoder, PacketError, PacketErrorKind, Resync};
 pub use encode::{encode, EncodeError, Encoder};
 pub use packet::{compress_ip, Ip, IpCompression, Packet, PacketKind, PayloadSize, Tnt};
 

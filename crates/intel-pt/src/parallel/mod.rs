@@ -24,8 +24,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::block_cache::Block;
-use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Recovery, SharedBlocks, Time};
+mod interleave;
+mod record;
+mod segments;
+
+use self::record::Recording;
+pub use self::segments::segments;
+use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, MtcConv, Recovery, SharedBlocks};
 
 /// Groups of segments decoding ahead of the one handed out next, per thread.
 const PER_THREAD: usize = 4;
@@ -45,7 +50,7 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     upper_bounds: bool,
     recovery: Recovery,
     /// Segments a thread walks at once; `None`: [`LANES`] when the block
-    /// table is large ([`crate::block_cache::BlockCache::large`]), else one.
+    /// table is large (`BlockCache::large`), else one.
     lanes: Option<usize>,
     /// Idle decoders.
     decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
@@ -53,101 +58,6 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
     blocks: Arc<SharedBlocks>,
     /// Segment recordings for reuse.
     spare: Mutex<Vec<Recording>>,
-}
-
-/// One segment's output, kept until its turn to be handed out: the cache
-/// entries of its blocks, copied whole (one aligned 64-byte write), the
-/// times they ran at where those change, and apart from them its other
-/// events; times and events with how many blocks came before them.
-struct Recording {
-    blocks: Vec<Block>,
-    times: Vec<(usize, (Time, Time, Time))>,
-    /// The last of `times`, or [`NO_TIME`].
-    time: (Time, Time, Time),
-    events: Vec<(usize, FlowEvent)>,
-    /// The instruction bytes of the blocks whose entries do not hold them.
-    lens: Vec<u8>,
-    /// Those blocks' inner jumps' and calls' targets.
-    targets: Vec<u64>,
-}
-
-/// No `(lo, last_lo, hi)` a block runs in (`hi` is never below `lo`).
-const NO_TIME: (Time, Time, Time) = (Time::MAX, Time::MAX, 0);
-
-impl Default for Recording {
-    fn default() -> Self {
-        Recording { blocks: Vec::new(), times: Vec::new(), time: NO_TIME, events: Vec::new(), lens: Vec::new(), targets: Vec::new() }
-    }
-}
-
-impl FlowSink for Recording {
-    fn event(&mut self, e: FlowEvent) {
-        self.events.push((self.blocks.len(), e));
-    }
-
-    #[inline(always)]
-    fn block(&mut self, b: InsnBlock<'_>) {
-        let (entry, lens, targets) = b.parts();
-        if entry.inline() {
-            self.record_time((b.lo, b.last_lo, b.hi));
-            // (Copied in place: `push(*entry)` moves it through the stack.)
-            self.blocks.extend_from_slice(std::slice::from_ref(entry));
-            return;
-        }
-        if self.lens.len().max(self.targets.len()) > u32::MAX as usize - 256 {
-            // Past what an entry's offsets hold (a buffer of several GiB
-            // without a PSB): instruction by instruction.
-            b.for_each_insn(|e| self.event(e));
-            return;
-        }
-        self.record_time((b.lo, b.last_lo, b.hi));
-        self.blocks.push(entry.moved(self.lens.len() as u32, self.targets.len() as u32));
-        self.lens.extend_from_slice(lens);
-        self.targets.extend_from_slice(targets);
-    }
-}
-
-impl Recording {
-    /// Notes `(lo, last_lo, hi)` for the block about to be recorded, when
-    /// it differs from the last block's.
-    #[inline(always)]
-    fn record_time(&mut self, time: (Time, Time, Time)) {
-        if self.time != time {
-            self.time = time;
-            self.times.push((self.blocks.len(), time));
-        }
-    }
-
-    /// Hands everything to `sink` in order, and empties itself: the blocks
-    /// in runs between the places where an event comes or the time changes.
-    fn replay(&mut self, sink: &mut impl FlowSink) {
-        let (mut events, mut times) = (self.events.iter().peekable(), self.times.iter().peekable());
-        let mut time = (0, 0, 0);
-        let mut at = 0;
-        loop {
-            while let Some(&(_, e)) = events.next_if(|(before, _)| *before == at) {
-                sink.event(e);
-            }
-            if let Some(&(_, t)) = times.next_if(|(before, _)| *before == at) {
-                time = t;
-            }
-            let next = events.peek().map_or(usize::MAX, |e| e.0).min(times.peek().map_or(usize::MAX, |t| t.0));
-            let end = next.min(self.blocks.len());
-            for b in &self.blocks[at..end] {
-                sink.block(InsnBlock::new(b, time, b.insns(&self.lens, &self.targets)));
-            }
-            if end == self.blocks.len() && next == usize::MAX {
-                break;
-            }
-            at = end;
-        }
-        self.blocks.clear();
-        self.times.clear();
-        self.time = NO_TIME;
-        self.events.clear();
-        self.lens.clear();
-        self.targets.clear();
-    }
 }
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
@@ -293,8 +203,8 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
                 .with_recovery(self.recovery)
                 .with_shared_blocks(self.blocks.clone())
         });
-        dec.refresh_blocks();
-        let lanes = self.lanes.unwrap_or(if dec.blocks_large() { LANES } else { 1 });
+        dec.cache.refresh();
+        let lanes = self.lanes.unwrap_or(if dec.cache.large() { LANES } else { 1 });
         if lanes > 1 && group.len() > 1 {
             let (mut made, mut out) = (sinks.into_iter(), Vec::with_capacity(group.len()));
             dec.interleave(buf, group, lanes, || made.next().expect("a sink per segment"), |s| out.push(s));
@@ -312,20 +222,4 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     fn spare(&self) -> Recording {
         self.spare.lock().expect("no panic while held").pop().unwrap_or_default()
     }
-}
-
-/// The PSB segments of `buf`: from each PSB to the next (the last to the
-/// end). Bytes before the first PSB are skipped, as [`FlowDecoder::run`]
-/// skips them; a buffer without a PSB is one segment.
-pub fn segments(buf: &[u8]) -> Vec<(usize, usize)> {
-    if crate::find_psb(buf).is_none() {
-        return vec![(0, buf.len())];
-    }
-    let mut starts = Vec::new();
-    let mut at = 0;
-    while let Some(p) = crate::find_psb(&buf[at..]) {
-        starts.push(at + p);
-        at += p + crate::PSB.len();
-    }
-    starts.iter().enumerate().map(|(i, &s)| (s, starts.get(i + 1).copied().unwrap_or(buf.len()))).collect()
 }

@@ -2,7 +2,7 @@
 //! that need no trace (they fall through, or jump or call directly), ending
 //! at one that may (a conditional or indirect branch, a return, a trap),
 //! each valid over the window of time in which none of its bytes changes
-//! (what [`crate::flow::CodeSource::fetch_window`] reports), so a poke
+//! (what the code source's `fetch_window` reports), so a poke
 //! invalidates exactly the blocks it touches, at exactly its time.
 //!
 //! One block is one 64-byte entry of an open-addressed table (linear
@@ -16,7 +16,7 @@
 //! and the arenas hold at most [`MAX_SPILL`] lengths and as many targets
 //! (36 MB, reserved up front, touched as used), about 100 MB in all (130 MB
 //! while the table doubles); past that an empty table and arenas replace
-//! them. The caches of a [`crate::parallel::ParallelFlow`]'s decoders share one table
+//! them. The caches of decoders on several threads can share one table
 //! ([`SharedBlocks`]), so each block is built once, not once a thread.
 
 use std::cell::UnsafeCell;
@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use isa::{BranchClass, Insn};
 
-use crate::flow::Time;
+use codeimage::Time;
 
 /// Entries at first; the table doubles while more than half full.
 const MIN_ENTRIES: usize = 1 << 12;
@@ -199,8 +199,8 @@ pub(crate) struct BlockCache {
 }
 
 /// A block table that the decoded-block caches of several decoders share
-/// (those of a [`crate::parallel::ParallelFlow`], or decoders of the CPUs'
-/// buffers of one trace, [`crate::flow::FlowDecoder::with_shared_blocks`]),
+/// (those of a parallel decode, or decoders of the CPUs' buffers of one
+/// trace, given it with `FlowDecoder::with_shared_blocks`),
 /// so that a block is built once, by whichever thread meets it first.
 /// Entries are added, never changed: a later version of a block (after a
 /// poke) goes to a table of the cache's own, which replaces it in place as
