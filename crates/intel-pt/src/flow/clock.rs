@@ -212,6 +212,7 @@ pub(super) struct Clock {
 }
 
 impl Clock {
+    #[inline]
     pub fn new() -> Self {
         Clock {
             lo: 0,
@@ -233,6 +234,7 @@ impl Clock {
     }
 
     /// No scan for the next TSC: `hi` stays unbounded (when nothing reads it).
+    #[inline]
     pub fn unbounded(&mut self) {
         self.hi_at = usize::MAX;
     }
@@ -245,6 +247,7 @@ impl Clock {
     }
 
     /// A TSC: the time of what follows, until the next timing packet.
+    #[inline]
     pub fn tsc(&mut self, t: &Timing, packets: &Packets<'_>, offset: usize, tsc: u64) {
         self.now = t.time.perf_time(tsc);
         // (A TSC behind the walk's time, in a bad trace, takes it back too.)
@@ -262,6 +265,7 @@ impl Clock {
 
     /// A TMA after a TSC: the CTC and fast counter at that TSC, the base
     /// MTCs count from (perf's conversion).
+    #[inline]
     pub fn tma(&mut self, t: &Timing, packets: &Packets<'_>, offset: usize, ctc: u16, fast_counter: u16) {
         let Some(m) = t.mtc else { return };
         let ctc = u64::from(ctc);
@@ -275,6 +279,7 @@ impl Clock {
 
     /// The perf time of the CTC tick an MTC with `payload` names, after the
     /// last MTC's; `ahead` periods later (1: the end of that tick's period).
+    #[inline]
     fn mtc_time(&self, time: &TimeConv, m: &MtcConv, payload: u8, ahead: u64) -> Time {
         let ticks = (u64::from(payload.wrapping_sub(self.mtc.last)) + ahead) << m.shift;
         time.perf_time(self.mtc.base.wrapping_add(m.ctc_to_tsc(self.mtc.delta.wrapping_add(ticks))))
@@ -283,6 +288,7 @@ impl Clock {
     /// An MTC: CTC bits `shift + 7 .. shift` now, so the time has moved on
     /// by the CTC ticks since the last one. The time never goes back, nor
     /// past the next TSC's.
+    #[inline]
     pub fn mtc(&mut self, t: &Timing, packets: &Packets<'_>, offset: usize, payload: u8) {
         let Some(m) = t.mtc else { return };
         if !self.mtc.based {
@@ -303,6 +309,7 @@ impl Clock {
     }
 
     /// Finds the TSC after `from` to bound the time of what comes next.
+    #[inline]
     fn next_tsc(&mut self, t: &Timing, packets: &Packets<'_>, from: usize) {
         self.tsc_hi = Time::MAX;
         self.hi_at = usize::MAX;
@@ -323,6 +330,7 @@ impl Clock {
     /// With MTC timing: finds the MTC after `from`, before the next TSC;
     /// what comes before it ran before the end of the CTC period it names
     /// (the MTC says the count has reached that tick, not yet the next).
+    #[inline]
     fn next_mtc(&mut self, t: &Timing, packets: &Packets<'_>, from: usize) {
         self.mtc_hi = Time::MAX;
         self.mtc_hi_at = usize::MAX;

@@ -196,7 +196,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         let mut st = self.st.clone();
         self.walker.start(&mut st, self.buf);
         let mut cache = std::mem::take(&mut self.cache);
-        while self.walker.turn::<true>(&mut st, &mut cache, self.base, sink) {}
+        self.walker.run_to_end(&mut st, &mut cache, self.base, sink);
         self.st = st;
         self.cache = cache;
     }

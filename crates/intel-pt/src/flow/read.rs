@@ -38,6 +38,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     /// [`Self::peek_before_fetch`]. The timing packets on the way move
     /// `now`, not `lo` (see `Clock::lo`); a TIP.PGE or a PSB+ moves `lo`
     /// too, since what follows them ran after them, and so does an error.
+    #[inline]
     fn next_flow<const BEFORE_PSB: bool>(&self, st: &mut State<'a>) -> Result<Option<(usize, Flow)>, Failure> {
         loop {
             // (`stop_at` is usize::MAX when there is no segment end.)

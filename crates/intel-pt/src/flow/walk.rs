@@ -49,6 +49,13 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
     }
 
+    /// Turns until the run ends. Out of line, here, so that the walk's hot
+    /// loop is compiled with the functions it calls that are not inlined
+    /// (this module's): in one codegen unit, as when they were one file.
+    pub(crate) fn run_to_end(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) {
+        while self.turn::<true>(st, cache, base, sink) {}
+    }
+
     /// One step of the walk (with `CHAIN`, the blocks its TNT bits chain
     /// too), an error reported and recovered from; whether the run goes on.
     /// `base` is the offset of `st`'s packets in the whole trace.
@@ -71,6 +78,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         self.take_next(st)
     }
 
+    #[inline]
     pub(super) fn take_next(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
         let p = self.peek_flow(st)?;
         st.take_peeked();
@@ -80,6 +88,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         p.ok_or_else(|| Failure { offset: st.packets.offset(), kind: FlowErrorKind::EndOfTrace })
     }
 
+    #[inline]
     pub(super) fn take_tnt(&self, st: &mut State<'a>) -> Result<bool, Failure> {
         if st.tnt_count == 0 {
             match self.take(st)? {
@@ -114,6 +123,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
 
     /// One instruction (or one event). `Ok(false)` at the end of the trace.
     /// In a trial nothing is emitted and candidates are not tried again.
+    #[inline]
     pub(super) fn step(&self, st: &mut State<'a>, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
         // The code is read for the time up to the next flow packet: the
         // timing packets before it are read first (they raise `hi`, not
@@ -248,6 +258,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     }
 
     /// Moves past `insn` at `ip`, consuming the packets it needs.
+    #[inline]
     pub(super) fn execute(&self, st: &mut State<'a>, ip: u64, insn: Insn) -> Result<(), Failure> {
         let next = ip.wrapping_add(insn.len as u64);
         st.ip = match insn.class {
