@@ -9,7 +9,7 @@ pub(crate) mod visit;
 
 /// The packets [`PacketDecoder::next_quick`] decodes, as the flow walk uses
 /// them (IPs resolved against the last IP; `None`: suppressed).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Quick {
     Pad,
     Tnt { bits: u64, count: u8 },
@@ -20,6 +20,27 @@ pub(crate) enum Quick {
     Tsc(u64),
     Mtc(u8),
     Cyc(u64),
+}
+
+impl Quick {
+    /// `packet` as a [`Quick`] when it is one of those kinds (a long TNT
+    /// too), for the packets [`PacketDecoder::next_quick`] leaves to
+    /// [`PacketDecoder::next_packet`].
+    #[inline]
+    pub(crate) fn of(packet: &Packet) -> Option<Quick> {
+        Some(match *packet {
+            Packet::Pad => Quick::Pad,
+            Packet::TntShort(t) | Packet::TntLong(t) => Quick::Tnt { bits: t.bits, count: t.count },
+            Packet::Tip(ip) => Quick::Tip(ip.ip),
+            Packet::TipPge(ip) => Quick::TipPge(ip.ip),
+            Packet::TipPgd(ip) => Quick::TipPgd(ip.ip),
+            Packet::Fup(ip) => Quick::Fup(ip.ip),
+            Packet::Tsc(tsc) => Quick::Tsc(tsc),
+            Packet::Mtc(payload) => Quick::Mtc(payload),
+            Packet::Cyc(cycles) => Quick::Cyc(cycles),
+            _ => return None,
+        })
+    }
 }
 
 /// A packet that could not be decoded, at `offset` in the buffer.
@@ -1083,7 +1104,7 @@ mod tests {
     }
 
     /// `next_quick` decodes what `next_packet` decodes, last IP included, or
-    /// leaves the packet to it.
+    /// leaves the packet to it; `Quick::of` turns that packet into the same.
     #[test]
     fn next_quick_agrees_with_next_packet() {
         let ip = |p: crate::Ip| p.ip;
@@ -1117,6 +1138,7 @@ mod tests {
                     _ => false,
                 };
                 assert!(same, "seed {seed} at {at}: {q:?} against {p:?}");
+                assert_eq!(Quick::of(&p), Some(q), "seed {seed} at {at}: the slow path's conversion");
             }
         }
         assert!(quick_seen > 5_000, "{quick_seen}");
