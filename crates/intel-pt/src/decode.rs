@@ -808,6 +808,7 @@ pub fn find_psb(buf: &[u8]) -> Option<usize> {
 /// for `benches/packets.rs` (which cannot reach them otherwise). Each stops
 /// at the first error.
 #[doc(hidden)]
+#[cfg(feature = "bench-internals")]
 pub mod scan {
     use super::{PacketDecoder, PacketError, Quick};
     use crate::Packet;

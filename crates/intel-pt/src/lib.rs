@@ -45,6 +45,9 @@ mod packet;
 pub mod parallel;
 pub mod sources;
 
+/// The packet scans the `packets` bench times on their own (the flow walk
+/// uses them inside): with the `bench-internals` feature only.
+#[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub use decode::scan as __scan;
 pub use decode::visit::PacketVisitor;

@@ -36,6 +36,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         Walker { code, cfg, timing, recovery: Recovery::default(), upper_bounds: true, last_run: Cell::new((0, &[], 0, 0)) }
     }
 
+    /// Another walker with the same code and settings.
+    pub(crate) fn same(&self) -> Self {
+        Walker { cfg: self.cfg.clone(), last_run: Cell::new((0, &[], 0, 0)), ..*self }
+    }
+
     /// Readies `st` over `buf` for its first turn: past any bytes before the
     /// first PSB, and without the scan for the next TSC when nothing reads it.
     pub(crate) fn start(&self, st: &mut State<'a>, buf: &[u8]) {

@@ -30,7 +30,8 @@ mod segments;
 
 use self::record::Recording;
 pub use self::segments::segments;
-use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, MtcConv, Recovery, SharedBlocks};
+use crate::flow::walk::Walker;
+use crate::flow::{CodeSource, FlowDecoder, FlowEvent, FlowSink, SharedBlocks};
 
 /// Groups of segments decoding ahead of the one handed out next, per thread.
 const PER_THREAD: usize = 4;
@@ -43,17 +44,12 @@ const GROUP: usize = 2 * LANES;
 
 /// Decodes buffers over one code source, PSB segments in parallel.
 pub struct ParallelFlow<'a, C: CodeSource + Sync> {
-    code: &'a C,
-    cfg: FlowConfig,
-    mtc: Option<MtcConv>,
-    cyc: Option<CycConv>,
-    upper_bounds: bool,
-    recovery: Recovery,
     /// Segments a thread walks at once; `None`: [`LANES`] when the block
     /// table is large (`BlockCache::large`), else one.
     lanes: Option<usize>,
-    /// Idle decoders.
-    decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
+    /// How each decoder walks (as the decoder given to [`Self::new`]), and
+    /// the idle decoders.
+    decoders: Mutex<(Walker<'a, C>, Vec<FlowDecoder<'a, C>>)>,
     /// The decoded blocks all decoders share, kept from buffer to buffer.
     blocks: Arc<SharedBlocks>,
     /// Segment recordings for reuse.
@@ -61,46 +57,17 @@ pub struct ParallelFlow<'a, C: CodeSource + Sync> {
 }
 
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
-    pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow {
-            code,
-            cfg,
-            mtc: None,
-            cyc: None,
-            upper_bounds: true,
-            recovery: Recovery::default(),
-            lanes: None,
-            decoders: Mutex::new(Vec::new()),
-            blocks: Arc::default(),
-            spare: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// MTC timing, as [`FlowDecoder::with_mtc`].
-    pub fn with_mtc(mut self, mtc: impl Into<Option<MtcConv>>) -> Self {
-        self.mtc = mtc.into();
-        self
-    }
-
-    /// CYC timing, as [`FlowDecoder::with_cyc`] (the same events as one
-    /// decoder when each PSB+ has a CBR, as hardware sends it).
-    pub fn with_cyc(mut self, cyc: impl Into<Option<CycConv>>) -> Self {
-        self.cyc = cyc.into();
-        self
-    }
-
-    /// Upper bounds on the events' times or not, as
-    /// [`FlowDecoder::with_upper_bounds`].
-    pub fn with_upper_bounds(mut self, on: bool) -> Self {
-        self.upper_bounds = on;
-        self
-    }
-
-    /// Where a segment's walk goes on after an error, as
-    /// [`FlowDecoder::with_recovery`].
-    pub fn with_recovery(mut self, recovery: Recovery) -> Self {
-        self.recovery = recovery;
-        self
+    /// Decodes as `decoder` would: over its code source, with its
+    /// configuration and its settings (`with_mtc`, `with_cyc`,
+    /// `with_upper_bounds`, `with_recovery`); its buffer is not used, and
+    /// its block cache gives way to one the threads share. (With CYC
+    /// timing the events are one decoder's when each PSB+ has a CBR, as
+    /// hardware sends it.)
+    pub fn new(decoder: FlowDecoder<'a, C>) -> Self {
+        let blocks = Arc::<SharedBlocks>::default();
+        let walker = decoder.walker.same();
+        let first = decoder.with_shared_blocks(blocks.clone());
+        ParallelFlow { lanes: None, decoders: Mutex::new((walker, vec![first])), blocks, spare: Mutex::new(Vec::new()) }
     }
 
     /// How many segments a thread walks at once in [`Self::run_segments`]
@@ -195,14 +162,13 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// at once when the blocks outgrow the caches near the core (or as
     /// [`Self::with_lanes`] says), else one after the other.
     fn decode<S: FlowSink>(&self, buf: &'a [u8], group: &[(usize, usize)], mut sinks: Vec<S>) -> Vec<S> {
-        let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            FlowDecoder::new(&[], self.code, self.cfg.clone())
-                .with_mtc(self.mtc)
-                .with_cyc(self.cyc)
-                .with_upper_bounds(self.upper_bounds)
-                .with_recovery(self.recovery)
-                .with_shared_blocks(self.blocks.clone())
-        });
+        let mut dec = {
+            let mut decoders = self.decoders.lock().expect("no panic while held");
+            match decoders.1.pop() {
+                Some(dec) => dec,
+                None => FlowDecoder::with_walker(&[], decoders.0.same()).with_shared_blocks(self.blocks.clone()),
+            }
+        };
         dec.cache.refresh();
         let lanes = self.lanes.unwrap_or(if dec.cache.large() { LANES } else { 1 });
         if lanes > 1 && group.len() > 1 {
@@ -215,7 +181,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
                 dec.run_with(sink);
             }
         }
-        self.decoders.lock().expect("no panic while held").push(dec);
+        self.decoders.lock().expect("no panic while held").1.push(dec);
         sinks
     }
 
