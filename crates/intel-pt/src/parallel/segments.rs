@@ -3,7 +3,7 @@
 use crate::{find_psb, PSB};
 
 /// The PSB segments of `buf`: from each PSB to the next (the last to the
-/// end). Bytes before the first PSB are skipped, as [`FlowDecoder::run`]
+/// end). Bytes before the first PSB are skipped, as [`crate::flow::FlowDecoder::run`]
 /// skips them; a buffer without a PSB is one segment.
 pub fn segments(buf: &[u8]) -> Vec<(usize, usize)> {
     if find_psb(buf).is_none() {
