@@ -94,7 +94,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.walked += 1;
         if !whole {
-            return self.run_insn(st, ip, b.first(cache), false, sink, false);
+            return self.run_insn(st, ip, cache.first(b), false, sink, false);
         }
         st.walked += count - 1;
         self.run_block(st, cache, b, sink)?;
