@@ -193,11 +193,6 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Runs to the end of the buffer, reporting every event to `sink`, the
     /// instructions of cached blocks a block at a time ([`FlowSink::block`]).
     pub fn run_with(&mut self, sink: &mut impl FlowSink) {
-        let mut st = self.st.clone();
-        self.walker.start(&mut st, self.buf);
-        let mut cache = std::mem::take(&mut self.cache);
-        self.walker.run_to_end(&mut st, &mut cache, self.base, sink);
-        self.st = st;
-        self.cache = cache;
+        self.walker.run_to_end(&mut self.st, &mut self.cache, self.buf, self.base, sink);
     }
 }

@@ -54,11 +54,18 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
     }
 
-    /// Turns until the run ends. Out of line, here, so that the walk's hot
-    /// loop is compiled with the functions it calls that are not inlined
-    /// (this module's): in one codegen unit, as when they were one file.
-    pub(crate) fn run_to_end(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) {
-        while self.turn::<true>(st, cache, base, sink) {}
+    /// Runs the walk `state` over `buf` (at `base` in the whole trace) to
+    /// its end, over `cache`. Here, so that the walk's hot loop is compiled
+    /// with the functions it calls that are not inlined (this module's):
+    /// in one codegen unit, as when they were one file; the state and cache
+    /// are locals of the loop's function.
+    pub(crate) fn run_to_end(&self, state: &mut State<'a>, cache: &mut BlockCache, buf: &[u8], base: usize, sink: &mut impl FlowSink) {
+        let mut st = state.clone();
+        self.start(&mut st, buf);
+        let mut blocks = std::mem::take(cache);
+        while self.turn::<true>(&mut st, &mut blocks, base, sink) {}
+        *state = st;
+        *cache = blocks;
     }
 
     /// One step of the walk (with `CHAIN`, the blocks its TNT bits chain
