@@ -167,7 +167,7 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
     // segment: no panic, whole blocks (their order against the sequential
     // walk may differ on damaged input, where a segment restarts at its
     // PSB+ and the sequential walk may not).
-    let par = ParallelFlow::new(code, cfg.clone()).with_recovery(recovery);
+    let par = ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()).with_recovery(recovery));
     let mut replayed = Expanded(Vec::new());
     par.run_with(trace, &mut replayed);
     let mut joined = Vec::new();
@@ -187,7 +187,7 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
         panic!("event {i}: a sink per segment {:x?}, {lanes} lanes {:x?}", joined.get(i), interleaved.get(i));
     }
     let mut grouped = Vec::new();
-    ParallelFlow::new(code, cfg.clone()).with_recovery(recovery).with_lanes(lanes).run_segments(
+    ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()).with_recovery(recovery)).with_lanes(lanes).run_segments(
         trace,
         || Expanded(Vec::new()),
         |s| grouped.extend(s.0),

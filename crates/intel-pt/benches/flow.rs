@@ -313,7 +313,7 @@ fn ours_interval(f: &Fixture) -> (u64, u64) {
 /// `threads` threads (a pool of its own) and handed out in order, blocks
 /// whole (as `ours_blocks`).
 fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
-    let par = ParallelFlow::new(code, cfg.clone());
+    let par = ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()));
     let mut sink = Count::default();
     pool(threads).install(|| {
         for t in traces {
