@@ -18,8 +18,9 @@
 //!   code asked for the interval of time the timing packets (TSC, MTC, CYC)
 //!   give; where the code changed within it, the candidate contents are
 //!   tried against the packets that follow. Events go to a
-//!   [`flow::FlowSink`]. [`sources`] has the code sources over a
-//!   `codeimage` timeline.
+//!   [`flow::FlowSink`]. The code-window API and its three image modes over
+//!   a `codeimage` timeline are `codeimage::window`'s, shared with the ETMv4
+//!   decoder.
 //! - **Block cache**: runs of instructions that need no packet are decoded
 //!   once and kept with the window of time their bytes hold for, and used
 //!   only where stepping would give the same events; decoders on several
@@ -51,7 +52,6 @@ mod encode;
 pub mod flow;
 mod packet;
 pub mod parallel;
-pub mod sources;
 
 /// The packet scans the `packets` bench times on their own (the flow walk
 /// uses them inside): with the `bench-internals` feature only.

@@ -13,11 +13,11 @@ mod flow;
 mod hand;
 
 use alt::AltAt;
+use codeimage::window::Static;
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use hand::{Trace, K};
 use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
 use intel_pt::parallel::ParallelFlow;
-use intel_pt::sources::Static;
 use intel_pt::{Packet, Tnt};
 
 /// ```text

@@ -8,10 +8,10 @@
 //! Without `with_mtc` MTC and TMA change nothing. Traces written with the
 //! packet `Encoder`.
 
+use codeimage::window::Static;
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
 use intel_pt::parallel::ParallelFlow;
-use intel_pt::sources::Static;
 use intel_pt::{Encoder, Packet, Tnt};
 
 #[path = "common/hand.rs"]
@@ -458,8 +458,8 @@ mod common;
 /// On a simulated run with pokes and a TSC every 200 ns.
 #[test]
 fn without_upper_bounds_only_hi_changes() {
+    use codeimage::window::{Interval, PerfStyle};
     use intel_pt::flow::CodeSource;
-    use intel_pt::sources::{Interval, PerfStyle};
     fn events<C: CodeSource + Sync>(trace: &[u8], code: &C, cfg: &FlowConfig, bounds: bool) -> Vec<FlowEvent> {
         let mut out = Vec::new();
         FlowDecoder::new(trace, code, cfg.clone()).with_upper_bounds(bounds).run(|e| out.push(e));

@@ -8,9 +8,9 @@
 #[path = "common/flow.rs"]
 mod common;
 
+use codeimage::window::{Interval, PerfStyle, Static};
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, Recovery};
 use intel_pt::parallel::{segments, ParallelFlow};
-use intel_pt::sources::{Interval, PerfStyle, Static};
 
 fn sequential(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) -> Vec<FlowEvent> {
     let mut out = Vec::new();

@@ -5,9 +5,9 @@
 #[path = "common/flow.rs"]
 mod common;
 
+use codeimage::window::Interval;
 use intel_pt::flow::{CycConv, FlowDecoder, FlowEvent, MtcConv};
 use intel_pt::parallel::{segments, ParallelFlow};
-use intel_pt::sources::Interval;
 
 /// The simulator's MTC period (2^3 CTC ticks of 25 TSC ticks) and max non-turbo ratio.
 const MTC: MtcConv = MtcConv { shift: 3, ratio_n: 25, ratio_d: 1 };

@@ -5,9 +5,9 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
+use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Recovery, Time, TimeConv};
-use intel_pt::sources::{Interval, PerfStyle, Static};
+use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Recovery, Time, TimeConv};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{AuxtraceInfo, PerfFile, RecordBody};
 use serde::Serialize;
@@ -437,8 +437,6 @@ fn base_image(file: &PerfFile) -> Result<CodeTimeline, SimError> {
 /// inside it, and counts as uncertain the instructions of the ranges it
 /// could not decide.
 fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, SimError> {
-    // codeimage's sources, not intel-pt's (imported above for its decoder).
-    use codeimage::window::{Interval, PerfStyle, Static};
     use etm::flow::FlowDecoder;
     use perfdata::auxtrace::CsEtmInfo;
     let file = PerfFile::open(dir)?;
@@ -494,7 +492,7 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
 /// Decodes one CPU's ETMv4 trace with `flow` (over windows between
 /// timestamps when `windows`) and matches its instructions against the
 /// truth; `stamps` are the trace's timestamps, ascending.
-fn match_etm<C: codeimage::window::CodeSource>(
+fn match_etm<C: CodeSource>(
     mut flow: etm::flow::FlowDecoder<C>,
     trace: &[u8],
     cfg: &[etm::EtmV4Config],

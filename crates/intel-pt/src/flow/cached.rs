@@ -6,12 +6,12 @@ use std::ops::Range;
 
 use isa::{BranchClass, Insn};
 
-use super::code::{CodeSource, Time};
 use super::event::{FlowEvent, FlowSink, InsnBlock};
 use super::stack::ReturnStack;
 use super::state::{Failure, Flow, State};
 use super::walk::Walker;
 use crate::blocks::{Block, BlockCache, MAX_BLOCK_INSNS};
+use codeimage::window::{CodeSource, Time};
 
 /// Bytes of trace the scan for TIP targets keeps ahead of the walk.
 const AHEAD: usize = 256;

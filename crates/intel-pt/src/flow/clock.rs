@@ -6,9 +6,9 @@
 //! names, and (CYC timing) the next CYC's upper bound, found by scanning
 //! the packets ahead ([`Clock::set_hi`] is the one place it is worked out).
 
-use super::code::Time;
 use super::packets::{Packets, Scan};
 use crate::Packet;
+use codeimage::window::Time;
 
 /// TSC to perf time, as perf converts it (AUXTRACE_INFO time_shift, time_mult, time_zero).
 #[derive(Clone, Copy, Debug)]

@@ -3,8 +3,8 @@
 
 use isa::{BranchClass, Insn};
 
-use super::code::Time;
 use crate::blocks::{Block, CALL, CLASSES, JUMP};
+use codeimage::window::Time;
 
 /// What the decoder reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

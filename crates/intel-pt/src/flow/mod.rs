@@ -66,7 +66,6 @@
 
 mod cached;
 mod clock;
-mod code;
 mod config;
 mod event;
 mod packets;
@@ -80,13 +79,13 @@ pub(crate) mod walk;
 use std::sync::Arc;
 
 pub use self::clock::{CycConv, MtcConv, TimeConv};
-pub use self::code::{CodeSource, Content, Fetch, Time};
 pub use self::config::{FlowConfig, Recovery};
 pub use self::event::{FlowErrorKind, FlowEvent, FlowSink, InsnBlock};
 use self::state::State;
 use self::walk::Walker;
 use crate::blocks::BlockCache;
 pub use crate::blocks::SharedBlocks;
+pub use codeimage::window::{CodeSource, Content, Fetch, Time};
 
 /// Decodes one AUX buffer's packets into instruction flow.
 ///

@@ -3,13 +3,13 @@
 //! resumes at the next TIP, PSB or FUP; a PSB segment's walk ends where it
 //! would read the next segment's PSB.
 
-use super::code::CodeSource;
 use super::config::Recovery;
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::packets::Packets;
 use super::state::{packet_failure, Failure, State, SEGMENT_END};
 use super::walk::Walker;
 use crate::Packet;
+use codeimage::window::CodeSource;
 
 impl<'a, C: CodeSource> Walker<'a, C> {
     /// After a failure of the walk: the end of its segment (walking on to

@@ -2,13 +2,13 @@
 //! FUP): the timing packets on the way go to the clock, a TIP.PGE moves
 //! the walk, a PSB+ restates where execution is.
 
-use super::code::CodeSource;
 use super::event::FlowErrorKind;
 use super::psb::psb_fup;
 use super::state::{packet_failure, Failure, Flow, State};
 use super::walk::Walker;
 use crate::decode::Quick;
 use crate::Packet;
+use codeimage::window::CodeSource;
 
 /// What [`Walker::next_whole`] made of the next packet.
 enum Whole {

@@ -3,11 +3,11 @@
 use isa::{BranchClass, Insn};
 
 use super::clock::Clock;
-use super::code::Time;
 use super::event::FlowErrorKind;
 use super::packets::Packets;
 use super::stack::ReturnStack;
 use crate::{PacketDecoder, PacketError};
+use codeimage::window::Time;
 
 /// A flow packet, the next one the walk will consume.
 #[derive(Clone, Copy, Debug)]

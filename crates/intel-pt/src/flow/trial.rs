@@ -4,11 +4,11 @@
 
 use isa::Insn;
 
-use super::code::{CodeSource, Content, Fetch, Time};
 use super::event::FlowErrorKind;
 use super::event::FlowEvent;
 use super::state::{Failure, State};
 use super::walk::{next_without_packet, Walker};
+use codeimage::window::{CodeSource, Content, Fetch, Time};
 
 impl<'a, C: CodeSource> Walker<'a, C> {
     /// The distinct instructions the candidate contents at `ip` decode to

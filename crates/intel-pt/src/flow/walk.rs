@@ -7,11 +7,11 @@ use std::cell::Cell;
 use isa::{BranchClass, Insn};
 
 use super::clock::Timing;
-use super::code::{CodeSource, Fetch, Time};
 use super::config::{FlowConfig, Recovery};
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::state::{Failure, Flow, State};
 use crate::blocks::BlockCache;
+use codeimage::window::{CodeSource, Fetch, Time};
 
 /// What a walk reads and how: the code, the trace's configuration and the
 /// decoder's settings. It changes nothing but `last_run` (a hint); what a
