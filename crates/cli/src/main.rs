@@ -8,12 +8,10 @@
 //! together and prints; the work is in the crates.
 
 mod decode;
-mod decode_cs;
 mod dump;
 mod etm_cmd;
 mod hex;
 mod image;
-mod lines;
 mod pokes;
 mod ptdump;
 mod record;
@@ -88,7 +86,7 @@ enum Command {
         itrace: String,
         /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
         #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
-        image: sim::check::Mode,
+        image: tracedecode::ImageMode,
         #[arg(long)]
         json: bool,
         /// perf script's fields, printed in its layout: comm, pid, tid, cpu, time, flags, ip, sym, symoff, dso, addr, insn, insnlen.
@@ -186,7 +184,7 @@ fn main() {
         Command::Check { dir, json } => check(&dir, json, &mut out),
         Command::Decode { input, itrace, image, json, fields, ns } => (|| {
             let opts = decode::Options {
-                itrace: lines::Itrace::parse(&itrace)?,
+                itrace: tracedecode::Itrace::parse(&itrace)?,
                 image,
                 json,
                 fields: fields.map(|f| decode::Fields::parse(&f, ns)).transpose()?,
