@@ -13,6 +13,7 @@ mod etm_cmd;
 mod hex;
 mod image;
 mod pokes;
+mod print;
 mod ptdump;
 mod record;
 mod symbols;
@@ -183,12 +184,14 @@ fn main() {
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
         Command::Decode { input, itrace, image, json, fields, ns } => (|| {
-            let opts = decode::Options {
-                itrace: tracedecode::Itrace::parse(&itrace)?,
-                image,
-                json,
-                fields: fields.map(|f| decode::Fields::parse(&f, ns)).transpose()?,
+            let itrace = tracedecode::Itrace::parse(&itrace)?;
+            // -F takes precedence over --json.
+            let layout = match (fields, json) {
+                (Some(f), _) => print::Layout::Perf(print::perf::Fields::parse(&f, ns)?),
+                (None, true) => print::Layout::Json,
+                (None, false) => print::Layout::Text,
             };
+            let opts = decode::Options { itrace, image, layout };
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Record(args) => record::run(&args, &mut out),
