@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
-use codeimage::{BaseImage, CodeTimeline};
+use codeimage::{BaseImage, CodeTimeline, PokeEvents};
 use perfdata::PerfFile;
 use tracedecode::setup::{self, PtSetup};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Trace};
@@ -32,18 +32,16 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     }
     let mut symbols = Symbolizer::for_input(&file, None)?;
     symbols.add_user_mappings(&file);
-    let built = codeimage::from_perf_data(&file, BaseImage::new())?;
+    // The code before any change, read from the input once: under the
+    // pokes, and on its own for `--image static`.
+    let mut base = BaseImage::new();
+    codeimage::add_base(&file, &mut base)?;
+    let bare = (image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
+    let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
     for e in &built.errors {
         eprintln!("poketrace decode: {e}");
     }
     let tl: &CodeTimeline = &built.timeline;
-    let bare = if image == ImageMode::Static {
-        let mut base = BaseImage::new();
-        codeimage::add_base(&file, &mut base)?;
-        Some(codeimage::TimelineBuilder::new(base).build())
-    } else {
-        None
-    };
     let code = bare.as_ref().unwrap_or(tl);
     let (mut lines, mut errors) = (0usize, 0usize);
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);

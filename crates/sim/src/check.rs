@@ -86,8 +86,7 @@ pub fn check_with(dir: &Path, recovery: Recovery, damage: impl Fn(usize, &mut Ve
     for (cpu, trace) in aux.iter_mut().enumerate() {
         damage(cpu, trace);
     }
-    let full = poked_image(&file, &summary)?;
-    let bare = base_image(&file)?;
+    let (full, bare) = images(&file, &summary)?;
     let mut reports = Vec::new();
     for mode in ImageMode::ALL {
         // Each CPU's buffer decodes on its own core.
@@ -340,7 +339,7 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
     let setup = pt_setup(&file, &input)?;
     let aux = per_cpu_aux(input, summary.config.cpus);
     let trace = aux.get(cpu).ok_or_else(|| SimError::Config(format!("cpu {cpu}: the run has {} CPUs", aux.len())))?;
-    let full = poked_image(&file, &summary)?;
+    let full = poked_image(&file, &summary, base_image(&file)?)?;
     let mut out = Vec::new();
     FlowDecoder::new(trace, &Interval(&full), setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc).run(|e| out.push(e));
     Ok(out)
@@ -365,18 +364,25 @@ fn pt_setup(file: &PerfFile, input: &Input) -> Result<PtSetup, SimError> {
     }
 }
 
-/// The code with every change the run recorded (begin/end pairs for the
-/// PRE/POST protocol).
-fn poked_image(file: &PerfFile, summary: &crate::Summary) -> Result<CodeTimeline, SimError> {
-    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
-    Ok(codeimage::from_perf_data_with(file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
-}
-
 /// The code before any change.
-fn base_image(file: &PerfFile) -> Result<CodeTimeline, SimError> {
+fn base_image(file: &PerfFile) -> Result<BaseImage, SimError> {
     let mut base = BaseImage::new();
     codeimage::add_base(file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
-    Ok(TimelineBuilder::new(base).build())
+    Ok(base)
+}
+
+/// The code with every change the run recorded over `base` (begin/end
+/// pairs for the PRE/POST protocol).
+fn poked_image(file: &PerfFile, summary: &crate::Summary, base: BaseImage) -> Result<CodeTimeline, SimError> {
+    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
+    Ok(codeimage::over_base(file, base, events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
+}
+
+/// The code with every change and the code before any, from one reading of the base.
+fn images(file: &PerfFile, summary: &crate::Summary) -> Result<(CodeTimeline, CodeTimeline), SimError> {
+    let base = base_image(file)?;
+    let bare = TimelineBuilder::new(base.clone()).build();
+    Ok((poked_image(file, summary, base)?, bare))
 }
 
 /// The ETMv4 runs: each CPU's AUXTRACE buffers, decoded by etm's flow decoder.
@@ -401,8 +407,7 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
             unit.map(|u| u.1).ok_or_else(|| SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}")))
         })
         .collect::<Result<_, SimError>>()?;
-    let full = poked_image(&file, summary)?;
-    let bare = base_image(&file)?;
+    let (full, bare) = images(&file, summary)?;
     let framing = etm::Framing::Aligned { reset_on_4x_fsync: false };
     let mut reports = Vec::new();
     for mode in ImageMode::ALL {
