@@ -7,6 +7,7 @@ mod etm_cmd;
 mod hex;
 mod image;
 mod pokes;
+mod ptxed;
 mod record;
 mod symbols;
 mod text;
@@ -148,6 +149,12 @@ enum Command {
     },
     /// Run the main job on built-in data.
     Demo,
+    /// libipt's ptxed: a raw Intel PT file decoded over raw code, with ptxed's options and output (`poketrace ptxed --help`).
+    #[command(disable_help_flag = true)]
+    Ptxed {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() {
@@ -179,6 +186,7 @@ fn main() {
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
         Command::Demo => demo(&mut out),
+        Command::Ptxed { args } => ptxed::run(&args, &mut out),
     };
     let result = result.and_then(|code| {
         out.flush()?;
