@@ -7,6 +7,7 @@ mod etm_cmd;
 mod hex;
 mod image;
 mod pokes;
+mod ptdump;
 mod ptxed;
 mod record;
 mod symbols;
@@ -147,14 +148,22 @@ enum Command {
         #[arg(long, default_value = "opencsd")]
         format: String,
     },
-    /// Run the main job on built-in data.
-    Demo,
-    /// libipt's ptxed: a raw Intel PT file decoded over raw code, with ptxed's options and output (`poketrace ptxed --help`).
+    /// List the packets of a raw Intel PT file, a drop-in for libipt's ptdump (`poketrace ptdump --help`).
     #[command(disable_help_flag = true)]
-    Ptxed {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    Ptdump {
+        /// ptdump's own options and the trace file, parsed as ptdump parses them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Decode a raw Intel PT file over raw code, a drop-in for libipt's ptxed (`poketrace ptxed --help`).
+    #[command(disable_help_flag = true)]
+    Ptxed {
+        /// ptxed's own options, parsed as ptxed parses them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
+    /// Run the main job on built-in data.
+    Demo,
 }
 
 fn main() {
@@ -185,8 +194,9 @@ fn main() {
         })(),
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
-        Command::Demo => demo(&mut out),
+        Command::Ptdump { args } => ptdump::run(&args, &mut out),
         Command::Ptxed { args } => ptxed::run(&args, &mut out),
+        Command::Demo => demo(&mut out),
     };
     let result = result.and_then(|code| {
         out.flush()?;
