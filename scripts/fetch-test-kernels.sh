@@ -16,19 +16,13 @@
 # them there and downloads nothing.
 #
 # Environment:
-#   POKETRACE_TEST_INPUTS  cache directory (default /work/cache/test-kernels
-#                          when /work exists, else target/test-inputs)
+#   POKETRACE_TEST_INPUTS  cache directory (default
+#                          ${XDG_CACHE_HOME:-~/.cache}/poketrace/test-kernels)
 #   KERNEL_PKG             the package to take instead of the newest match
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if [[ -n "${POKETRACE_TEST_INPUTS:-}" ]]; then
-	dest="$POKETRACE_TEST_INPUTS"
-elif [[ -d /work ]]; then
-	dest=/work/cache/test-kernels
-else
-	dest="$PWD/target/test-inputs"
-fi
+dest="${POKETRACE_TEST_INPUTS:-${XDG_CACHE_HOME:-$HOME/.cache}/poketrace/test-kernels}"
 if [[ -s "$dest/vmlinux-x86_64" ]]; then
 	echo "$dest"
 	exit 0

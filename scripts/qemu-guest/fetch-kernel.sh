@@ -12,19 +12,13 @@
 # run finds them there and downloads nothing.
 #
 # Environment:
-#   POKETRACE_GUEST_CACHE  cache directory (default /work/cache/qemu-guest when
-#                          /work exists, else target/qemu-guest)
+#   POKETRACE_GUEST_CACHE  cache directory (default
+#                          ${XDG_CACHE_HOME:-~/.cache}/poketrace/qemu-guest)
 #   KERNEL_PKG             the package to take instead of the newest match
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-if [[ -n "${POKETRACE_GUEST_CACHE:-}" ]]; then
-	dest="$POKETRACE_GUEST_CACHE"
-elif [[ -d /work ]]; then
-	dest=/work/cache/qemu-guest
-else
-	dest="$PWD/target/qemu-guest"
-fi
+dest="${POKETRACE_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/poketrace/qemu-guest}"
 if [[ -s "$dest/vmlinuz" && -s "$dest/modules/order" ]]; then
 	echo "$dest"
 	exit 0

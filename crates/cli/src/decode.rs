@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
 use codeimage::{BaseImage, CodeTimeline};
 use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, MtcConv, SharedBlocks, TimeConv};
 use intel_pt::sources::{Interval, PerfStyle, Static};
@@ -13,69 +14,11 @@ use isa::{BranchClass, KernelIdioms};
 use perfdata::abi::auxtrace_type;
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
 use perfdata::{PerfFile, RecordBody};
+use sim::check::Mode as ImageMode;
 
+use crate::lines::{Itrace, Kind, Out, Queue};
 use crate::symbols::Symbolizer;
 use crate::text::Text;
-
-/// What to print, from `--itrace` letters: b (branches), i (instructions),
-/// e (errors), and perf's period for instructions where it is a count.
-pub struct Itrace {
-    pub(crate) branches: bool,
-    pub(crate) instructions: bool,
-    pub(crate) errors: bool,
-    /// With `instructions`: a line every this many instructions (1: each).
-    pub(crate) period: u64,
-}
-
-impl Itrace {
-    /// perf's `--itrace` letters and period (`i1000i`: every 1000th
-    /// instruction; `i0ns` or `i1i`: each). A period in time or ticks is
-    /// refused unless zero (perf: as often as possible). `i` alone gives
-    /// each instruction (perf's default period there, 100 us, is not taken).
-    pub fn parse(s: &str) -> Result<Itrace> {
-        let mut t = Itrace { branches: false, instructions: false, errors: false, period: 1 };
-        let mut rest = s;
-        while let Some(c) = rest.chars().next() {
-            if c.is_ascii_digit() {
-                let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-                let n: u64 = rest[..digits].parse().with_context(|| format!("--itrace={s}: period {} is too large", &rest[..digits]))?;
-                rest = &rest[digits..];
-                let unit = ["i", "t", "ms", "us", "ns"].into_iter().find(|u| rest.starts_with(u));
-                rest = &rest[unit.map_or(0, str::len)..];
-                match unit {
-                    Some("i") => t.period = n.max(1),
-                    _ if n == 0 => t.period = 1,
-                    unit => bail!(
-                        "--itrace={s}: a period of {n}{} is not supported: instructions are sampled by count (i1000i: every 1000th; i1i or i0ns: each)",
-                        unit.unwrap_or("ns")
-                    ),
-                }
-                continue;
-            }
-            match c {
-                'b' => t.branches = true,
-                'i' => t.instructions = true,
-                'e' => t.errors = true,
-                _ => bail!("--itrace: '{c}' is not supported (b, i, e, and a period in instructions such as i1000i)"),
-            }
-            rest = &rest[c.len_utf8()..];
-        }
-        Ok(t)
-    }
-
-    /// Whether the next instruction gets a line (every `period`-th, counted
-    /// in `seen`, the instructions since the last that got one).
-    #[inline]
-    pub(crate) fn sampled(&self, seen: &mut u64) -> bool {
-        *seen += 1;
-        if *seen >= self.period {
-            *seen = 0;
-            true
-        } else {
-            false
-        }
-    }
-}
 
 /// perf script's `-F` fields that `decode` prints, always in perf's own
 /// order (comm, pid/tid, cpu, time, flags, ip, sym, dso, addr, insn), with
@@ -128,8 +71,7 @@ impl Fields {
 /// What `decode` prints and from which code image.
 pub struct Options {
     pub itrace: Itrace,
-    /// timeline, perf or static.
-    pub image: String,
+    pub image: ImageMode,
     pub json: bool,
     /// perf script's layout with these fields, instead of poketrace's own.
     pub fields: Option<Fields>,
@@ -196,40 +138,8 @@ impl Threads {
     }
 }
 
-/// One AUX buffer of the input (perf's queue): per CPU, or per thread.
-pub(crate) struct Queue {
-    /// The mmap index of its AUXTRACE records.
-    idx: u32,
-    /// The CPU (`u32::MAX` for a per-thread buffer followed across CPUs).
-    pub cpu: u32,
-    /// The traced thread of a per-thread buffer.
-    thread: Option<i32>,
-    pub trace: Vec<u8>,
-}
-
-/// One line of output, from one queue and CPU.
-pub(crate) struct Out {
-    pub time: u64,
-    pub queue: usize,
-    pub cpu: u32,
-    pub kind: Kind,
-}
-
-pub(crate) enum Kind {
-    /// A taken branch; `from_len` is the branching instruction's length when known.
-    Branch { from: u64, to: u64, flags: &'static str, from_len: Option<u8> },
-    /// An instruction; `class` and, once the next one is known, where a
-    /// taken branch went (perf's `flags` and `addr` of instruction samples).
-    Insn { ip: u64, len: u8, class: BranchClass, to: Option<u64>, uncertain: bool },
-    /// A decode error: perf's error `code` and our reason.
-    Error { offset: usize, ip: Option<u64>, code: u32, reason: String },
-}
-
 pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
-    let (itrace, image, json) = (&opts.itrace, opts.image.as_str(), opts.json);
-    if !matches!(image, "timeline" | "perf" | "static") {
-        bail!("--image {image}: timeline, perf or static");
-    }
+    let (itrace, image, json) = (&opts.itrace, opts.image, opts.json);
     let file = PerfFile::open(input)?;
     let mut info = None;
     let mut time_conv = None;
@@ -251,6 +161,9 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         }
     }
     let info = info.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
+    if matches!(info, Trace::CoreSight(_)) && image == ImageMode::PerfStyle {
+        bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
+    }
     let mut symbols = Symbolizer::for_input(&file, None)?;
     symbols.add_user_mappings(&file);
     let built = codeimage::from_perf_data(&file, BaseImage::new())?;
@@ -258,7 +171,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         eprintln!("poketrace decode: {e}");
     }
     let tl: &CodeTimeline = &built.timeline;
-    let bare = if image == "static" {
+    let bare = if image == ImageMode::Static {
         let mut base = BaseImage::new();
         codeimage::add_base(&file, &mut base)?;
         Some(codeimage::TimelineBuilder::new(base).build())
@@ -299,8 +212,13 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         }
     }
     out.write_all(text.as_bytes())?;
-    eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {image}", aux.len());
+    eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {}", aux.len(), image_name(image));
     Ok(0)
+}
+
+/// The `--image` name of a mode.
+fn image_name(image: ImageMode) -> String {
+    image.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
 }
 
 /// Bytes of lines kept before they are written out.
@@ -322,7 +240,7 @@ fn pt_lines(
     info: &IntelPtInfo,
     aux: &[Queue],
     itrace: &Itrace,
-    image: &str,
+    image: ImageMode,
     tl: &CodeTimeline,
     code: &CodeTimeline,
     emit: &mut impl FnMut(&Out) -> Result<()>,
@@ -357,17 +275,17 @@ fn pt_lines(
             s.spawn(move || {
                 let sink = &mut Collector::new(queue, q.cpu, itrace, tl, &tx);
                 match image {
-                    "timeline" => {
+                    ImageMode::Timeline => {
                         FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink)
                     }
                     // The lines show no instruction's latest time: none is worked out.
-                    "perf" => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
+                    ImageMode::PerfStyle => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
                         .with_mtc(mtc)
                         .with_cyc(cyc)
                         .with_upper_bounds(false)
                         .with_shared_blocks(blocks)
                         .run_with(sink),
-                    _ => FlowDecoder::new(&q.trace, &Static(code), cfg)
+                    ImageMode::Static => FlowDecoder::new(&q.trace, &Static(code), cfg)
                         .with_mtc(mtc)
                         .with_cyc(cyc)
                         .with_upper_bounds(false)

@@ -18,7 +18,7 @@ use etm::flow::{CodeSource, ElemKind, Fetch, Fetched, FlowDecoder, InstrRange, I
 use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
-use crate::decode::{Itrace, Kind, Out, Queue};
+use crate::lines::{Itrace, Kind, Out, Queue};
 
 /// The trace's timestamps on the perf clock: the code timeline read at the
 /// perf time of an ETM timestamp, or over the perf times of a window.

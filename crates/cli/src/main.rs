@@ -1,4 +1,11 @@
-//! `poketrace`: the command line. Parses flags, wires the crates together, prints.
+//! `poketrace`, the command line over the workspace's crates: `dump` and
+//! `pokes` print perf.data records and the history of code changes, `image`
+//! the code at an address at a moment, `decode` Intel PT or CoreSight ETMv4
+//! over the code timeline (perf script's layouts, or JSON), `record` captures
+//! side-band data live, `simulate`/`check`/`demo` run and score the
+//! simulator, `etm` decodes OpenCSD snapshots, `ptdump` lists a raw Intel PT
+//! file's packets as libipt's ptdump does. It parses flags, wires the crates
+//! together and prints; the work is in the crates.
 
 mod decode;
 mod decode_cs;
@@ -6,6 +13,7 @@ mod dump;
 mod etm_cmd;
 mod hex;
 mod image;
+mod lines;
 mod pokes;
 mod ptdump;
 mod ptxed;
@@ -18,6 +26,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use sim::Protocol;
 
 #[derive(Parser)]
 #[command(name = "poketrace", version, about = "See kernel code as it was when it executed: perf.data, text pokes, trace decode")]
@@ -79,8 +88,8 @@ enum Command {
         #[arg(long, default_value = "be")]
         itrace: String,
         /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
-        #[arg(long, default_value = "timeline")]
-        image: String,
+        #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
+        image: sim::check::Mode,
         #[arg(long)]
         json: bool,
         /// perf script's fields, printed in its layout: comm, pid, tid, cpu, time, flags, ip, sym, symoff, dso, addr, insn, insnlen.
@@ -94,13 +103,13 @@ enum Command {
     /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
     /// snapshot in DIR/snapshot) per CPU, and the ground truth beside it.
     Simulate {
-        #[arg(long, default_value = "x86_64", value_parser = ["x86_64", "aarch64"])]
-        arch: String,
+        #[arg(long, value_enum, default_value = "x86_64")]
+        arch: isa::Arch,
         #[arg(long, default_value_t = 4)]
         cpus: u32,
         /// int3, prepost, single-after or none.
-        #[arg(long, default_value = "int3")]
-        protocol: String,
+        #[arg(long, value_enum, default_value = "int3", hide_possible_values = true)]
+        protocol: sim::Protocol,
         /// Code changes to make.
         #[arg(long, default_value_t = 200)]
         pokes: u64,
@@ -185,7 +194,7 @@ fn main() {
         Command::Check { dir, json } => check(&dir, json, &mut out),
         Command::Decode { input, itrace, image, json, fields, ns } => (|| {
             let opts = decode::Options {
-                itrace: decode::Itrace::parse(&itrace)?,
+                itrace: lines::Itrace::parse(&itrace)?,
                 image,
                 json,
                 fields: fields.map(|f| decode::Fields::parse(&f, ns)).transpose()?,
@@ -221,7 +230,7 @@ fn main() {
 
 fn simulate(cfg: &sim::SimConfig, elf: Option<&std::path::Path>, dir: &std::path::Path, out: &mut impl Write) -> Result<i32> {
     let s = match elf {
-        Some(elf) => sim::simulate_elf(&sim::SimConfig { pokes: 0, protocol: "none".into(), ..cfg.clone() }, elf, dir)?,
+        Some(elf) => sim::simulate_elf(&sim::SimConfig { pokes: 0, protocol: sim::Protocol::None, ..cfg.clone() }, elf, dir)?,
         None => sim::simulate(cfg, dir)?,
     };
     writeln!(
@@ -234,7 +243,7 @@ fn simulate(cfg: &sim::SimConfig, elf: Option<&std::path::Path>, dir: &std::path
         s.pokes,
         s.ksymbols,
         s.trace_bytes.iter().sum::<usize>(),
-        if cfg.arch == "aarch64" { "ETMv4 (CoreSight frames)" } else { "Intel PT" }
+        if cfg.arch == isa::Arch::Aarch64 { "ETMv4 (CoreSight frames)" } else { "Intel PT" }
     )?;
     Ok(0)
 }
@@ -295,26 +304,19 @@ fn demo(out: &mut impl Write) -> Result<i32> {
          with three images of the code and compared with what really ran.\n"
     )?;
     let runs = [
-        ("int3", 20, "x86 text_poke_bp, fine timing (a TSC every 20 ns)"),
-        ("int3", 400, "the same, coarse timing (a TSC every 400 ns): changes land between timing packets"),
-        ("prepost", 20, "the Arm PRE/POST proposal: a window where either code may run"),
-        ("none", 20, "no events at all"),
+        (Protocol::Int3, 20, "x86 text_poke_bp, fine timing (a TSC every 20 ns)"),
+        (Protocol::Int3, 400, "the same, coarse timing (a TSC every 400 ns): changes land between timing packets"),
+        (Protocol::PrePost, 20, "the Arm PRE/POST proposal: a window where either code may run"),
+        (Protocol::None, 20, "no events at all"),
     ];
     let arm = [
-        ("int3", 20, "AArch64, ETMv4: the arm64 kernel's single-instruction writes, an event at each"),
-        ("prepost", 20, "AArch64, ETMv4: the PRE/POST proposal"),
+        (Protocol::Int3, 20, "AArch64, ETMv4: the arm64 kernel's single-instruction writes, an event at each"),
+        (Protocol::PrePost, 20, "AArch64, ETMv4: the PRE/POST proposal"),
     ];
-    let runs = runs.iter().map(|r| ("x86_64", r)).chain(arm.iter().map(|r| ("aarch64", r)));
-    for (arch, &(protocol, tsc_period, what)) in runs {
-        let dir = root.join(format!("{arch}-{protocol}-{tsc_period}ns"));
-        let cfg = sim::SimConfig {
-            arch: arch.into(),
-            protocol: protocol.into(),
-            instructions: 200_000,
-            pokes: 400,
-            tsc_period,
-            ..sim::SimConfig::default()
-        };
+    let runs = runs.iter().map(|r| (isa::Arch::X86_64, "x86_64", r)).chain(arm.iter().map(|r| (isa::Arch::Aarch64, "aarch64", r)));
+    for (arch, arch_name, &(protocol, tsc_period, what)) in runs {
+        let dir = root.join(format!("{arch_name}-{protocol}-{tsc_period}ns"));
+        let cfg = sim::SimConfig { arch, protocol, instructions: 200_000, pokes: 400, tsc_period, ..sim::SimConfig::default() };
         sim::simulate(&cfg, &dir)?;
         writeln!(out, "== {what}\n   {}", dir.display())?;
         print_table(&sim::check::check(&dir)?, out)?;

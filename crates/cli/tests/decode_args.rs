@@ -1,5 +1,5 @@
 //! `poketrace decode`'s arguments: what it cannot do is refused with a
-//! message naming it, before any input is read.
+//! message naming it, before any input is read when the input does not matter.
 
 use std::process::Command;
 
@@ -19,10 +19,26 @@ fn unknown_fields_itrace_letters_and_images_are_named() {
     let (ok, err) = decode(&["/nonexistent", "--itrace=i100us"]);
     assert!(!ok && err.contains("100us") && err.contains("i1000i"), "{err}");
     let (ok, err) = decode(&["/nonexistent", "--image", "other"]);
-    assert!(!ok && err.contains("--image other"), "{err}");
+    assert!(!ok && err.contains("'other'") && err.contains("--image") && err.contains("timeline"), "{err}");
     // Valid arguments get as far as the missing input, and say which.
     let (ok, err) = decode(&["/nonexistent", "-F", "time,ip,sym", "--ns"]);
     assert!(!ok && err.contains("/nonexistent"), "{err}");
+}
+
+/// perf's model is decoded for Intel PT only: CoreSight input with `--image perf` is refused,
+/// naming both, rather than decoded over another image.
+#[test]
+fn coresight_with_the_perf_image_is_refused() {
+    let dir = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/decode-cs-perf"));
+    let run = dir.join("run");
+    common::simulate(&run, &["--arch", "aarch64", "--cpus", "1", "--instructions", "2000", "--pokes", "2"]);
+    let run = run.to_str().unwrap();
+    let (ok, err) = decode(&[run, "--image", "perf"]);
+    assert!(!ok && err.contains("--image perf") && err.contains("CoreSight"), "{err}");
+    for image in ["timeline", "static"] {
+        let (ok, err) = decode(&[run, "--image", image]);
+        assert!(ok && err.contains(&format!("image {image}")), "{image}: {err}");
+    }
 }
 
 /// `--itrace=iNi` gives every Nth instruction line of each CPU's buffer:

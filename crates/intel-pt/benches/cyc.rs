@@ -38,7 +38,7 @@ fn fixture(cyc: bool) -> &'static Fixture {
         let insns = std::env::var("CYC_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
         let cfg = sim::SimConfig {
             cpus: 4,
-            protocol: "none".into(),
+            protocol: sim::Protocol::None,
             pokes: 0,
             instructions: insns,
             mtc_freq: Some(3),

@@ -220,7 +220,7 @@ fn fixture(input: &str) -> Option<&'static Fixture> {
 fn make(name: &str, elf: Option<&std::path::Path>) -> Fixture {
     let default = if name == "vmlinux" { 25_000_000 } else { 4_000_000 };
     let insns = std::env::var("FLOW_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(default);
-    let cfg = sim::SimConfig { cpus: 4, protocol: "none".into(), pokes: 0, instructions: insns, ..sim::SimConfig::default() };
+    let cfg = sim::SimConfig { cpus: 4, protocol: sim::Protocol::None, pokes: 0, instructions: insns, ..sim::SimConfig::default() };
     let (summary, run) = common::simulate(&format!("bench-{name}"), &cfg, elf);
     let traces: Vec<Vec<u8>> = run.aux.iter().map(|t| common::without_start_pge(t).0).collect();
     let bytes = traces.iter().map(Vec::len).sum();

@@ -115,7 +115,7 @@ fn simulated(name: &str, timing: Option<(u8, u8)>, elf: Option<&Path>) -> Vec<u8
     let insns = std::env::var("PACKETS_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(8_000_000);
     let cfg = sim::SimConfig {
         cpus: 4,
-        protocol: "none".into(),
+        protocol: sim::Protocol::None,
         pokes: 0,
         instructions: insns,
         mtc_freq: timing.map(|t| t.0),

@@ -34,7 +34,7 @@ fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let insns = std::env::var("POKED_BENCH_INSNS").ok().and_then(|s| s.parse().ok()).unwrap_or(2_000_000);
-        let cfg = sim::SimConfig { cpus: 4, protocol: "int3".into(), pokes: 3000, instructions: insns, ..sim::SimConfig::default() };
+        let cfg = sim::SimConfig { cpus: 4, protocol: sim::Protocol::Int3, pokes: 3000, instructions: insns, ..sim::SimConfig::default() };
         let (summary, run) = common::simulate("bench-poked", &cfg, None);
         assert!(summary.pokes > 1000, "{} pokes", summary.pokes);
         let bytes = run.aux.iter().map(Vec::len).sum();

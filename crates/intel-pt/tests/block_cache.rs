@@ -64,11 +64,17 @@ fn same_events(name: &str, run: &common::Run) -> usize {
 
 #[test]
 fn cached_equals_stepped_on_poked_runs() {
-    for (protocol, tsc_period) in [("int3", 20), ("int3", 200), ("prepost", 50), ("single-after", 100), ("none", 200)] {
-        let cfg = sim::SimConfig { cpus: 2, protocol: protocol.into(), pokes: 150, instructions: 30_000, tsc_period, ..sim::SimConfig::default() };
+    for (protocol, tsc_period) in [
+        (sim::Protocol::Int3, 20),
+        (sim::Protocol::Int3, 200),
+        (sim::Protocol::PrePost, 50),
+        (sim::Protocol::SingleAfter, 100),
+        (sim::Protocol::None, 200),
+    ] {
+        let cfg = sim::SimConfig { cpus: 2, protocol, pokes: 150, instructions: 30_000, tsc_period, ..sim::SimConfig::default() };
         let name = format!("cache-{protocol}-{tsc_period}");
         let (summary, run) = common::simulate(&name, &cfg, None);
-        assert!(summary.pokes > 0 || protocol == "none", "{name}: no pokes");
+        assert!(summary.pokes > 0 || protocol == sim::Protocol::None, "{name}: no pokes");
         let events = same_events(&name, &run);
         assert!(events > 50_000, "{name}: {events} events");
     }

@@ -474,7 +474,7 @@ fn without_upper_bounds_only_hi_changes() {
             other => other,
         }
     }
-    let sim = sim::SimConfig { cpus: 1, protocol: "int3".into(), pokes: 50, instructions: 30_000, ..sim::SimConfig::default() };
+    let sim = sim::SimConfig { cpus: 1, protocol: sim::Protocol::Int3, pokes: 50, instructions: 30_000, ..sim::SimConfig::default() };
     let (_, run) = common::simulate("upper-bounds", &sim, None);
     let trace = &run.aux[0];
     for (what, with, without) in [

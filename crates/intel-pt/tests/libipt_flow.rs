@@ -111,7 +111,7 @@ fn static_code_same_flow_as_libipt() {
     let mut total = Compared::default();
     // Three seeds and TSC periods: different programs, paths and packet mixes.
     for (seed, tsc_period, insns) in [(1, 200, 40_000), (7, 35, 40_000), (3, 1000, 100_000)] {
-        let cfg = SimConfig { cpus: 4, protocol: "none".into(), pokes: 0, instructions: insns, seed, tsc_period, ..SimConfig::default() };
+        let cfg = SimConfig { cpus: 4, protocol: sim::Protocol::None, pokes: 0, instructions: insns, seed, tsc_period, ..SimConfig::default() };
         let name = format!("static-{seed}");
         let (summary, run) = flow::simulate(&name, &cfg, None);
         let c = compare_static(&name, &summary, &run);
@@ -135,7 +135,7 @@ fn real_code_same_flow_as_libipt() {
         eprintln!("skipped: no {} (Debian's linux-perf)", elf.display());
         return;
     }
-    let cfg = SimConfig { cpus: 4, protocol: "none".into(), pokes: 0, instructions: 50_000, ..SimConfig::default() };
+    let cfg = SimConfig { cpus: 4, protocol: sim::Protocol::None, pokes: 0, instructions: 50_000, ..SimConfig::default() };
     let (summary, run) = flow::simulate("elf-perf", &cfg, Some(elf));
     assert!(run.sections.iter().any(|s| s.path == elf), "{:?}", run.sections);
     let c = compare_static("elf-perf", &summary, &run);
@@ -145,7 +145,7 @@ fn real_code_same_flow_as_libipt() {
 #[test]
 fn poked_code_libipt_goes_wrong_interval_does_not() {
     // text_poke_bp (int3) with fine timing: what `sim`'s own test decodes exactly.
-    let cfg = SimConfig { cpus: 4, protocol: "int3".into(), pokes: 200, instructions: 60_000, tsc_period: 20, ..SimConfig::default() };
+    let cfg = SimConfig { cpus: 4, protocol: sim::Protocol::Int3, pokes: 200, instructions: 60_000, tsc_period: 20, ..SimConfig::default() };
     let (summary, run) = flow::simulate("int3", &cfg, None);
     assert!(summary.pokes > 100, "{summary:?}");
     let image = LibiptImage::new(&run, ImageKind::File);

@@ -77,8 +77,8 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
 
 #[test]
 fn parallel_equals_sequential() {
-    for (protocol, pokes) in [("int3", 150), ("none", 0)] {
-        let cfg = sim::SimConfig { cpus: 2, protocol: protocol.into(), pokes, instructions: 40_000, psb_period: 1024, ..sim::SimConfig::default() };
+    for (protocol, pokes) in [(sim::Protocol::Int3, 150), (sim::Protocol::None, 0)] {
+        let cfg = sim::SimConfig { cpus: 2, protocol, pokes, instructions: 40_000, psb_period: 1024, ..sim::SimConfig::default() };
         let name = format!("parallel-{protocol}");
         let (_, run) = common::simulate(&name, &cfg, None);
         assert!(run.aux.iter().all(|t| segments(t).len() > 10), "{name}: few segments");
@@ -127,7 +127,7 @@ fn parallel_equals_sequential() {
 /// instruction for the time up to the next flow packet.
 #[test]
 fn poke_dense_segments_read_the_code_as_the_whole_walk_does() {
-    let cfg = sim::SimConfig { cpus: 4, protocol: "int3".into(), pokes: 3000, instructions: 300_000, ..sim::SimConfig::default() };
+    let cfg = sim::SimConfig { cpus: 4, protocol: sim::Protocol::Int3, pokes: 3000, instructions: 300_000, ..sim::SimConfig::default() };
     let (summary, run) = common::simulate("parallel-poke-dense", &cfg, None);
     assert!(summary.pokes > 1000, "{} pokes", summary.pokes);
     let code = Interval(&run.full);
@@ -159,7 +159,8 @@ fn a_panicking_segment_sink_panics_the_caller() {
             panic!("boom");
         }
     }
-    let cfg = sim::SimConfig { cpus: 1, protocol: "none".into(), pokes: 0, instructions: 20_000, psb_period: 1024, ..sim::SimConfig::default() };
+    let cfg =
+        sim::SimConfig { cpus: 1, protocol: sim::Protocol::None, pokes: 0, instructions: 20_000, psb_period: 1024, ..sim::SimConfig::default() };
     let (_, run) = common::simulate("parallel-panic", &cfg, None);
     let code = Static(&run.bare);
     let par = ParallelFlow::new(&code, run.cfg.clone());

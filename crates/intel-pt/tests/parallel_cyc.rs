@@ -15,10 +15,10 @@ const CYC: CycConv = CycConv { max_non_turbo_ratio: 10 };
 
 #[test]
 fn parallel_equals_sequential_with_cyc_timing() {
-    for (protocol, cyc_thresh) in [("int3", 0), ("prepost", 4)] {
+    for (protocol, cyc_thresh) in [(sim::Protocol::Int3, 0), (sim::Protocol::PrePost, 4)] {
         let cfg = sim::SimConfig {
             cpus: 2,
-            protocol: protocol.into(),
+            protocol,
             pokes: 150,
             instructions: 40_000,
             psb_period: 1024,

@@ -26,6 +26,10 @@
 //!
 //! Nothing here panics on malformed input: undecodable bytes become `.byte`
 //! lines and unrecognised changes become [`PokeKind::Other`].
+//!
+//! [`Arch`] names the two instruction sets everywhere in poketrace; the `clap`
+//! and `serde` features make it a command-line value and a serialized field
+//! (`x86_64`, `aarch64`).
 
 mod a64_class;
 mod aarch64;
@@ -43,8 +47,14 @@ pub use x86_class::{classify_x86_64, KernelIdioms};
 
 /// Instruction set of the poked code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Arch {
+    #[cfg_attr(feature = "clap", value(name = "x86_64"))]
+    #[cfg_attr(feature = "serde", serde(rename = "x86_64"))]
     X86_64,
+    #[cfg_attr(feature = "clap", value(name = "aarch64"))]
+    #[cfg_attr(feature = "serde", serde(rename = "aarch64"))]
     Aarch64,
 }
 

@@ -187,11 +187,6 @@ impl PerfFile {
         }
     }
 
-    /// Records in timestamp order, as perf delivers them (see [`crate::SortedRecords`]).
-    pub fn sorted_records(&self) -> crate::sorted::SortedRecords<'_> {
-        crate::sorted::SortedRecords::new(self.records())
-    }
-
     fn decompressed(&self) -> &Decompressed {
         self.decompressed.get_or_init(|| {
             let (start, end) = self.data_range();

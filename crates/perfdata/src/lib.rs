@@ -8,6 +8,13 @@
 //! file offset. Writing produces files that `perf report` and `perf script`
 //! read, including perf.data directories with a `kcore_dir/`.
 //!
+//! It covers the file, directory (`DIR/data`) and pipe layouts, COMPRESSED
+//! records (zstd, as `perf record -z` writes them), records in perf's
+//! timestamp order as well as file order ([`PerfFile::sorted_records`]), the
+//! Intel PT and CoreSight AUXTRACE_INFO payloads ([`auxtrace`]), the kernel's
+//! ABI constants ([`abi`]) and a `kcore_dir` writer ([`kcore`]). It knows
+//! nothing of decoding: the trace payloads are bytes for the decoders.
+//!
 //! ```no_run
 //! let file = perfdata::PerfFile::open("perf.data")?;
 //! for record in file.records() {

@@ -11,8 +11,15 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use crate::abi::record_type as rt;
 use crate::error::Result;
-use crate::file::Records;
+use crate::file::{PerfFile, Records};
 use crate::records::{Record, RecordBody};
+
+impl PerfFile {
+    /// Records in timestamp order, as perf delivers them (see [`SortedRecords`]).
+    pub fn sorted_records(&self) -> SortedRecords<'_> {
+        SortedRecords::new(self.records())
+    }
+}
 
 /// Iterator over records in perf's delivery order.
 pub struct SortedRecords<'a> {
@@ -38,7 +45,7 @@ enum Ready<'a> {
 }
 
 impl<'a> SortedRecords<'a> {
-    pub(crate) fn new(inner: Records<'a>) -> Self {
+    fn new(inner: Records<'a>) -> Self {
         SortedRecords {
             inner,
             queue: BinaryHeap::new(),

@@ -23,7 +23,6 @@ use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::summary::BpfStats;
-use crate::watch::Load;
 
 const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
 const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
@@ -137,9 +136,24 @@ pub(crate) enum Miss {
     Other(String),
 }
 
+/// A BPF program just loaded, opened (or not) at once.
+pub(crate) struct Load {
+    pub id: u32,
+    /// perf time of its BPF_EVENT.
+    pub time: Option<u64>,
+    pub fd: std::result::Result<OwnedFd, Miss>,
+}
+
+impl Load {
+    /// Opens program `id`, announced at `time`.
+    pub fn open(id: u32, time: Option<u64>) -> Load {
+        Load { id, time, fd: open(id) }
+    }
+}
+
 /// Opens program `id`. Holding the fd keeps the program, and its JIT image,
 /// from going away until the image is read.
-pub(crate) fn open(id: u32) -> std::result::Result<OwnedFd, Miss> {
+fn open(id: u32) -> std::result::Result<OwnedFd, Miss> {
     prog_fd(id).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) => Miss::Gone,
         Some(libc::EPERM | libc::EACCES) => {

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use perfdata::abi::{attr_flag as flag, read_format, record_type as rt, sample_type as st};
 use perfdata::{AttrWithIds, EventAttr, FeatureData, NrCpus, RecordBody, SampleId, Writer, ATTR_SIZE_VER7};
 
-use crate::bpf::{self, BpfStore};
+use crate::bpf::{BpfStore, Load};
 use crate::error::{Error, Result};
 use crate::summary::{Options, Summary};
 use crate::sys::{self, Event};
-use crate::watch::{bpf_load, Load, Watched, Watcher};
+use crate::watch::{bpf_load, Watched, Watcher};
 use crate::{kernel, synth};
 
 /// `perf_event_attr.watermark`: wake the reader after `wakeup_watermark` bytes.
@@ -282,7 +282,7 @@ impl Sink {
             }
             rt::BPF_EVENT if self.collect_loads => {
                 if let Some((id, time)) = bpf_load(r) {
-                    self.loads.push(Load { id, time, fd: bpf::open(id) });
+                    self.loads.push(Load::open(id, time));
                 }
             }
             _ => {}

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use perfdata::abi::{bpf_event_type, record_type as rt};
 
-use crate::bpf::{self, Miss};
+use crate::bpf::Load;
 use crate::error::{Error, Result};
 use crate::sys::{self, Event};
 
@@ -22,14 +22,6 @@ use crate::sys::{self, Event};
 /// counts what it drops in LOST records, so neither memory nor the number
 /// of programs held open grows without bound.
 const QUEUE: usize = 256;
-
-/// A BPF program just loaded, opened (or not) at once.
-pub(crate) struct Load {
-    pub id: u32,
-    /// perf time of its BPF_EVENT.
-    pub time: Option<u64>,
-    pub fd: std::result::Result<OwnedFd, Miss>,
-}
 
 /// One record of a watch ring, and the program it announces.
 pub(crate) struct Watched {
@@ -137,7 +129,7 @@ fn watch(mut events: Vec<Event>, stop: &AtomicBool, tx: &SyncSender<Watched>, wa
 /// Opens the program a BPF_EVENT load announces.
 fn load(r: &[u8]) -> Option<Load> {
     let (id, time) = bpf_load(r)?;
-    Some(Load { id, time, fd: bpf::open(id) })
+    Some(Load::open(id, time))
 }
 
 /// Where TIME sits in the sample_id trailer ({pid, tid}, time, {cpu, res},

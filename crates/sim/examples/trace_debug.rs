@@ -8,7 +8,7 @@ fn main() {
     let dir = Path::new(&args[1]);
     let cpu: usize = args[2].parse().unwrap();
     let truth: Vec<(u64, u64)> = sim::TruthReader::open(&dir.join(format!("truth/cpu{cpu}.bin"))).unwrap().map(|r| r.unwrap()).collect();
-    let events = sim::check::decode_cpu(dir, cpu);
+    let events = sim::check::decode_cpu(dir, cpu).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut k = 0;
     let mut first = None;
     for (i, e) in events.iter().enumerate() {

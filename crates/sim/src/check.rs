@@ -15,13 +15,15 @@ use serde::Serialize;
 use crate::truth::TruthReader;
 use crate::SimError;
 
-/// Which code the decoder walks.
+/// Which code the decoder walks (`decode --image`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// The code before any change (no poke awareness).
     Static,
     /// One image updated in timestamp order, read at the last timestamp seen (what perf does).
+    #[cfg_attr(feature = "clap", value(name = "perf"))]
     PerfStyle,
     /// The code timeline, read over the interval the trace allows.
     Timeline,
@@ -98,7 +100,7 @@ pub fn check(dir: &Path) -> Result<Vec<ModeReport>, SimError> {
 /// from damage. (An ETMv4 run is checked as it is.)
 pub fn check_with(dir: &Path, recovery: Recovery, damage: impl Fn(usize, &mut Vec<u8>)) -> Result<Vec<ModeReport>, SimError> {
     let summary = crate::read_summary(dir)?;
-    if summary.config.arch == "aarch64" {
+    if summary.config.arch == isa::Arch::Aarch64 {
         return check_etm(dir, &summary);
     }
     let file = PerfFile::open(dir)?;
@@ -358,16 +360,22 @@ fn score(
     m.finish().map_err(io)
 }
 
-/// Decoded events of one CPU in timeline mode (a debugging aid for the simulator's tests).
-pub fn decode_cpu(dir: &Path, cpu: usize) -> Vec<FlowEvent> {
-    let file = PerfFile::open(dir).unwrap();
-    let summary = crate::read_summary(dir).unwrap();
-    let (info, aux) = per_cpu_aux(&file, summary.config.cpus).unwrap();
-    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info.unwrap()).unwrap());
-    let full = poked_image(&file, &summary).unwrap();
+/// Decoded events of one CPU of an Intel PT run in timeline mode (a debugging aid for the
+/// simulator's tests).
+pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
+    let file = PerfFile::open(dir)?;
+    let summary = crate::read_summary(dir)?;
+    if summary.config.arch != isa::Arch::X86_64 {
+        return Err(SimError::Config(format!("{}: decode_cpu decodes Intel PT; this run is {:?}", dir.display(), summary.config.arch)));
+    }
+    let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
+    let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
+    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
+    let trace = aux.get(cpu).ok_or_else(|| SimError::Config(format!("cpu {cpu}: the run has {} CPUs", aux.len())))?;
+    let full = poked_image(&file, &summary)?;
     let mut out = Vec::new();
-    FlowDecoder::new(&aux[cpu], &Interval(&full), cfg).with_mtc(timing.0).with_cyc(timing.1).run(|e| out.push(e));
-    out
+    FlowDecoder::new(trace, &Interval(&full), cfg).with_mtc(timing.0).with_cyc(timing.1).run(|e| out.push(e));
+    Ok(out)
 }
 
 /// A run's AUXTRACE_INFO and each CPU's trace.
@@ -410,7 +418,7 @@ fn pt_setup(file: &PerfFile, info: &IntelPtInfo) -> (FlowConfig, Timing) {
 /// The code with every change the run recorded (begin/end pairs for the
 /// PRE/POST protocol).
 fn poked_image(file: &PerfFile, summary: &crate::Summary) -> Result<CodeTimeline, SimError> {
-    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
+    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
     Ok(codeimage::from_perf_data_with(file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
 }
 

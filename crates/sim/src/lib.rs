@@ -16,6 +16,12 @@
 //!
 //! Truth and trace are streamed to files as they are made: memory does not
 //! grow with the run. Same seed, same bytes.
+//!
+//! [`check`] decodes such a run with three images of the code ([`check::Mode`]:
+//! static, perf-style, timeline) and scores each against the truth: right,
+//! wrong, missing, errors, uncertain. [`simulate_elf`] walks a real ELF
+//! file's code instead of a generated kernel. The `clap` feature makes the
+//! architecture, [`Protocol`] and [`check::Mode`] command-line values.
 
 mod a64prog;
 pub mod check;
@@ -51,11 +57,11 @@ use spool::{Pending, Spool, SpoolReader};
 /// Everything that defines a run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SimConfig {
-    /// `x86_64` (Intel PT) or `aarch64` (ETMv4).
+    /// x86_64 (Intel PT) or aarch64 (ETMv4).
     #[serde(default = "default_arch")]
-    pub arch: String,
+    pub arch: isa::Arch,
     pub cpus: u32,
-    pub protocol: String,
+    pub protocol: Protocol,
     pub pokes: u64,
     /// Instructions per CPU, on average.
     pub instructions: u64,
@@ -79,8 +85,8 @@ pub struct SimConfig {
     pub sync_ns: u64,
 }
 
-fn default_arch() -> String {
-    "x86_64".into()
+fn default_arch() -> isa::Arch {
+    isa::Arch::X86_64
 }
 
 impl Default for SimConfig {
@@ -88,7 +94,7 @@ impl Default for SimConfig {
         SimConfig {
             arch: default_arch(),
             cpus: 4,
-            protocol: "int3".into(),
+            protocol: Protocol::Int3,
             pokes: 200,
             instructions: 100_000,
             seed: 1,
@@ -100,17 +106,6 @@ impl Default for SimConfig {
             sync_ns: 50,
         }
     }
-}
-
-/// `int3`, `prepost`, `single-after` or `none`.
-pub fn parse_protocol(s: &str) -> Option<Protocol> {
-    Some(match s {
-        "int3" => Protocol::Int3,
-        "prepost" => Protocol::PrePost,
-        "single-after" => Protocol::SingleAfter,
-        "none" => Protocol::None,
-        _ => return None,
-    })
 }
 
 /// What a run produced.
@@ -125,8 +120,6 @@ pub struct Summary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    #[error("unknown protocol {0} (int3, prepost, single-after, none)")]
-    Protocol(String),
     #[error("{0}")]
     Config(String),
     #[error("{path}: {source}")]
@@ -231,20 +224,10 @@ impl Traces {
     }
 }
 
-/// The architecture a config names.
-fn parse_arch(cfg: &SimConfig) -> Result<isa::Arch, SimError> {
-    match cfg.arch.as_str() {
-        "x86_64" => Ok(isa::Arch::X86_64),
-        "aarch64" => Ok(isa::Arch::Aarch64),
-        other => Err(SimError::Config(format!("--arch {other} (x86_64 or aarch64)"))),
-    }
-}
-
 /// Runs the simulation and writes the perf.data directory `dir` with the
 /// truth beside it; for aarch64 also an OpenCSD snapshot in `DIR/snapshot/`.
 pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
-    let protocol = parse_protocol(&cfg.protocol).ok_or_else(|| SimError::Protocol(cfg.protocol.clone()))?;
-    let arch = parse_arch(cfg)?;
+    let arch = cfg.arch;
     let mut rng = rng::Rng::new(cfg.seed);
     let prog = match arch {
         isa::Arch::X86_64 => x86prog::generate(&mut rng, cfg.functions),
@@ -252,7 +235,7 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     };
     let run = machine::RunConfig {
         cpus: cfg.cpus,
-        protocol,
+        protocol: cfg.protocol,
         pokes: cfg.pokes,
         instructions: cfg.instructions,
         sync_ticks: cfg.sync_ns,
@@ -306,7 +289,7 @@ pub const PIE_BASE: u64 = 0x5555_5555_4000;
 /// `elf` (a user program, traced as one process with a thread per CPU):
 /// the same outputs as [`simulate`], without changes to the code.
 pub fn simulate_elf(cfg: &SimConfig, elf: &Path, dir: &Path) -> Result<Summary, SimError> {
-    if parse_arch(cfg)? != isa::Arch::X86_64 {
+    if cfg.arch != isa::Arch::X86_64 {
         return Err(SimError::Config("--elf: only x86_64 programs".into()));
     }
     let code = walk::RealCode::load(elf, PIE_BASE)?;

@@ -9,12 +9,15 @@
 use std::collections::{BTreeMap, HashMap};
 
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction};
+use serde::{Deserialize, Serialize};
 
 use crate::program::{Program, Site, SiteKind};
 use crate::rng::Rng;
 
 /// How code changes are announced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum Protocol {
     /// x86 text_poke_bp: INT3, sync, tail, event, sync, first byte, sync.
     /// On AArch64, what the arm64 kernel does: every site is one
@@ -24,11 +27,31 @@ pub enum Protocol {
     /// exact: at the write.
     Int3,
     /// The Arm proposal: PRE event, write, flush, POST event.
+    #[serde(rename = "prepost")]
+    #[cfg_attr(feature = "clap", value(name = "prepost"))]
     PrePost,
     /// One event after a plain write.
     SingleAfter,
     /// No events.
     None,
+}
+
+impl Protocol {
+    /// The name `simulate --protocol` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Int3 => "int3",
+            Protocol::PrePost => "prepost",
+            Protocol::SingleAfter => "single-after",
+            Protocol::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What a tracer sees of one instruction's control flow.

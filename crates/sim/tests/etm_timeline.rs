@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use isa::Arch;
 use sim::check::{check, Mode, ModeReport};
-use sim::SimConfig;
+use sim::{Protocol, SimConfig};
 
 fn dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("etm-timeline").join(name);
@@ -13,9 +14,8 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-fn run(protocol: &str, name: &str) -> Vec<ModeReport> {
-    let cfg =
-        SimConfig { arch: "aarch64".into(), cpus: 4, instructions: 200_000, pokes: 400, protocol: protocol.into(), seed: 11, ..SimConfig::default() };
+fn run(protocol: Protocol, name: &str) -> Vec<ModeReport> {
+    let cfg = SimConfig { arch: Arch::Aarch64, cpus: 4, instructions: 200_000, pokes: 400, protocol, seed: 11, ..SimConfig::default() };
     let d = dir(name);
     sim::simulate(&cfg, &d).unwrap();
     check(&d).unwrap()
@@ -27,7 +27,7 @@ fn mode(r: &[ModeReport], m: Mode) -> &ModeReport {
 
 #[test]
 fn timeline_mode_is_never_silently_wrong_on_int3_runs() {
-    let r = run("int3", "int3");
+    let r = run(Protocol::Int3, "int3");
     let (perf, tl) = (mode(&r, Mode::PerfStyle), mode(&r, Mode::Timeline));
     // The run has pokes that matter: the code at the latest timestamp goes wrong.
     assert!(perf.total.wrong > 0, "perf-style: {:?}", perf.total);
@@ -40,7 +40,7 @@ fn timeline_mode_is_never_silently_wrong_on_int3_runs() {
 
 #[test]
 fn timeline_mode_reports_pre_post_windows_as_uncertain() {
-    let r = run("prepost", "prepost");
+    let r = run(Protocol::PrePost, "prepost");
     let tl = mode(&r, Mode::Timeline);
     assert_eq!(tl.total.wrong, 0, "timeline: {:?}", tl.total);
     assert!(tl.total.uncertain > 0, "timeline: {:?}", tl.total);

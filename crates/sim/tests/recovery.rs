@@ -11,7 +11,7 @@
 use intel_pt::flow::Recovery;
 use intel_pt::{Packet, PacketDecoder};
 use sim::check::{check_with, Mode, Score};
-use sim::SimConfig;
+use sim::{Protocol, SimConfig};
 use testkit::Rng;
 
 /// What is damaged: one bit of the payload of a TNT (a branch goes the
@@ -78,7 +78,7 @@ fn timeline(dir: &std::path::Path, recovery: Recovery, kind: Damage, per: u64, s
 fn compare(name: &str, instructions: u64, seeds: u64, pers: &[u64]) {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    let cfg = SimConfig { cpus: 4, protocol: "int3".into(), pokes: 400, instructions, tsc_period: 20, ..SimConfig::default() };
+    let cfg = SimConfig { cpus: 4, protocol: Protocol::Int3, pokes: 400, instructions, tsc_period: 20, ..SimConfig::default() };
     sim::simulate(&cfg, &dir).expect("simulate");
     println!("| damage | bits per CPU | recovery | correct | wrong | missing | errors |\n|---|---|---|---|---|---|---|");
     for kind in [Damage::Tnt, Damage::TipIp, Damage::Flow] {

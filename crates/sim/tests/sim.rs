@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use isa::Arch;
 use sim::check::{check, Mode, ModeReport};
-use sim::SimConfig;
+use sim::{Protocol, SimConfig};
 
 fn dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sim").join(name);
@@ -62,7 +63,7 @@ fn coarse_timing_is_reported_as_uncertain_not_hidden() {
 #[test]
 fn without_events_no_image_can_follow() {
     let d = dir("none");
-    let cfg = SimConfig { instructions: 30_000, pokes: 100, protocol: "none".into(), tsc_period: 20, ..SimConfig::default() };
+    let cfg = SimConfig { instructions: 30_000, pokes: 100, protocol: Protocol::None, tsc_period: 20, ..SimConfig::default() };
     sim::simulate(&cfg, &d).unwrap();
     let r = check(&d).unwrap();
     assert_eq!(mode(&r, Mode::Timeline).total, mode(&r, Mode::Static).total, "no events: the timeline is the static image");
@@ -72,7 +73,7 @@ fn without_events_no_image_can_follow() {
 #[test]
 fn prepost_windows_are_uncertain() {
     let d = dir("prepost");
-    let cfg = SimConfig { instructions: 50_000, pokes: 200, protocol: "prepost".into(), tsc_period: 20, ..SimConfig::default() };
+    let cfg = SimConfig { instructions: 50_000, pokes: 200, protocol: Protocol::PrePost, tsc_period: 20, ..SimConfig::default() };
     sim::simulate(&cfg, &d).unwrap();
     let r = check(&d).unwrap();
     let tl = mode(&r, Mode::Timeline);
@@ -86,8 +87,8 @@ fn prepost_windows_are_uncertain() {
 #[test]
 fn bad_config_is_an_error() {
     let d = dir("bad");
-    let e = sim::simulate(&SimConfig { protocol: "later".into(), ..SimConfig::default() }, &d).unwrap_err();
-    assert!(e.to_string().contains("later"));
+    let e = sim::simulate(&SimConfig { arch: Arch::Aarch64, cpus: 99, ..SimConfig::default() }, &d).unwrap_err();
+    assert!(e.to_string().contains("--cpus 99"), "{e}");
     assert!(sim::simulate(&SimConfig { cpus: 0, ..SimConfig::default() }, &d).is_err());
 }
 
@@ -159,4 +160,36 @@ fn mtc_timing_decodes_exactly_with_the_timeline() {
     let tl = mode(&r, Mode::Timeline);
     assert_eq!(tl.total.instructions, s.instructions.iter().sum::<u64>());
     assert_eq!((tl.total.correct, tl.total.wrong, tl.total.errors), (tl.total.instructions, 0, 0), "{tl:?}");
+}
+
+#[test]
+fn config_names_arch_and_protocol_as_the_command_line_does() {
+    let cfg = SimConfig { arch: Arch::Aarch64, protocol: Protocol::PrePost, ..SimConfig::default() };
+    let json = serde_json::to_string(&cfg).unwrap();
+    assert!(json.contains(r#""arch":"aarch64""#) && json.contains(r#""protocol":"prepost""#), "{json}");
+    assert_eq!(serde_json::from_str::<SimConfig>(&json).unwrap(), cfg);
+    for (p, name) in [(Protocol::Int3, "int3"), (Protocol::PrePost, "prepost"), (Protocol::SingleAfter, "single-after"), (Protocol::None, "none")] {
+        assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{name}\""));
+        assert_eq!(p.to_string(), name);
+    }
+    let old = json.replace(r#""arch":"aarch64","#, "");
+    assert_eq!(serde_json::from_str::<SimConfig>(&old).unwrap().arch, Arch::X86_64, "a config without arch is x86_64");
+}
+
+#[test]
+fn decode_cpu_gives_the_truths_instructions_or_an_error() {
+    let d = dir("decode-cpu");
+    let cfg = SimConfig { cpus: 2, instructions: 5_000, pokes: 0, protocol: Protocol::None, tsc_period: 20, ..SimConfig::default() };
+    sim::simulate(&cfg, &d).unwrap();
+    let events = sim::check::decode_cpu(&d, 1).unwrap();
+    let decoded: Vec<u64> = events.iter().filter_map(|e| if let intel_pt::flow::FlowEvent::Insn { ip, .. } = e { Some(*ip) } else { None }).collect();
+    let truth: Vec<u64> = sim::TruthReader::open(&d.join("truth/cpu1.bin")).unwrap().map(|r| r.unwrap().1).collect();
+    assert!(decoded.len() > 1000, "{} instructions", decoded.len());
+    assert_eq!(decoded, truth[..decoded.len()], "no changes to the code: the decode is the truth");
+    let e = sim::check::decode_cpu(&d, 2).unwrap_err();
+    assert!(e.to_string().contains("cpu 2"), "{e}");
+    let a = dir("decode-cpu-a64");
+    sim::simulate(&SimConfig { arch: Arch::Aarch64, ..cfg }, &a).unwrap();
+    let e = sim::check::decode_cpu(&a, 0).unwrap_err();
+    assert!(e.to_string().contains("Intel PT"), "{e}");
 }

@@ -11,8 +11,9 @@ use std::process::Command;
 
 use etm::snapshot::Snapshot;
 use etm::{ErrorRecovery, Framing, Packet, PacketReader};
+use isa::Arch;
 use perfdata::{PerfFile, RecordBody};
-use sim::SimConfig;
+use sim::{Protocol, SimConfig};
 
 fn dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sim-a64").join(name);
@@ -20,8 +21,8 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-fn a64(instructions: u64, pokes: u64, protocol: &str) -> SimConfig {
-    SimConfig { arch: "aarch64".into(), instructions, pokes, protocol: protocol.into(), ..SimConfig::default() }
+fn a64(instructions: u64, pokes: u64, protocol: Protocol) -> SimConfig {
+    SimConfig { arch: Arch::Aarch64, instructions, pokes, protocol, ..SimConfig::default() }
 }
 
 /// Whether `tool` runs; when it does not, fails if the tool is required
@@ -43,7 +44,7 @@ fn first_poke(d: &Path) -> Option<u64> {
 
 #[test]
 fn same_seed_same_bytes() {
-    let cfg = a64(20_000, 40, "int3");
+    let cfg = a64(20_000, 40, Protocol::Int3);
     let (a, b) = (dir("same-a"), dir("same-b"));
     sim::simulate(&cfg, &a).unwrap();
     sim::simulate(&cfg, &b).unwrap();
@@ -71,7 +72,7 @@ fn same_seed_same_bytes() {
 #[test]
 fn every_stream_decodes_without_error_packets() {
     let d = dir("packets");
-    let s = sim::simulate(&a64(50_000, 300, "int3"), &d).unwrap();
+    let s = sim::simulate(&a64(50_000, 300, Protocol::Int3), &d).unwrap();
     assert!(s.pokes > 200, "{s:?}");
     let snap = Snapshot::load(d.join("snapshot")).unwrap();
     let setup = snap.buffer_setup("ETB_0").unwrap();
@@ -148,7 +149,7 @@ fn trc_pkt_lister_decodes_the_snapshot_as_the_truth() {
     }
     // No pokes: OpenCSD's instruction ranges are exactly what each CPU ran.
     let d = dir("lister-none");
-    sim::simulate(&a64(30_000, 0, "none"), &d).unwrap();
+    sim::simulate(&a64(30_000, 0, Protocol::None), &d).unwrap();
     let (ranges, errors) = lister_ranges(&d.join("snapshot"));
     assert!(errors.is_empty(), "{errors:?}");
     for cpu in 0..4u32 {
@@ -160,7 +161,7 @@ fn trc_pkt_lister_decodes_the_snapshot_as_the_truth() {
     // With pokes the snapshot's memory is the code before them: OpenCSD
     // follows the truth up to the first poke at least, and reports no errors.
     let d = dir("lister-int3");
-    sim::simulate(&a64(30_000, 100, "int3"), &d).unwrap();
+    sim::simulate(&a64(30_000, 100, Protocol::Int3), &d).unwrap();
     let t0 = first_poke(&d).unwrap();
     let (ranges, errors) = lister_ranges(&d.join("snapshot"));
     assert!(errors.is_empty(), "{errors:?}");
@@ -228,7 +229,7 @@ fn perf_decodes_the_coresight_perf_data() {
         return;
     }
     let d = dir("perf-none");
-    sim::simulate(&SimConfig { cpus: 2, ..a64(20_000, 0, "none") }, &d).unwrap();
+    sim::simulate(&SimConfig { cpus: 2, ..a64(20_000, 0, Protocol::None) }, &d).unwrap();
     let text = std::fs::read(d.join("snapshot/kernel.bin")).unwrap();
     let base = 0xffff_8000_0801_0000;
     let (per, other) = perf_branches(&d);
@@ -255,7 +256,7 @@ fn check_decodes_etm_with_three_images() {
     use sim::check::Mode;
     // No pokes: every image is the code that ran.
     let d = dir("check-none");
-    let s = sim::simulate(&a64(30_000, 0, "none"), &d).unwrap();
+    let s = sim::simulate(&a64(30_000, 0, Protocol::None), &d).unwrap();
     let r = sim::check::check(&d).unwrap();
     for m in Mode::ALL {
         let t = mode(&r, m);
@@ -265,7 +266,7 @@ fn check_decodes_etm_with_three_images() {
     // Pokes announced at the write (the kernel's single-instruction writes):
     // the image at each timestamp is right, the static image is not.
     let d = dir("check-int3");
-    sim::simulate(&SimConfig { tsc_period: 20, ..a64(30_000, 200, "int3") }, &d).unwrap();
+    sim::simulate(&SimConfig { tsc_period: 20, ..a64(30_000, 200, Protocol::Int3) }, &d).unwrap();
     let r = sim::check::check(&d).unwrap();
     let tl = mode(&r, Mode::Timeline);
     assert_eq!((tl.wrong, tl.missing, tl.errors), (0, 0, 0), "{tl:?}");
@@ -294,11 +295,11 @@ fn perf_with_pokes_is_measured() {
     // int3 and none make the same writes at the same ticks (int3 only adds
     // the events), so int3's first TEXT_POKE is the time of none's first write.
     let mut first_write = u64::MAX;
-    for protocol in ["int3", "prepost", "none"] {
+    for protocol in [Protocol::Int3, Protocol::PrePost, Protocol::None] {
         let d = dir(&format!("perf-{protocol}"));
         sim::simulate(&SimConfig { cpus: 2, ..a64(50_000, 100, protocol) }, &d).unwrap();
-        let t0 = if protocol == "none" { first_write } else { first_poke(&d).unwrap() };
-        if protocol == "int3" {
+        let t0 = if protocol == Protocol::None { first_write } else { first_poke(&d).unwrap() };
+        if protocol == Protocol::Int3 {
             first_write = t0;
         }
         let text = std::fs::read(d.join("snapshot/kernel.bin")).unwrap();
@@ -316,7 +317,7 @@ fn perf_with_pokes_is_measured() {
                 want.len(),
                 got.len()
             );
-            if protocol == "none" {
+            if protocol == Protocol::None {
                 assert!(first >= before, "{protocol} cpu {cpu}: perf parts at {first}, before the first poke ({before})");
             } else {
                 assert!(first < before, "{protocol} cpu {cpu}: perf agreed up to {first}, {before} branches ran before the first poke");

@@ -2,7 +2,11 @@
 //! dev-dependency only): when a missing external tool (perf,
 //! trc_pkt_lister, gcc, qemu) skips a test and when it fails it, running
 //! perf with a clean environment, fresh scratch directories, and a
-//! deterministic RNG so random cases are the same every run.
+//! deterministic RNG so random cases are the same every run; and
+//! [`modules`], each crate's module graph, by which a test keeps the
+//! workspace free of import cycles.
+
+pub mod modules;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

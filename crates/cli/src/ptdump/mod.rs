@@ -8,6 +8,7 @@ mod cpu;
 mod dump;
 mod error;
 mod line;
+mod number;
 mod options;
 mod reader;
 mod text;

@@ -4,6 +4,7 @@
 //! optionally as `FILE:FROM` or `FILE:FROM-TO` (a byte range of it).
 
 use super::cpu::Cpu;
+use super::number::parse_c_number;
 
 /// What to show and how to track state, one flag per ptdump option.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -134,23 +135,6 @@ fn number(option: &str, value: Option<&str>, max: u64) -> Result<u64, UsageError
         return Err(UsageError(format!("{option}: value too big: {v}.")));
     }
     Ok(n)
-}
-
-/// An unsigned number as C's `strtoull(s, .., 0)` reads a whole string:
-/// `0x` hex, a leading `0` octal, else decimal; `None` if anything is left
-/// over or it does not fit in 64 bits.
-pub fn parse_c_number(s: &str) -> Option<u64> {
-    let (digits, radix) = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        (hex, 16)
-    } else if s.len() > 1 && s.starts_with('0') {
-        (&s[1..], 8)
-    } else {
-        (s, 10)
-    };
-    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
-        return None;
-    }
-    u64::from_str_radix(digits, radix).ok()
 }
 
 /// Splits `FILE[:FROM[-TO]]`. A suffix after the last `:` that is not a

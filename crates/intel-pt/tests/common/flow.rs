@@ -87,7 +87,7 @@ pub fn load(dir: &Path) -> Run {
         max_walk: 1 << 20,
         trial_insns: 256,
     };
-    let events = if summary.config.protocol == "prepost" { PokeEvents::Pairs } else { PokeEvents::Single };
+    let events = if summary.config.protocol == sim::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
     let full = codeimage::from_perf_data_with(&file, BaseImage::new(), events).expect("timeline").timeline;
     let mut base = BaseImage::new();
     codeimage::add_base(&file, &mut base).expect("base code");
