@@ -6,6 +6,7 @@
 //! NO_SYNC, or source without exactly one EO_TRACE, is a bug.
 #![no_main]
 
+use codeimage::window::Static;
 use codeimage::{BaseImage, TimelineBuilder};
 use etm::flow::{self, ElemKind, Element, FlowDecoder, FlowError, Item, UnsyncReason};
 use etm::{Container, ErrorRecovery, EtmV4Config, Framing, PacketReader};
@@ -38,7 +39,7 @@ fuzz_target!(|input: &[u8]| {
     let sources: &[EtmV4Config] = if mode & 1 == 0 { &configs[..1] } else { &configs };
 
     let mut reader = PacketReader::with_container(data, Container::Plain, framing, sources, recovery);
-    let mut decoder = FlowDecoder::for_buffer(&code, framing, sources);
+    let mut decoder = FlowDecoder::for_buffer(Static(&code), framing, sources);
     let mut elems: Vec<Element> = Vec::new();
     flow::run(&mut reader, &mut decoder, |item| {
         if let Item::Element(e) = item {

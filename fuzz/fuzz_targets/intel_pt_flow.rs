@@ -44,7 +44,7 @@ use std::cell::Cell;
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
 use intel_pt::flow::{CodeSource, Content, Fetch, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, Time, TimeConv};
 use intel_pt::parallel::ParallelFlow;
-use intel_pt::sources::{Interval, PerfStyle, Static};
+use codeimage::window::{Interval, PerfStyle, Static};
 use libfuzzer_sys::fuzz_target;
 
 const BASES: [u64; 2] = [0xffff_ffff_8100_0000, 0x1000];
@@ -167,7 +167,7 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
     // segment: no panic, whole blocks (their order against the sequential
     // walk may differ on damaged input, where a segment restarts at its
     // PSB+ and the sequential walk may not).
-    let par = ParallelFlow::new(code, cfg.clone()).with_recovery(recovery);
+    let par = ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()).with_recovery(recovery));
     let mut replayed = Expanded(Vec::new());
     par.run_with(trace, &mut replayed);
     let mut joined = Vec::new();
@@ -187,7 +187,7 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
         panic!("event {i}: a sink per segment {:x?}, {lanes} lanes {:x?}", joined.get(i), interleaved.get(i));
     }
     let mut grouped = Vec::new();
-    ParallelFlow::new(code, cfg.clone()).with_recovery(recovery).with_lanes(lanes).run_segments(
+    ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()).with_recovery(recovery)).with_lanes(lanes).run_segments(
         trace,
         || Expanded(Vec::new()),
         |s| grouped.extend(s.0),

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
+use codeimage::window::{Interval, PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline};
 use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, MtcConv, SharedBlocks, TimeConv};
-use intel_pt::sources::{Interval, PerfStyle, Static};
 use isa::{BranchClass, KernelIdioms};
 use perfdata::abi::auxtrace_type;
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};

@@ -13,15 +13,15 @@
 //! decoder); instructions it cannot decide are printed uncertain.
 
 use anyhow::{bail, Result};
+use codeimage::window::Interval;
 use codeimage::CodeTimeline;
-use etm::flow::{CodeSource, ElemKind, Fetch, Fetched, FlowDecoder, InstrRange, InstrSubtype, InstrType, Item};
+use etm::flow::{ElemKind, FlowDecoder, InstrRange, InstrSubtype, InstrType, Item};
 use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
 use crate::lines::{Itrace, Kind, Out, Queue};
 
-/// The trace's timestamps on the perf clock: the code timeline read at the
-/// perf time of an ETM timestamp, or over the perf times of a window.
+/// The trace's timestamps on the perf clock, and the code the lines print.
 struct PerfClock<'a> {
     code: &'a CodeTimeline,
     conv: Option<TimeConv>,
@@ -30,25 +30,6 @@ struct PerfClock<'a> {
 impl PerfClock<'_> {
     fn perf_time(&self, ts: u64) -> u64 {
         self.conv.map_or(ts, |c| c.to_perf_time(ts))
-    }
-}
-
-impl CodeSource for PerfClock<'_> {
-    fn fetch(&self, addr: u64, t: etm::flow::Time, buf: &mut [u8]) -> Fetched {
-        let info = self.code.read_into(addr, buf, self.perf_time(t));
-        // The validity window is on the perf clock; on the trace's clock it
-        // is exact only when the two are the same or the bytes never change.
-        let (valid_from, valid_to) = if self.conv.is_none() || (info.valid.start == 0 && info.valid.end == u64::MAX) {
-            (info.valid.start, info.valid.end)
-        } else {
-            (t, t.saturating_add(1))
-        };
-        Fetched { len: info.mapped, valid_from, valid_to, uncertain: info.uncertain }
-    }
-
-    fn fetch_during(&self, addr: u64, lo: etm::flow::Time, hi: etm::flow::Time, which: usize, buf: &mut [u8]) -> Fetch {
-        let hi = if hi == etm::flow::Time::MAX { hi } else { self.perf_time(hi) };
-        self.code.fetch_during(addr, self.perf_time(lo), hi, which, buf)
     }
 }
 
@@ -106,7 +87,10 @@ pub(crate) fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], it
             let mut out = Vec::new();
             let mut flows = [Flow::default(); 128];
             let mut reader = etm::PacketReader::new(&q.trace, framing, &configs, etm::ErrorRecovery::Resync);
-            let mut decoder = FlowDecoder::new(&clock, &configs);
+            let mut decoder = FlowDecoder::new(Interval(code), &configs);
+            if let Some(conv) = clock.conv {
+                decoder = decoder.with_perf_clock(conv);
+            }
             decoder.window_timestamps(reader.clone());
             etm::flow::run(&mut reader, &mut decoder, |item| {
                 let Item::Element(e) = item else { return };

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use codeimage::window::Static;
 use etm::flow::{self, ElemKind, Element, FlowDecoder, InstrSubtype, InstrType, Item};
 use etm::opencsd::{Listing, OpenCsdPrinter};
 use etm::snapshot::Snapshot;
@@ -51,11 +52,11 @@ pub fn run(dir: &Path, packets: bool, format: &str, out: &mut impl Write) -> Res
         return Ok(if faults > 0 { 1 } else { 0 });
     }
 
-    let (code, notes) = flow::snapshot_code(&snap);
+    let (code, notes) = snap.code_image();
     for n in notes {
         eprintln!("poketrace etm: {n}");
     }
-    let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
+    let mut decoder = FlowDecoder::for_buffer(Static(&code), setup.framing, &configs);
     let mut result = Ok(());
     flow::run(&mut reader, &mut decoder, |item| {
         if result.is_err() {

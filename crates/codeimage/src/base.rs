@@ -1,5 +1,6 @@
 //! Base code: what the kernel's text held before any recorded change, from
-//! ELF files (vmlinux, kcore), raw dumps and OpenCSD snapshot dumps.
+//! ELF files (vmlinux, kcore) and raw dumps (an OpenCSD snapshot's memory
+//! dumps are raw dumps: `etm::snapshot` loads them).
 //! Files are memory-mapped, not copied.
 
 use std::path::Path;
@@ -161,36 +162,6 @@ impl BaseImage {
         Ok(())
     }
 
-    /// Adds the memory dumps of an OpenCSD snapshot (every core device's
-    /// `[dumpN]` sections: `file=`, `address=`, `length=`, `offset=`).
-    pub fn add_opencsd_snapshot(&mut self, dir: &Path) -> Result<()> {
-        let snapshot = dir.join("snapshot.ini");
-        let text = std::fs::read_to_string(&snapshot).map_err(io(&snapshot))?;
-        let mut seen = std::collections::HashSet::new();
-        for (_, device_file) in ini_section(&text, "device_list") {
-            let path = dir.join(device_file);
-            let dev = std::fs::read_to_string(&path).map_err(io(&path))?;
-            for (section, line) in ini_sections(&dev) {
-                if !section.starts_with("dump") {
-                    continue;
-                }
-                let fields: Vec<(String, String)> = ini_section(&dev, &section);
-                let get = |k: &str| fields.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
-                let bad = |reason: String| Error::Snapshot { path: path.clone(), line, reason };
-                let file = get("file").ok_or_else(|| bad(format!("[{section}] has no file=")))?;
-                let address = get("address").ok_or_else(|| bad(format!("[{section}] has no address=")))?;
-                let address = parse_num(&address).ok_or_else(|| bad(format!("bad address {address}")))?;
-                let offset = get("offset").map(|o| parse_num(&o).ok_or_else(|| bad(format!("bad offset {o}")))).transpose()?;
-                let length = get("length").map(|l| parse_num(&l).ok_or_else(|| bad(format!("bad length {l}")))).transpose()?;
-                // Several cores usually share one dump: load each (file, address) once.
-                if seen.insert((file.clone(), address)) {
-                    self.add_raw_file(&dir.join(&file), offset.unwrap_or(0), length, address)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn add_mapped(&mut self, map: Arc<memmap2::Mmap>, offset: usize, len: usize, start: u64, name: String) {
         self.insert(Region { start, name, backing: Backing::Map { map, offset, len } }, 0, len);
     }
@@ -250,40 +221,4 @@ fn map_file(path: &Path) -> Result<Arc<memmap2::Mmap>> {
     let f = std::fs::File::open(path).map_err(io(path))?;
     // SAFETY: read-only map of a file nobody is expected to modify while it is read.
     Ok(Arc::new(unsafe { memmap2::Mmap::map(&f) }.map_err(io(path))?))
-}
-
-/// `0x..` hex or decimal.
-pub(crate) fn parse_num(s: &str) -> Option<u64> {
-    let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => s.parse().ok(),
-    }
-}
-
-/// Section names of an ini text with the 1-based line each starts on.
-fn ini_sections(text: &str) -> Vec<(String, usize)> {
-    text.lines()
-        .enumerate()
-        .filter_map(|(i, l)| l.trim().strip_prefix('[').and_then(|l| l.strip_suffix(']')).map(|n| (n.to_string(), i + 1)))
-        .collect()
-}
-
-/// `key=value` lines of one ini section (keys lowercased, values trimmed).
-fn ini_section(text: &str, name: &str) -> Vec<(String, String)> {
-    let mut inside = false;
-    let mut out = Vec::new();
-    for l in text.lines() {
-        let l = l.trim();
-        if let Some(n) = l.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            inside = n == name;
-            continue;
-        }
-        if inside {
-            if let Some((k, v)) = l.split_once('=') {
-                out.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-            }
-        }
-    }
-    out
 }

@@ -10,8 +10,6 @@ pub enum Error {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: not a usable ELF file: {reason}")]
     Elf { path: PathBuf, reason: String },
-    #[error("{path}:{line}: {reason}")]
-    Snapshot { path: PathBuf, line: usize, reason: String },
     #[error("{path}: region {start:#x}+{len:#x} {reason}")]
     Region { path: PathBuf, start: u64, len: u64, reason: String },
     #[error(transparent)]

@@ -1,21 +1,35 @@
-//! A time-versioned kernel code image.
+//! A time-versioned kernel code image, and what a trace decoder asks of it.
 //!
-//! A decoder asks: which bytes were at `[addr, addr+len)` at perf time `t`?
-//! [`CodeTimeline`] answers for any moment, forwards or backwards, from base
-//! code ([`BaseImage`]: vmlinux, kcore, raw dumps, OpenCSD snapshots) plus the
-//! history of changes ([`Poke`], from `PERF_RECORD_TEXT_POKE`), and says so
-//! when the truth is uncertain (a begin/end pair's window, or records that
-//! contradict each other) or when nothing is mapped.
+//! Kernel text is patched while it runs (static keys, alternatives, ftrace,
+//! kprobes: `PERF_RECORD_TEXT_POKE`), so "which bytes were at this address"
+//! needs a time. This crate answers it in three layers:
 //!
-//! Semantics (see the project's TEXT-POKE notes): a poke's new bytes hold
-//! from its timestamp inclusive, as perf applies them; a pair's content is
-//! uncertain between its begin and end; old bytes that disagree with the
-//! image are reported as [`Anomaly`] and the record is followed.
+//! - [`BaseImage`]: the code before any recorded change, from ELF files
+//!   (vmlinux, kcore, modules) and raw dumps, memory-mapped.
+//! - [`CodeTimeline`]: the base plus the history of changes ([`Poke`]),
+//!   read at any moment, forwards or backwards; it says when the truth is
+//!   uncertain (a begin/end pair's window, or records that contradict each
+//!   other) or when nothing is mapped, and reports records whose old bytes
+//!   disagree with the image as [`Anomaly`]. [`from_perf_data`] builds one
+//!   from a perf.data file or directory.
+//! - [`window`]: the code over a window of time, as a trace decoder knows
+//!   its time only within bounds: the [`window::CodeSource`] trait (the
+//!   bytes if they hold over the window, else each content a change inside
+//!   allows, and until when an answer holds, for caches of decoded code)
+//!   and its three implementations over a timeline ([`window::Static`],
+//!   [`window::PerfStyle`], [`window::Interval`]). Both flow decoders
+//!   (`intel-pt`, `etm`) read code through it.
+//!
+//! One [`Time`] keys everything: perf time in nanoseconds for a timeline
+//! built from perf.data. A poke's new bytes hold from its timestamp
+//! inclusive, as perf applies them; a pair's content is uncertain between
+//! its begin and end (see the project's TEXT-POKE notes).
 
 mod base;
 mod error;
 mod perf;
 mod timeline;
+pub mod window;
 
 pub use base::{BaseImage, Region};
 pub use error::{Error, Result};

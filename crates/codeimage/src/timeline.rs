@@ -11,7 +11,9 @@ use std::ops::Range;
 
 use crate::base::BaseImage;
 
-/// perf time in nanoseconds.
+/// The key the image is versioned by: perf time in nanoseconds for a
+/// timeline built from perf.data (TEXT_POKE records carry it). A decoder
+/// whose trace has another clock converts its times to this one.
 pub type Time = u64;
 
 /// One recorded change of code (a TEXT_POKE, or a begin/end pair).

@@ -1,4 +1,4 @@
-//! Base code from ELF files written with `object`, OpenCSD snapshots and perf.data directories.
+//! Base code from ELF files written with `object`, raw bytes and perf.data directories.
 
 use std::path::{Path, PathBuf};
 
@@ -10,10 +10,6 @@ fn tmp(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn snapshots() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/opencsd-snapshots")
 }
 
 #[test]
@@ -81,35 +77,6 @@ fn bytes_past_the_top_of_the_address_space_are_clipped_and_said() {
     let tl = TimelineBuilder::new(base).build();
     assert_eq!(tl.read(u64::MAX - 3, 3, 0), Read::Exact(vec![1, 2, 3]));
     assert!(matches!(tl.read(u64::MAX - 1, 2, 0), Read::Exact(_) | Read::Unmapped { .. }));
-}
-
-#[test]
-fn opencsd_snapshot_dumps_load() {
-    let juno = snapshots().join("juno_r1_1");
-    let mut base = BaseImage::new();
-    base.add_opencsd_snapshot(&juno).unwrap();
-    let dump = std::fs::read(juno.join("kernel_dump.bin")).unwrap();
-    assert_eq!(base.regions().len(), 1, "six cores share one dump: {:?}", base.regions());
-    let tl = TimelineBuilder::new(base).build();
-    assert_eq!(tl.read(0xFFFF_FFC0_0008_1000, 16, 0), Read::Exact(dump[..16].to_vec()));
-    assert!(matches!(tl.read(0xFFFF_FFC0_0008_1000 + dump.len() as u64, 4, 0), Read::Unmapped { .. }));
-
-    let cc1 = snapshots().join("bugfix-exact-match");
-    let mut base = BaseImage::new();
-    base.add_opencsd_snapshot(&cc1).unwrap();
-    let text = std::fs::read(cc1.join("cc1.text_dump.bin")).unwrap();
-    assert_eq!(base.regions().len(), 5);
-    let tl = TimelineBuilder::new(base).build();
-    assert_eq!(tl.read(0x400200 + 0x1000, 8, 0), Read::Exact(text[0x1000..0x1008].to_vec()));
-}
-
-#[test]
-fn a_broken_snapshot_is_a_clear_error() {
-    let d = tmp("badsnap");
-    std::fs::write(d.join("snapshot.ini"), "[device_list]\ndevice1=cpu.ini\n").unwrap();
-    std::fs::write(d.join("cpu.ini"), "[device]\nname=cpu\n\n[dump1]\nfile=x.bin\naddress=zzz\n").unwrap();
-    let err = BaseImage::new().add_opencsd_snapshot(&d).unwrap_err().to_string();
-    assert!(err.contains("cpu.ini:4") && err.contains("zzz"), "{err}");
 }
 
 #[test]

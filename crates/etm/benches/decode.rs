@@ -12,6 +12,7 @@
 
 use std::sync::OnceLock;
 
+use codeimage::window::Static;
 use codeimage::CodeTimeline;
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
@@ -40,7 +41,7 @@ fn input() -> &'static Input {
     I.get_or_init(|| {
         let dir = common::snapshots_dir().join("bugfix-exact-match");
         let snap = Snapshot::load(&dir).expect("the bugfix-exact-match snapshot (POKETRACE_OPENCSD_SNAPSHOTS)");
-        let (code, _) = flow::snapshot_code(&snap);
+        let (code, _) = snap.code_image();
         let buffer = common::first_buffer(&dir);
         let mut i = Input { buffer, code, instructions: 0 };
         i.instructions = decode(&i).1;
@@ -52,7 +53,7 @@ fn input() -> &'static Input {
 fn decode(i: &Input) -> (u64, u64) {
     let b = &i.buffer;
     let mut r = PacketReader::with_container(&b.data, b.container, b.framing, &b.configs, ErrorRecovery::Continue);
-    let mut d = FlowDecoder::for_buffer(&i.code, b.framing, &b.configs);
+    let mut d = FlowDecoder::for_buffer(Static(&i.code), b.framing, &b.configs);
     let (mut elems, mut insns) = (0u64, 0u64);
     flow::run(&mut r, &mut d, |item| {
         if let Item::Element(e) = item {
@@ -79,7 +80,7 @@ fn decode_and_list(bencher: Bencher) {
     bencher.counter(BytesCount::new(b.data.len())).counter(ItemsCount::new(i.instructions)).bench_local(|| {
         text.clear();
         let mut r = PacketReader::with_container(&b.data, b.container, b.framing, &b.configs, ErrorRecovery::Continue);
-        let mut d = FlowDecoder::for_buffer(&i.code, b.framing, &b.configs);
+        let mut d = FlowDecoder::for_buffer(Static(&i.code), b.framing, &b.configs);
         let mut printer = OpenCsdPrinter::new(Listing::Decode);
         flow::run(&mut r, &mut d, |item| printer.write_item(&mut text, &item));
         black_box(text.len())

@@ -6,6 +6,7 @@
 //!
 //!     cargo run --release -p etm --example etm_decode -- SNAPSHOT [--elements] [--count]
 
+use codeimage::window::Static;
 use std::io::Write;
 
 use etm::flow::{self, FlowDecoder, Item};
@@ -25,12 +26,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let setup = snap.buffer_setup(&buffer.name)?;
     let data = snap.read_buffer(&setup.buffer)?;
     let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
-    let (code, notes) = flow::snapshot_code(&snap);
+    let (code, notes) = snap.code_image();
     for n in notes {
         eprintln!("etm_decode: {n}");
     }
     let mut reader = PacketReader::with_container(&data, setup.container, setup.framing, &configs, ErrorRecovery::Continue);
-    let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
+    let mut decoder = FlowDecoder::for_buffer(Static(&code), setup.framing, &configs);
     let mut printer = OpenCsdPrinter::new(Listing::Decode);
     let mut text = Vec::with_capacity(1 << 17);
     let mut out = std::io::stdout().lock();

@@ -9,8 +9,10 @@
 //! packet, or the speculation depth exceeding the source's maximum), are
 //! cancelled, mispredicted (the newest atom flips) or discarded, as the ETMv4
 //! architecture defines. Committed atoms walk the code from the current
-//! address to the next P0 instruction (`flow/code.rs`), asking a [`CodeSource`]
-//! for the code as it was at the latest timestamp seen.
+//! address to the next P0 instruction (`flow/code.rs`), asking a
+//! [`CodeSource`] (`codeimage::window`) for the code as it was at the latest
+//! timestamp seen. The image's time is the trace's timestamps, or the perf
+//! time they convert to ([`FlowDecoder::with_perf_clock`]).
 //!
 //! Given the trace's timestamps ([`FlowDecoder::window_timestamps`]), the
 //! code is read over the window from the latest timestamp to the next one
@@ -42,13 +44,14 @@
 mod code;
 mod source;
 
-pub use code::{snapshot_code, CodeSource, Fetch, Fetched, Time};
+use codeimage::window::CodeSource;
+use perfdata::TimeConv;
 
 use crate::config::EtmV4Config;
 use crate::frame::{FrameError, FrameErrorKind, Framing};
 use crate::packet::PacketType;
 use crate::TracePacket;
-use code::{Picker, RunCache, MAX_CHOICES};
+use code::{ImageClock, Picker, RunCache, MAX_CHOICES};
 use source::{Code, Source};
 
 /// Instruction set of the traced PE.
@@ -237,6 +240,7 @@ pub struct Element {
 /// ([`FlowDecoder::finish`]); elements are appended to the caller's vector.
 pub struct FlowDecoder<C: CodeSource> {
     code: C,
+    clock: ImageClock,
     sources: Vec<Slot>,
     route: [u8; 128],
 }
@@ -295,7 +299,7 @@ impl<C: CodeSource> FlowDecoder<C> {
                 });
             }
         }
-        FlowDecoder { code, sources, route }
+        FlowDecoder { code, clock: ImageClock::default(), sources, route }
     }
 
     /// Decoders for a buffer with `framing`: unframed data is one source's
@@ -309,6 +313,17 @@ impl<C: CodeSource> FlowDecoder<C> {
             }
             _ => FlowDecoder::new(code, configs),
         }
+    }
+
+    /// Reads code at the perf time of the trace's timestamps, for an image
+    /// keyed by perf time: the timestamps are the clock counter `conv`
+    /// converts (CoreSight with the kernel's counter as timestamp source).
+    pub fn with_perf_clock(mut self, conv: TimeConv) -> FlowDecoder<C> {
+        self.clock = ImageClock(Some(conv));
+        for s in &mut self.sources {
+            s.source.update_code_window(&self.clock);
+        }
+        self
     }
 
     /// The code source.
@@ -342,8 +357,7 @@ impl<C: CodeSource> FlowDecoder<C> {
         let slot = self.route[(trace_id & 0x7F) as usize];
         if let Some(s) = self.sources.get_mut(slot as usize) {
             stamps.sort_unstable();
-            s.source.window = !stamps.is_empty();
-            s.source.hi = stamps.first().copied().unwrap_or(0);
+            s.source.set_windows(stamps.first().copied(), &self.clock);
             s.stamps = stamps;
         }
     }
@@ -356,11 +370,11 @@ impl<C: CodeSource> FlowDecoder<C> {
             return;
         };
         if s.stamps.is_empty() {
-            let mut code = Code { src: &self.code, cache: &mut s.cache };
+            let mut code = Code { src: &self.code, cache: &mut s.cache, clock: &self.clock };
             s.source.packet(p, &mut code, out);
             return;
         }
-        s.window_packet(p, &self.code, out);
+        s.window_packet(p, &self.code, &self.clock, out);
     }
 
     /// A frame-level fault: every source loses sync (as their packet
@@ -391,16 +405,16 @@ impl Slot {
     /// and settles the hypotheses the trace decides. Kept out of line: the
     /// decode at one time stays as small as it was.
     #[inline(never)]
-    fn window_packet<C: CodeSource>(&mut self, p: &TracePacket<'_>, src: &C, out: &mut Vec<Element>) {
+    fn window_packet<C: CodeSource>(&mut self, p: &TracePacket<'_>, src: &C, clock: &ImageClock, out: &mut Vec<Element>) {
         if let crate::Packet::Timestamp(t) = p.packet {
             let next = self.stamps.partition_point(|&s| s <= t.value);
-            let hi = self.stamps.get(next).copied().unwrap_or(Time::MAX);
-            self.source.hi = hi;
+            let hi = self.stamps.get(next).copied().unwrap_or(u64::MAX);
+            self.source.set_next_timestamp(hi, clock);
             for a in &mut self.alts {
-                a.source.hi = hi;
+                a.source.set_next_timestamp(hi, clock);
             }
         }
-        let mut code = Code { src, cache: &mut self.cache };
+        let mut code = Code { src, cache: &mut self.cache, clock };
         if self.alts.is_empty() {
             self.before.clone_from(&self.source);
             let mark = out.len();

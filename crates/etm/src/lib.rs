@@ -1,7 +1,8 @@
 //! Arm CoreSight ETMv4 instruction trace: input, packets and instruction flow.
 //!
-//! - [`snapshot`]: OpenCSD trace snapshots (devices, registers, memory dump
-//!   descriptions, trace buffers and which source writes where).
+//! - [`snapshot`]: OpenCSD trace snapshots (devices, registers, memory
+//!   dumps and the code image they make, trace buffers and which source
+//!   writes where).
 //! - [`frame`]: CoreSight formatter frames: splitting a buffer shared by
 //!   several sources per trace ID (memory-aligned frames, TPIU/DSTREAM port
 //!   captures with FSYNC/HSYNC), and writing such buffers.
@@ -13,7 +14,7 @@
 //!   over the packets that follows atoms through the code (AArch64) and
 //!   produces generic trace elements equivalent to OpenCSD's (TRACE_ON,
 //!   PE_CONTEXT, INSTR_RANGE, EXCEPTION, ...), speculation resolved, code
-//!   read through a [`flow::CodeSource`] at the trace's latest timestamp,
+//!   read through a [`codeimage::window::CodeSource`] at the trace's latest timestamp,
 //!   or over the window up to the next one, the trace deciding among the
 //!   contents code had inside it.
 //! - [`opencsd`]: packet and element lines in `trc_pkt_lister`'s layout, to
@@ -51,15 +52,17 @@
 //! Decoding the same buffer into elements, with the snapshot's memory dumps as the code:
 //!
 //! ```no_run
+//! use codeimage::window::Static;
 //! use etm::flow::{self, FlowDecoder, Item};
 //! use etm::{snapshot::Snapshot, PacketReader, ErrorRecovery};
 //! let snap = Snapshot::load("juno_r1_1")?;
 //! let setup = snap.buffer_setup(&snap.buffers[0].name)?;
 //! let data = snap.read_buffer(&setup.buffer)?;
 //! let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
-//! let (code, _notes) = flow::snapshot_code(&snap);
+//! let (code, _notes) = snap.code_image();
 //! let mut reader = PacketReader::new(&data, setup.framing, &configs, ErrorRecovery::Continue);
-//! let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
+//! // A snapshot's code never changes: the image before any change is all of it.
+//! let mut decoder = FlowDecoder::for_buffer(Static(&code), setup.framing, &configs);
 //! flow::run(&mut reader, &mut decoder, |item| {
 //!     if let Item::Element(e) = item {
 //!         println!("{:#x} {:x} {:?}", e.index, e.trace_id, e.kind);

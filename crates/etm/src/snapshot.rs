@@ -4,8 +4,10 @@
 //! (ETMv4, STM, ...) its registers; `trace.ini` names the trace buffers and
 //! which source writes into which buffer for which core.
 //!
-//! This module reads the description. It does not read memory dumps (the
-//! code image is `codeimage`'s job); buffers are read on request.
+//! This module reads the description; [`Snapshot::code_image`] loads the
+//! memory dumps as a code image, and buffers are read on request.
+
+mod code;
 
 use std::path::{Path, PathBuf};
 

@@ -8,6 +8,7 @@
 
 mod common;
 
+use codeimage::window::Static;
 use etm::flow::{self, FlowDecoder};
 use etm::opencsd::{Listing, OpenCsdPrinter};
 use etm::snapshot::Snapshot;
@@ -21,12 +22,12 @@ fn our_listing(dir: &std::path::Path) -> String {
     let setup = snap.buffer_setup(&snap.buffers[0].name).unwrap();
     let data = snap.read_buffer(&setup.buffer).unwrap();
     let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
-    let (code, notes) = flow::snapshot_code(&snap);
+    let (code, notes) = snap.code_image();
     for n in notes {
         eprintln!("{n}");
     }
     let mut reader = PacketReader::with_container(&data, setup.container, setup.framing, &configs, ErrorRecovery::Continue);
-    let mut decoder = FlowDecoder::for_buffer(&code, setup.framing, &configs);
+    let mut decoder = FlowDecoder::for_buffer(Static(&code), setup.framing, &configs);
     let mut printer = OpenCsdPrinter::new(Listing::Decode);
     let mut text = Vec::new();
     flow::run(&mut reader, &mut decoder, |item| printer.write_item(&mut text, &item));

@@ -4,6 +4,7 @@
 
 mod common;
 
+use codeimage::window::Interval;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -48,10 +49,10 @@ fn count(name: &str, windows: bool) -> Option<(usize, u64, u64)> {
     let setup = snap.buffer_setup(&snap.buffers[0].name).unwrap();
     let data = snap.read_buffer(&setup.buffer).unwrap();
     let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
-    let (code, _) = flow::snapshot_code(&snap);
+    let (code, _) = snap.code_image();
     let mut before = allocs();
     let mut reader = PacketReader::with_container(&data, setup.container, setup.framing, &configs, ErrorRecovery::Continue);
-    let mut d = FlowDecoder::for_buffer(&code, setup.framing, &configs);
+    let mut d = FlowDecoder::for_buffer(Interval(&code), setup.framing, &configs);
     if windows {
         d.window_timestamps(reader.clone());
         before = allocs();
@@ -112,7 +113,7 @@ fn window_decode_of_a_long_trace_does_not_allocate_per_packet() {
             p.push(ts(200 + i));
             stamps.push(200 + i);
         }
-        let mut d = FlowDecoder::new(&code, &[cfg]);
+        let mut d = FlowDecoder::new(Interval(&code), &[cfg]);
         d.set_timestamps(0x10, stamps);
         let mut out = Vec::with_capacity(16);
         let mut ranges = 0u64;

@@ -5,6 +5,7 @@
 
 mod common;
 
+use codeimage::window::Static;
 use std::path::Path;
 
 use codeimage::CodeTimeline;
@@ -17,7 +18,7 @@ use etm::{Container, ErrorRecovery, EtmV4Config, Framing, PacketReader};
 /// decoded when it came out (None for the end-of-trace flush).
 fn elements(data: &[u8], container: Container, framing: Framing, configs: &[EtmV4Config], code: &CodeTimeline) -> Vec<(Option<u64>, Element)> {
     let mut reader = PacketReader::with_container(data, container, framing, configs, ErrorRecovery::Continue);
-    let mut d = FlowDecoder::for_buffer(code, framing, configs);
+    let mut d = FlowDecoder::for_buffer(Static(code), framing, configs);
     let mut out = Vec::new();
     let mut at = None;
     let mut ended = false;
@@ -35,7 +36,7 @@ fn elements(data: &[u8], container: Container, framing: Framing, configs: &[EtmV
 
 fn juno() -> Option<(Buffer, CodeTimeline)> {
     let dir = common::snapshot("juno_r1_1")?;
-    let (code, notes) = flow::snapshot_code(&Snapshot::load(&dir).unwrap());
+    let (code, notes) = Snapshot::load(&dir).unwrap().code_image();
     assert!(notes.is_empty(), "{notes:?}");
     Some((common::first_buffer(&dir), code))
 }
@@ -165,7 +166,7 @@ fn juno_with_dump(name: &str, dump: &str) -> Option<std::path::PathBuf> {
 
 fn decode_dir(dir: &Path) -> (Vec<Element>, Vec<String>) {
     let snap = Snapshot::load(dir).unwrap();
-    let (code, notes) = flow::snapshot_code(&snap);
+    let (code, notes) = snap.code_image();
     let b = common::first_buffer(dir);
     let elems = elements(&b.data, b.container, b.framing, &b.configs, &code);
     (elems.into_iter().map(|x| x.1).collect(), notes)

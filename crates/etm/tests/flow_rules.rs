@@ -8,6 +8,7 @@
 
 mod common;
 
+use codeimage::window::{PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use common::packets::{atoms, decode_all, long_addr};
 use etm::flow::{ElemKind, FlowDecoder, FlowError, InstrRange, InstrSubtype, InstrType, Isa, TraceOnReason, UnsyncReason};
@@ -57,7 +58,8 @@ fn sync(start: u64) -> Vec<Packet> {
 /// Decodes the packets (index = position) and returns the elements with
 /// their indices, EO_TRACE included.
 fn decode(cfg: EtmV4Config, packets: &[Packet]) -> Vec<(u64, ElemKind)> {
-    let mut d = FlowDecoder::new(code(), &[cfg]);
+    let code = code();
+    let mut d = FlowDecoder::new(Static(&code), &[cfg]);
     decode_all(&mut d, packets).into_iter().map(|e| (e.index, e.kind)).collect()
 }
 
@@ -353,9 +355,39 @@ fn code_is_read_at_the_trace_time() {
     p.push(atoms("E")); // now `b 0x2008` at 0x2000
     p.push(ts(160));
     p.push(atoms("E")); // bl at 0x2008
-    let mut d = FlowDecoder::new(&poked, &[config(0, false)]);
+    let mut d = FlowDecoder::new(PerfStyle(&poked), &[config(0, false)]);
     let e: Vec<(u64, ElemKind)> = decode_all(&mut d, &p).into_iter().map(|e| (e.index, e.kind)).collect();
     assert_eq!(ranges(&e), [(0x2000, 0x2008, true), (0x2000, 0x2004, true), (0x2008, 0x200c, true)]);
+}
+
+/// With a perf clock, the code is read at the perf time of each timestamp:
+/// the poke at perf time 100 lands between trace timestamps 30 and 50 (perf
+/// times 90 and 110), so the second atom walks the new code.
+#[test]
+fn code_is_read_at_the_perf_time_of_the_timestamps() {
+    let mut b = codeimage::TimelineBuilder::new({
+        let mut base = BaseImage::new();
+        let bytes = code().base().regions()[0].bytes().to_vec();
+        base.add_bytes(0x2000, bytes, "program");
+        base
+    });
+    let (nop, branch) = (0xd503201f_u32.to_le_bytes(), 0x14000002_u32.to_le_bytes());
+    b.poke(codeimage::Poke { time: 100, settled: None, addr: 0x2000, old: &nop, new: &branch, cpu: None });
+    let poked = b.build();
+    let ts = |value| Packet::Timestamp(Timestamp { value, updated_bits: 64, cycle_count: None });
+    let mut p = sync(0x2000);
+    p.push(ts(30));
+    p.push(atoms("E")); // b.ne at 0x2004 taken: back to 0x2000
+    p.push(ts(50));
+    p.push(atoms("E")); // `b 0x2008` at 0x2000 after the poke
+    let conv = perfdata::TimeConv { time_shift: 0, time_mult: 1, time_zero: 60, extended: None };
+    let mut d = FlowDecoder::new(PerfStyle(&poked), &[config(0, false)]).with_perf_clock(conv);
+    let e: Vec<(u64, ElemKind)> = decode_all(&mut d, &p).into_iter().map(|e| (e.index, e.kind)).collect();
+    assert_eq!(ranges(&e), [(0x2000, 0x2008, true), (0x2000, 0x2004, true)]);
+    // Without it the timestamps are the image's times, both before the poke.
+    let mut d = FlowDecoder::new(PerfStyle(&poked), &[config(0, false)]);
+    let e: Vec<(u64, ElemKind)> = decode_all(&mut d, &p).into_iter().map(|e| (e.index, e.kind)).collect();
+    assert_eq!(ranges(&e), [(0x2000, 0x2008, true), (0x2000, 0x2008, true)]);
 }
 
 /// Unframed source data is reported under the framing's trace ID (OpenCSD
@@ -372,7 +404,7 @@ fn unframed_data_decodes_under_the_framing_trace_id() {
     let code = code();
     let framing = etm::Framing::Raw { trace_id: 0 };
     let mut r = etm::PacketReader::new(&data, framing, &[cfg], etm::ErrorRecovery::Resync);
-    let mut d = FlowDecoder::for_buffer(&code, framing, &[cfg]);
+    let mut d = FlowDecoder::for_buffer(Static(&code), framing, &[cfg]);
     let mut got = Vec::new();
     etm::flow::run(&mut r, &mut d, |item| {
         if let etm::flow::Item::Element(e) = item {

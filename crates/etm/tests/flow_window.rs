@@ -5,6 +5,7 @@
 
 mod common;
 
+use codeimage::window::{Interval, PerfStyle};
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
 use common::packets::{atoms, decode_all, long_addr, ts, TRACE_ID};
 use etm::flow::{ElemKind, FlowDecoder, FlowError, InstrRange};
@@ -58,11 +59,14 @@ fn trace(body: &[Packet]) -> Vec<Packet> {
 
 /// The elements, decoding over windows (`windows`) or at the latest timestamp.
 fn decode(code: &CodeTimeline, packets: &[Packet], windows: bool) -> Vec<ElemKind> {
-    let mut d = FlowDecoder::new(code, &[config()]);
-    if windows {
+    let elems = if windows {
+        let mut d = FlowDecoder::new(Interval(code), &[config()]);
         d.set_timestamps(TRACE_ID, vec![50, 150]);
-    }
-    decode_all(&mut d, packets).into_iter().map(|e| e.kind).collect()
+        decode_all(&mut d, packets)
+    } else {
+        decode_all(&mut FlowDecoder::new(PerfStyle(code), &[config()]), packets)
+    };
+    elems.into_iter().map(|e| e.kind).collect()
 }
 
 /// (start, end, executed, uncertain) of each range.
@@ -154,11 +158,11 @@ fn unchanged_code_decodes_as_at_one_time() {
     p.push(atoms("EEE"));
     p.push(Packet::Address(long_addr(0x200c)));
     p.push(atoms("E"));
-    let mut d = FlowDecoder::new(&code, &[config()]);
+    let mut d = FlowDecoder::new(Interval(&code), &[config()]);
     d.set_timestamps(0x10, vec![50, 150]);
     let mut windowed = Vec::new();
     let mut single = Vec::new();
-    let mut s = FlowDecoder::new(&code, &[config()]);
+    let mut s = FlowDecoder::new(PerfStyle(&code), &[config()]);
     for (i, pk) in p.iter().enumerate() {
         let tp = TracePacket { trace_id: 0x10, index: i as u64, packet: *pk, raw: &[] };
         d.packet(&tp, &mut windowed);

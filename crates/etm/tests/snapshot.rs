@@ -140,3 +140,38 @@ fn broken_descriptions_name_the_file_and_line() {
     let err = Snapshot::load(&d).unwrap_err().to_string();
     assert!(err.contains("cpu.ini"), "{err}");
 }
+
+/// The memory dumps become one code image: dumps several cores share are
+/// loaded once, each at its address.
+#[test]
+fn memory_dumps_make_the_code_image() {
+    use codeimage::Read;
+    let Some(juno) = common::snapshot("juno_r1_1") else {
+        return;
+    };
+    let (code, notes) = Snapshot::load(&juno).unwrap().code_image();
+    assert!(notes.is_empty(), "{notes:?}");
+    let dump = std::fs::read(juno.join("kernel_dump.bin")).unwrap();
+    assert_eq!(code.base().regions().len(), 1, "six cores share one dump: {:?}", code.base().regions());
+    assert_eq!(code.read(0xFFFF_FFC0_0008_1000, 16, 0), Read::Exact(dump[..16].to_vec()));
+    assert!(matches!(code.read(0xFFFF_FFC0_0008_1000 + dump.len() as u64, 4, 0), Read::Unmapped { .. }));
+
+    let Some(cc1) = common::snapshot("bugfix-exact-match") else {
+        return;
+    };
+    let (code, notes) = Snapshot::load(&cc1).unwrap().code_image();
+    assert!(notes.is_empty(), "{notes:?}");
+    let text = std::fs::read(cc1.join("cc1.text_dump.bin")).unwrap();
+    assert_eq!(code.base().regions().len(), 5);
+    assert_eq!(code.read(0x400200 + 0x1000, 8, 0), Read::Exact(text[0x1000..0x1008].to_vec()));
+}
+
+/// A dump whose address is not a number is an error naming the file and line.
+#[test]
+fn a_bad_dump_address_names_the_file_and_line() {
+    let d = tmp("baddump");
+    let cpu = format!("{CPU_INI}\n[dump1]\nfile=x.bin\naddress=zzz\n");
+    write(&d, &[("snapshot.ini", "[device_list]\ndevice0=cpu.ini\n"), ("cpu.ini", &cpu)]);
+    let err = Snapshot::load(&d).unwrap_err().to_string();
+    assert!(err.contains("cpu.ini:") && err.contains("zzz"), "{err}");
+}

@@ -1,7 +1,7 @@
 //! What CYC timing costs the flow decoder: the simulator's kernel on 4 CPUs
 //! (no pokes, MTC every 200 ns), traced without and with cycle-accurate
 //! mode (`cyc_thresh` 0: a CYC before every flow packet), each decoded over
-//! the code timeline (`sources::Interval`) with and without
+//! the code timeline (`codeimage::window::Interval`) with and without
 //! `FlowDecoder::with_cyc`, in the same run.
 //!
 //!     cargo bench -p intel-pt --bench cyc
@@ -14,11 +14,11 @@ mod common;
 
 use std::sync::OnceLock;
 
+use codeimage::window::Interval;
 use common::Run;
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use intel_pt::flow::{CycConv, FlowDecoder, FlowEvent, MtcConv};
-use intel_pt::sources::Interval;
 
 /// The simulator's timing: MTC period 8 CTC ticks of 25 ns; a TSC runs at
 /// 10 times the bus clock (`sim`'s max non-turbo ratio).

@@ -11,8 +11,8 @@
 //!     FLOW_BENCH_INSNS=500000 cargo bench -p intel-pt --bench flow   # instructions per CPU
 //!     FLOW_BENCH_INPUT=usr_bin_perf cargo bench -p intel-pt --bench flow   # one input only
 //!
-//! - `ours_static_source`: over `sources::Static` (the code before any change).
-//! - `ours_interval_source`: over `sources::Interval` on the code timeline
+//! - `ours_static_source`: over `codeimage::window::Static` (the code before any change).
+//! - `ours_interval_source`: over `codeimage::window::Interval` on the code timeline
 //!   (no pokes in these runs, so every read is exact: the cost of asking).
 //! - summary rows only: `ours, Static, blocks` (a `FlowSink` taking cached
 //!   blocks whole, as a libipt user takes `pt_block`s: the like-for-like
@@ -46,12 +46,12 @@ mod kernel_elf;
 
 use std::sync::OnceLock;
 
+use codeimage::window::{Interval, Static};
 use common::{blocks_on, fastest, ours_segments, pool, Count, ImageKind, LibiptImage, Run};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, FlowSink};
 use intel_pt::parallel::ParallelFlow;
-use intel_pt::sources::{Interval, Static};
 
 struct Fixture {
     run: Run,
@@ -313,7 +313,7 @@ fn ours_interval(f: &Fixture) -> (u64, u64) {
 /// `threads` threads (a pool of its own) and handed out in order, blocks
 /// whole (as `ours_blocks`).
 fn ours_parallel<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
-    let par = ParallelFlow::new(code, cfg.clone());
+    let par = ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()));
     let mut sink = Count::default();
     pool(threads).install(|| {
         for t in traces {

@@ -1,7 +1,7 @@
 //! Decoding code that is poked, in parallel: the simulator's kernel on 4
 //! CPUs with 3000 pokes asked for (`--protocol int3`; those that fall in the
 //! run are made), decoded over the code timeline
-//! (`sources::Interval`), one decoder per buffer in turn against PSB
+//! (`codeimage::window::Interval`), one decoder per buffer in turn against PSB
 //! segments on 1 and 2 threads (`ParallelFlow::run_segments`, a counting
 //! sink per segment), in the same run. Blocks in poked code have a version
 //! for each window their bytes hold over; this is the input on which a
@@ -18,11 +18,11 @@ mod common;
 
 use std::sync::OnceLock;
 
+use codeimage::window::Interval;
 use common::Run;
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use intel_pt::flow::FlowDecoder;
-use intel_pt::sources::Interval;
 
 struct Fixture {
     run: Run,

@@ -5,12 +5,11 @@
 use crate::packet::{IpCompression, Packet, PacketKind, PayloadSize, Tnt};
 use crate::{Ip, PSB};
 
-mod visit;
-pub use visit::PacketVisitor;
+pub(crate) mod visit;
 
 /// The packets [`PacketDecoder::next_quick`] decodes, as the flow walk uses
 /// them (IPs resolved against the last IP; `None`: suppressed).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Quick {
     Pad,
     Tnt { bits: u64, count: u8 },
@@ -21,6 +20,27 @@ pub(crate) enum Quick {
     Tsc(u64),
     Mtc(u8),
     Cyc(u64),
+}
+
+impl Quick {
+    /// `packet` as a [`Quick`] when it is one of those kinds (a long TNT
+    /// too), for the packets [`PacketDecoder::next_quick`] leaves to
+    /// [`PacketDecoder::next_packet`].
+    #[inline]
+    pub(crate) fn of(packet: &Packet) -> Option<Quick> {
+        Some(match *packet {
+            Packet::Pad => Quick::Pad,
+            Packet::TntShort(t) | Packet::TntLong(t) => Quick::Tnt { bits: t.bits, count: t.count },
+            Packet::Tip(ip) => Quick::Tip(ip.ip),
+            Packet::TipPge(ip) => Quick::TipPge(ip.ip),
+            Packet::TipPgd(ip) => Quick::TipPgd(ip.ip),
+            Packet::Fup(ip) => Quick::Fup(ip.ip),
+            Packet::Tsc(tsc) => Quick::Tsc(tsc),
+            Packet::Mtc(payload) => Quick::Mtc(payload),
+            Packet::Cyc(cycles) => Quick::Cyc(cycles),
+            _ => return None,
+        })
+    }
 }
 
 /// A packet that could not be decoded, at `offset` in the buffer.
@@ -788,6 +808,7 @@ pub fn find_psb(buf: &[u8]) -> Option<usize> {
 /// for `benches/packets.rs` (which cannot reach them otherwise). Each stops
 /// at the first error.
 #[doc(hidden)]
+#[cfg(feature = "bench-internals")]
 pub mod scan {
     use super::{PacketDecoder, PacketError, Quick};
     use crate::Packet;
@@ -843,6 +864,7 @@ pub mod scan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::PacketVisitor;
 
     /// Bytes that are often packet starts (PSB, PEBS blocks, IP packets with
     /// every IPBytes, TSC, MTC, CYC, long TNT), among random ones.
@@ -1083,7 +1105,7 @@ mod tests {
     }
 
     /// `next_quick` decodes what `next_packet` decodes, last IP included, or
-    /// leaves the packet to it.
+    /// leaves the packet to it; `Quick::of` turns that packet into the same.
     #[test]
     fn next_quick_agrees_with_next_packet() {
         let ip = |p: crate::Ip| p.ip;
@@ -1117,6 +1139,7 @@ mod tests {
                     _ => false,
                 };
                 assert!(same, "seed {seed} at {at}: {q:?} against {p:?}");
+                assert_eq!(Quick::of(&p), Some(q), "seed {seed} at {at}: the slow path's conversion");
             }
         }
         assert!(quick_seen > 5_000, "{quick_seen}");

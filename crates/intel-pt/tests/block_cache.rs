@@ -7,9 +7,9 @@
 #[path = "common/flow.rs"]
 mod common;
 
+use codeimage::window::{Interval, PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
 use intel_pt::flow::{CodeSource, Content, Fetch, FlowConfig, FlowDecoder, FlowEvent, Time, TimeConv};
-use intel_pt::sources::{Interval, PerfStyle, Static};
 use intel_pt::{Encoder, Packet, Tnt};
 use isa::BranchClass;
 

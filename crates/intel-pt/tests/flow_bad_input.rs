@@ -10,9 +10,9 @@
 
 use std::cell::Cell;
 
+use codeimage::window::{Interval, Static};
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
-use intel_pt::sources::{Interval, Static};
 use intel_pt::{Encoder, Ip, IpCompression, Packet, PacketErrorKind, PacketKind, Tnt, PSB};
 
 #[path = "common/hand.rs"]

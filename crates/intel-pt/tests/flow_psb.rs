@@ -13,11 +13,11 @@ mod flow;
 mod hand;
 
 use alt::AltAt;
+use codeimage::window::Static;
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use hand::{Trace, K};
 use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
 use intel_pt::parallel::ParallelFlow;
-use intel_pt::sources::Static;
 use intel_pt::{Packet, Tnt};
 
 /// ```text
@@ -176,7 +176,7 @@ fn psb_segments_decoded_apart_report_the_mismatch_as_the_whole_walk_does() {
         let trace = finish(&mut t);
         let whole = decode(&trace, &Static(&code), &cfg(true));
         let mut par = Vec::new();
-        ParallelFlow::new(&Static(&code), cfg(true)).run(&trace, |e| par.push(e));
+        ParallelFlow::new(FlowDecoder::new(&[], &Static(&code), cfg(true))).run(&trace, |e| par.push(e));
         assert_eq!(par, whole, "FUP at {fup:#x}");
     }
 }

@@ -4,9 +4,9 @@
 //! TIP.PGD as the end, PSB+ and TIP.PGE starting the walk, OVF, and the
 //! candidate mechanism that picks the code content the packets fit.
 
+use codeimage::window::{Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
-use intel_pt::sources::{Interval, PerfStyle, Static};
 use intel_pt::{Packet, Tnt};
 use isa::BranchClass;
 

@@ -8,10 +8,10 @@
 //! Without `with_mtc` MTC and TMA change nothing. Traces written with the
 //! packet `Encoder`.
 
+use codeimage::window::Static;
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Time, TimeConv};
 use intel_pt::parallel::ParallelFlow;
-use intel_pt::sources::Static;
 use intel_pt::{Encoder, Packet, Tnt};
 
 #[path = "common/hand.rs"]
@@ -92,7 +92,7 @@ fn mtc_moves_time_on() {
 
     // The same, in PSB segments on the pool.
     let mut par = Vec::new();
-    ParallelFlow::new(&src, cfg()).with_mtc(MTC).run(&t, |e| par.push(e));
+    ParallelFlow::new(FlowDecoder::new(&[], &src, cfg()).with_mtc(MTC)).run(&t, |e| par.push(e));
     assert_eq!(par, events);
 }
 
@@ -214,7 +214,7 @@ fn decode(t: &[u8], mtc: Option<MtcConv>, cyc: Option<CycConv>) -> Vec<FlowEvent
     let mut events = Vec::new();
     FlowDecoder::new(t, &src, cfg()).with_mtc(mtc).with_cyc(cyc).run(|e| events.push(e));
     let mut par = Vec::new();
-    ParallelFlow::new(&src, cfg()).with_mtc(mtc).with_cyc(cyc).run(t, |e| par.push(e));
+    ParallelFlow::new(FlowDecoder::new(&[], &src, cfg()).with_mtc(mtc).with_cyc(cyc)).run(t, |e| par.push(e));
     assert_eq!(par, events, "PSB segments on the pool decode as one");
     events
 }
@@ -458,13 +458,13 @@ mod common;
 /// On a simulated run with pokes and a TSC every 200 ns.
 #[test]
 fn without_upper_bounds_only_hi_changes() {
+    use codeimage::window::{Interval, PerfStyle};
     use intel_pt::flow::CodeSource;
-    use intel_pt::sources::{Interval, PerfStyle};
     fn events<C: CodeSource + Sync>(trace: &[u8], code: &C, cfg: &FlowConfig, bounds: bool) -> Vec<FlowEvent> {
         let mut out = Vec::new();
         FlowDecoder::new(trace, code, cfg.clone()).with_upper_bounds(bounds).run(|e| out.push(e));
         let mut parallel = Vec::new();
-        ParallelFlow::new(code, cfg.clone()).with_upper_bounds(bounds).run(trace, |e| parallel.push(e));
+        ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()).with_upper_bounds(bounds)).run(trace, |e| parallel.push(e));
         assert!(parallel == out, "parallel and sequential differ (bounds {bounds})");
         out
     }

@@ -21,9 +21,9 @@ mod flow;
 
 use std::path::Path;
 
+use codeimage::window::{Interval, Static};
 use flow::{Ev, ImageKind, LibiptImage, Run};
 use intel_pt::flow::Recovery;
-use intel_pt::sources::{Interval, Static};
 use sim::SimConfig;
 
 /// The truth's instruction addresses for one CPU.

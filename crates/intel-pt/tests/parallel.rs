@@ -8,9 +8,9 @@
 #[path = "common/flow.rs"]
 mod common;
 
+use codeimage::window::{Interval, PerfStyle, Static};
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, Recovery};
 use intel_pt::parallel::{segments, ParallelFlow};
-use intel_pt::sources::{Interval, PerfStyle, Static};
 
 fn sequential(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) -> Vec<FlowEvent> {
     let mut out = Vec::new();
@@ -30,7 +30,7 @@ fn joined_segments<'a, C: CodeSource + Sync>(par: &ParallelFlow<'a, C>, trace: &
 
 fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> usize {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-    let par = ParallelFlow::new(code, cfg.clone());
+    let par = ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()));
     let mut n = 0;
     for (cpu, trace) in traces.iter().enumerate() {
         let mut got = Vec::new();
@@ -51,7 +51,7 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         // Each thread walking its segments a few at once (what large code
         // gets): the same in a sink per segment; replayed (one at a time
         // there) too.
-        let lanes = ParallelFlow::new(code, cfg.clone()).with_lanes(4);
+        let lanes = ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone())).with_lanes(4);
         let mut got = Vec::new();
         pool.install(|| lanes.run(trace, |e| got.push(e)));
         assert!(got == want, "{what}, {threads} threads, cpu {cpu}: 4 lanes a thread, replayed, differ");
@@ -102,7 +102,7 @@ fn parallel_equals_sequential() {
             let mut want = Vec::new();
             FlowDecoder::new(t, &code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run(|e| want.push(e));
             let mut got = Vec::new();
-            ParallelFlow::new(&code, run.cfg.clone()).with_recovery(Recovery::NextPsb).run(t, |e| got.push(e));
+            ParallelFlow::new(FlowDecoder::new(&[], &code, run.cfg.clone()).with_recovery(Recovery::NextPsb)).run(t, |e| got.push(e));
             assert!(got == want, "{name} corrupt, NextPsb, cpu {cpu}: parallel and sequential differ");
             let mut interleaved = Vec::new();
             FlowDecoder::new(&[], &code, run.cfg.clone())
@@ -163,7 +163,7 @@ fn a_panicking_segment_sink_panics_the_caller() {
         sim::SimConfig { cpus: 1, protocol: sim::Protocol::None, pokes: 0, instructions: 20_000, psb_period: 1024, ..sim::SimConfig::default() };
     let (_, run) = common::simulate("parallel-panic", &cfg, None);
     let code = Static(&run.bare);
-    let par = ParallelFlow::new(&code, run.cfg.clone());
+    let par = ParallelFlow::new(FlowDecoder::new(&[], &code, run.cfg.clone()));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("thread pool");
     let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(|| par.run_segments(&run.aux[0], || Boom, |_| {}))));
     let message = got.expect_err("the sink's panic").downcast::<&str>().map(|m| *m);

@@ -5,9 +5,9 @@
 #[path = "common/flow.rs"]
 mod common;
 
+use codeimage::window::Interval;
 use intel_pt::flow::{CycConv, FlowDecoder, FlowEvent, MtcConv};
 use intel_pt::parallel::{segments, ParallelFlow};
-use intel_pt::sources::Interval;
 
 /// The simulator's MTC period (2^3 CTC ticks of 25 TSC ticks) and max non-turbo ratio.
 const MTC: MtcConv = MtcConv { shift: 3, ratio_n: 25, ratio_d: 1 };
@@ -30,7 +30,7 @@ fn parallel_equals_sequential_with_cyc_timing() {
         let (_, run) = common::simulate(&name, &cfg, None);
         let code = Interval(&run.full);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().expect("thread pool");
-        let par = ParallelFlow::new(&code, run.cfg.clone()).with_mtc(MTC).with_cyc(CYC);
+        let par = ParallelFlow::new(FlowDecoder::new(&[], &code, run.cfg.clone()).with_mtc(MTC).with_cyc(CYC));
         let mut narrow = 0;
         for (cpu, trace) in run.aux.iter().enumerate() {
             assert!(segments(trace).len() > 10, "{name} cpu {cpu}: few segments");

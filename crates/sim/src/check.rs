@@ -5,9 +5,9 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
+use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Recovery, Time, TimeConv};
-use intel_pt::sources::{Interval, PerfStyle, Static};
+use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Recovery, Time, TimeConv};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{AuxtraceInfo, PerfFile, RecordBody};
 use serde::Serialize;
@@ -437,7 +437,7 @@ fn base_image(file: &PerfFile) -> Result<CodeTimeline, SimError> {
 /// inside it, and counts as uncertain the instructions of the ranges it
 /// could not decide.
 fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, SimError> {
-    use etm::flow::{ElemKind, FlowDecoder, Item};
+    use etm::flow::FlowDecoder;
     use perfdata::auxtrace::CsEtmInfo;
     let file = PerfFile::open(dir)?;
     let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
@@ -469,43 +469,14 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                     }
                 }
                 stamps.sort_unstable();
-                let next_stamp = |t: u64| stamps.get(stamps.partition_point(|&s| s <= t)).copied().unwrap_or(u64::MAX);
-                let code = if mode == Mode::Static { &bare } else { &full };
                 let truth = dir.join(format!("truth/cpu{cpu}.bin"));
                 let io = |source| SimError::Io { path: truth.clone(), source };
                 let mut m = Matcher::new(TruthReader::open(&truth).map_err(io)?, cpu as u32);
-                let mut flow = FlowDecoder::new(code, &cfg);
-                let mut reader = etm::PacketReader::new(trace, framing, &cfg, etm::ErrorRecovery::Resync);
-                if mode == Mode::Timeline {
-                    flow.window_timestamps(reader.clone());
+                match mode {
+                    Mode::Static => match_etm(FlowDecoder::new(Static(&bare), &cfg), trace, &cfg, framing, false, &stamps, &mut m),
+                    Mode::PerfStyle => match_etm(FlowDecoder::new(PerfStyle(&full), &cfg), trace, &cfg, framing, false, &stamps, &mut m),
+                    Mode::Timeline => match_etm(FlowDecoder::new(Interval(&full), &cfg), trace, &cfg, framing, true, &stamps, &mut m),
                 }
-                let (mut lo, mut hi) = (0u64, next_stamp(0));
-                etm::flow::run(&mut reader, &mut flow, |item| {
-                    let Item::Element(e) = item else { return };
-                    match e.kind {
-                        ElemKind::Timestamp { value, .. } => {
-                            // The instructions after a timestamp ran at or
-                            // after it, exactly (the matcher allows one unit
-                            // before `lo`, for Intel PT's coarser clocks):
-                            // a loop's iteration just before it is no match.
-                            lo = value.saturating_add(1);
-                            hi = next_stamp(value);
-                        }
-                        ElemKind::InstrRange(r) => {
-                            for ip in (r.start..r.end).step_by(4) {
-                                if r.uncertain {
-                                    m.uncertain_insn(ip, lo, hi);
-                                } else {
-                                    m.insn(ip, lo, hi);
-                                }
-                            }
-                        }
-                        // A BRK trap: the BRK (its preferred return address) ran.
-                        ElemKind::Exception { ret_addr, .. } => m.insn(ret_addr, lo, hi),
-                        ElemKind::Error(_) | ElemKind::AddrNacc(_) => m.error(),
-                        _ => {}
-                    }
-                });
                 m.finish().map_err(io)
             })
             .collect::<Result<Vec<Score>, SimError>>()?;
@@ -516,6 +487,53 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
         reports.push(ModeReport { mode, total, cpus });
     }
     Ok(reports)
+}
+
+/// Decodes one CPU's ETMv4 trace with `flow` (over windows between
+/// timestamps when `windows`) and matches its instructions against the
+/// truth; `stamps` are the trace's timestamps, ascending.
+fn match_etm<C: CodeSource>(
+    mut flow: etm::flow::FlowDecoder<C>,
+    trace: &[u8],
+    cfg: &[etm::EtmV4Config],
+    framing: etm::Framing,
+    windows: bool,
+    stamps: &[u64],
+    m: &mut Matcher,
+) {
+    use etm::flow::{ElemKind, Item};
+    let next_stamp = |t: u64| stamps.get(stamps.partition_point(|&s| s <= t)).copied().unwrap_or(u64::MAX);
+    let mut reader = etm::PacketReader::new(trace, framing, cfg, etm::ErrorRecovery::Resync);
+    if windows {
+        flow.window_timestamps(reader.clone());
+    }
+    let (mut lo, mut hi) = (0u64, next_stamp(0));
+    etm::flow::run(&mut reader, &mut flow, |item| {
+        let Item::Element(e) = item else { return };
+        match e.kind {
+            ElemKind::Timestamp { value, .. } => {
+                // The instructions after a timestamp ran at or after it,
+                // exactly (the matcher allows one unit before `lo`, for
+                // Intel PT's coarser clocks): a loop's iteration just
+                // before it is no match.
+                lo = value.saturating_add(1);
+                hi = next_stamp(value);
+            }
+            ElemKind::InstrRange(r) => {
+                for ip in (r.start..r.end).step_by(4) {
+                    if r.uncertain {
+                        m.uncertain_insn(ip, lo, hi);
+                    } else {
+                        m.insn(ip, lo, hi);
+                    }
+                }
+            }
+            // A BRK trap: the BRK (its preferred return address) ran.
+            ElemKind::Exception { ret_addr, .. } => m.insn(ret_addr, lo, hi),
+            ElemKind::Error(_) | ElemKind::AddrNacc(_) => m.error(),
+            _ => {}
+        }
+    });
 }
 
 #[cfg(test)]

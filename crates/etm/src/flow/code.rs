@@ -1,178 +1,34 @@
-//! Code access for the flow decoder: the [`CodeSource`] trait, its
-//! implementation over a [`codeimage::CodeTimeline`], an OpenCSD snapshot's
-//! memory dumps as a timeline, and the walk from an address to the next P0
-//! instruction (with a cache of walks already done).
+//! Walking code for the flow decoder: from an address to the next P0
+//! instruction, reading the code through a [`CodeSource`] over the window
+//! of time the trace allows, with a cache of walks already done.
 
-use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
+use codeimage::window::{CodeSource, Content, Fetch, Time};
 use isa::BranchClass;
+use perfdata::TimeConv;
 
 use super::{InstrSubtype, InstrType};
-use crate::snapshot::Snapshot;
 
-/// The trace's time for code lookups: the latest ETMv4 timestamp value seen
-/// on the source (0 before the first). It is the trace unit's own clock, not
-/// perf time: a source that keys code by another clock converts it.
-pub type Time = u64;
+/// How the trace's timestamps become the image's [`Time`]: as they are (a
+/// snapshot, or a trace timed in perf time), or by perf's TIME_CONV (the
+/// kernel's clock counter as timestamp source).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ImageClock(pub Option<TimeConv>);
 
-/// What a [`CodeSource`] filled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fetched {
-    /// Bytes filled from the start of the buffer: fewer than asked where
-    /// mapped memory ends, 0 when the first byte is unmapped.
-    pub len: usize,
-    /// The times `[valid_from, valid_to)` over which these bytes stay the
-    /// same (a cache of decoded code is good for that window).
-    pub valid_from: Time,
-    pub valid_to: Time,
-    /// Some of these bytes have several possible contents at this time (a
-    /// PRE/POST window); the buffer holds the older one.
-    pub uncertain: bool,
-}
+impl ImageClock {
+    #[inline]
+    pub fn time(&self, ts: u64) -> Time {
+        self.0.map_or(ts, |c| c.to_perf_time(ts))
+    }
 
-/// What a [`CodeSource`] found over a window of time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fetch {
-    /// These bytes (the length filled) hold over the whole window.
-    Exact(usize),
-    /// The content changes inside the window, or is uncertain: this is
-    /// candidate `which` of `count`, the oldest first (`filled` 0: unmapped in that one).
-    Candidate { filled: usize, count: usize },
-    /// Nothing mapped (or no candidate `which`).
-    Unmapped,
-}
-
-/// Code bytes at an address as they were at a time. The decoder asks with
-/// the latest timestamp seen, and over windows between timestamps (when
-/// given them) for the contents inside; an image without history (a
-/// snapshot) answers the same for every time.
-pub trait CodeSource {
-    fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched;
-
-    /// Candidate `which` of the contents the bytes at `addr` have at some
-    /// moment of `lo..=hi` (the times between two timestamps), the oldest
-    /// first. Asked only where [`CodeSource::fetch`] at `lo` says the bytes
-    /// change before `hi` or are uncertain. A source without history has one
-    /// content: the bytes at `lo`.
-    fn fetch_during(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8]) -> Fetch {
-        let _ = hi;
-        let f = self.fetch(addr, lo, buf);
-        if f.len == 0 || which > 0 {
-            Fetch::Unmapped
+    /// The image time of a window's end (unbounded stays unbounded).
+    #[inline]
+    pub fn end(&self, ts: u64) -> Time {
+        if ts == Time::MAX {
+            ts
         } else {
-            Fetch::Exact(f.len)
+            self.time(ts)
         }
     }
-}
-
-impl<T: CodeSource + ?Sized> CodeSource for &T {
-    #[inline]
-    fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched {
-        (**self).fetch(addr, t, buf)
-    }
-
-    fn fetch_during(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8]) -> Fetch {
-        (**self).fetch_during(addr, lo, hi, which, buf)
-    }
-}
-
-/// The time-versioned code image (base code plus TEXT_POKE history). Where
-/// a change makes the content at `t` uncertain, the older bytes are given.
-impl CodeSource for CodeTimeline {
-    #[inline]
-    fn fetch(&self, addr: u64, t: Time, buf: &mut [u8]) -> Fetched {
-        let info = self.read_into(addr, buf, t);
-        Fetched { len: info.mapped, valid_from: info.valid.start, valid_to: info.valid.end, uncertain: info.uncertain }
-    }
-
-    /// Every distinct content of `lo..=hi` (each side of an uncertain span counts).
-    fn fetch_during(&self, addr: u64, lo: Time, hi: Time, which: usize, buf: &mut [u8]) -> Fetch {
-        let mut all: Vec<Vec<u8>> = Vec::new();
-        for (_, r) in self.read_during(addr, buf.len(), lo, hi) {
-            let more = match r {
-                codeimage::Read::Exact(b) => vec![b],
-                codeimage::Read::Uncertain(c) => c,
-                codeimage::Read::Unmapped { .. } => vec![Vec::new()],
-            };
-            for b in more {
-                if !all.contains(&b) {
-                    all.push(b);
-                }
-            }
-        }
-        match all.get(which) {
-            Some(b) if b.is_empty() && all.len() == 1 => Fetch::Unmapped,
-            Some(b) => {
-                buf[..b.len()].copy_from_slice(b);
-                if all.len() == 1 {
-                    Fetch::Exact(b.len())
-                } else {
-                    Fetch::Candidate { filled: b.len(), count: all.len() }
-                }
-            }
-            None => Fetch::Unmapped,
-        }
-    }
-}
-
-/// The memory dumps of every core of a snapshot as a code timeline (no
-/// pokes), and a note for each dump that could not be used as described: a
-/// missing file is skipped (OpenCSD skips it too), a length past the end of
-/// the file is cut to the file. Memory spaces (`space=`) are not told apart:
-/// one address space holds all dumps, the first dump wins where two overlap.
-pub fn snapshot_code(snap: &Snapshot) -> (CodeTimeline, Vec<String>) {
-    let mut base = BaseImage::new();
-    let mut notes = Vec::new();
-    let mut seen = Vec::new();
-    for dev in &snap.devices {
-        for d in &dev.dumps {
-            if seen.contains(&(&d.file, d.address)) {
-                continue;
-            }
-            seen.push((&d.file, d.address));
-            let size = match std::fs::metadata(&d.file) {
-                Ok(m) => m.len(),
-                Err(e) => {
-                    notes.push(format!("{}: memory dump {} at {:#x} skipped: {e}", dev.path.display(), d.file.display(), d.address));
-                    continue;
-                }
-            };
-            let offset = d.offset.unwrap_or(0);
-            let avail = size.saturating_sub(offset);
-            let len = match d.length {
-                Some(l) if l > avail => {
-                    notes.push(format!(
-                        "{}: memory dump {} at {:#x} says length {l:#x} but the file has {avail:#x} bytes from offset {offset:#x}: using those",
-                        dev.path.display(),
-                        d.file.display(),
-                        d.address
-                    ));
-                    avail
-                }
-                Some(l) => l,
-                None => avail,
-            };
-            // The image ends below 2^64: a dump running past the top of the address space is cut.
-            let room = u64::MAX - d.address;
-            let len = if len > room {
-                notes.push(format!(
-                    "{}: memory dump {} at {:#x} runs past the top of the address space: cut to {room:#x} bytes",
-                    dev.path.display(),
-                    d.file.display(),
-                    d.address
-                ));
-                room
-            } else {
-                len
-            };
-            if len == 0 {
-                continue;
-            }
-            if let Err(e) = base.add_raw_file(&d.file, offset, Some(len), d.address) {
-                notes.push(format!("{}: memory dump skipped: {e}", dev.path.display()));
-            }
-        }
-    }
-    (TimelineBuilder::new(base).build(), notes)
 }
 
 /// One decoded instruction, as far as the flow decoder cares.
@@ -227,12 +83,10 @@ pub(crate) struct Walk {
 /// accessible at the point reached (16 MiB of code with no branch is not code).
 const MAX_WALK: u32 = 1 << 22;
 
-/// Bytes asked from the code source at a time.
-const CHUNK: usize = 64;
-
-/// The times code is read for: from `lo`, the latest timestamp, to `hi`,
-/// the next one (the code ran at some moment of `lo..=hi`). `hi == lo`
-/// reads at one time, as for a trace whose next timestamp is not known.
+/// The times code is read for, on the image's clock: from `lo`, the latest
+/// timestamp, to `hi`, the next one (the code ran at some moment of
+/// `lo..=hi`). `hi == lo` reads at one time, as for a trace whose next
+/// timestamp is not known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Window {
     pub lo: Time,
@@ -286,25 +140,40 @@ impl Picker {
 const MAX_CANDIDATES: usize = 4;
 
 /// The distinct instructions the word at `addr` is at some moment of the
-/// window, oldest first (None: unmapped then), and how many.
+/// window, oldest first (None: unmapped, or less than a word), and how
+/// many: of the first [`MAX_CANDIDATES`] distinct words.
 fn word_candidates(code: &impl CodeSource, addr: u64, win: Window, wfx_p0: bool) -> ([Option<Insn>; MAX_CANDIDATES], usize) {
     let mut out = [None; MAX_CANDIDATES];
+    let word = |bytes: &[u8; 16], len: usize| (len >= 4).then(|| u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
+    let mut buf = [0u8; 16];
+    let count = match code.fetch(addr, win.lo, win.hi, 0, &mut buf) {
+        Fetch::Unmapped => return (out, 1),
+        Fetch::Exact(len) => {
+            out[0] = word(&buf, len).map(|w| classify(addr, w, wfx_p0));
+            return (out, 1);
+        }
+        Fetch::Candidate { count, .. } => count,
+    };
+    let mut contents: Vec<Content> = Vec::with_capacity(count);
+    code.candidates(addr, win.lo, win.hi, count, &mut contents);
+    let mut words = [None; MAX_CANDIDATES];
+    let mut k = 0;
+    for c in &contents {
+        let w = word(&c.bytes, c.len);
+        if !words[..k].contains(&w) {
+            if k == MAX_CANDIDATES {
+                break;
+            }
+            words[k] = w;
+            k += 1;
+        }
+    }
     let mut n = 0;
-    for which in 0..MAX_CANDIDATES {
-        let mut b = [0u8; 4];
-        let (filled, count) = match code.fetch_during(addr, win.lo, win.hi, which, &mut b) {
-            Fetch::Exact(l) => (l, 1),
-            Fetch::Candidate { filled, count } => (filled, count),
-            Fetch::Unmapped if which == 0 => (0, 1),
-            Fetch::Unmapped => break,
-        };
-        let c = (filled >= 4).then(|| classify(addr, u32::from_le_bytes(b), wfx_p0));
+    for w in &words[..k] {
+        let c = w.map(|w| classify(addr, w, wfx_p0));
         if !out[..n].contains(&c) {
             out[n] = c;
             n += 1;
-        }
-        if which + 1 >= count {
-            break;
         }
     }
     (out, n.max(1))
@@ -314,7 +183,8 @@ fn word_candidates(code: &impl CodeSource, addr: u64, win: Window, wfx_p0: bool)
 /// instruction ends the walk, or the code runs out. Where a word changes
 /// inside the window and its candidates are different instructions, `pick`
 /// chooses. Returns the walk and the times over which its code stays the
-/// same (meaningless when `pick` made a choice).
+/// same, as the code source says them (meaningless when `pick` made a
+/// choice).
 #[inline]
 fn walk(
     code: &impl CodeSource,
@@ -324,49 +194,52 @@ fn walk(
     pick: &mut Picker,
     mut stop: impl FnMut(u64, &Insn) -> bool,
 ) -> (Walk, Time, Time) {
-    let mut buf = [0u8; CHUNK];
+    let mut buf = [0u8; 16];
     let (mut from, mut to) = (0, Time::MAX);
     let mut w = Walk { end: addr, num_i: 0, last: OTHER, nacc: false };
-    loop {
-        let f = code.fetch(w.end, win.lo, &mut buf);
-        let mut words = f.len.min(CHUNK) / 4;
-        if win.hi != win.lo && (f.uncertain || f.valid_to <= win.hi) {
-            // The code changes inside the window: this word alone, with
-            // every instruction it may be (the next read starts after it).
-            let mut b = [0u8; 4];
-            let f4 = code.fetch(w.end, win.lo, &mut b);
-            if f4.len >= 4 && !f4.uncertain && f4.valid_to > win.hi {
-                buf[..4].copy_from_slice(&b);
-                from = from.max(f4.valid_from);
-                to = to.min(f4.valid_to);
-            } else {
-                let (c, n) = word_candidates(code, w.end, win, wfx_p0);
-                let k = if n > 1 { pick.choose(n, w.end) } else { 0 };
-                from = from.max(win.lo);
-                to = to.min(win.hi.saturating_add(1));
-                let Some(insn) = c[k] else {
-                    w.nacc = true;
-                    return (w, from, to);
-                };
-                if w.take(insn, &mut stop) {
+    macro_rules! walk_words {
+        ($bytes:expr) => {
+            for c in $bytes.chunks_exact(4) {
+                let word = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                if w.take(classify(w.end, word, wfx_p0), &mut stop) {
                     return (w, from, to);
                 }
+            }
+        };
+    }
+    loop {
+        // Code no change touches: walked where it lies.
+        if let Some((run, valid)) = code.code_run(w.end, win.lo, win.hi) {
+            if run.len() >= 4 {
+                from = from.max(valid.start);
+                to = to.min(valid.end);
+                walk_words!(run);
                 continue;
             }
-            words = 1;
-        } else {
-            from = from.max(f.valid_from);
-            to = to.min(f.valid_to);
         }
-        if words == 0 {
-            w.nacc = true;
-            return (w, from, to);
-        }
-        for c in buf[..words * 4].chunks_exact(4) {
-            let word = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            if w.take(classify(w.end, word, wfx_p0), &mut stop) {
+        // Bytes that hold over the whole window.
+        if let Some((len, valid)) = code.fetch_window(w.end, win.lo, win.hi, &mut buf) {
+            from = from.max(valid.start);
+            to = to.min(valid.end);
+            if len < 4 {
+                w.nacc = true;
                 return (w, from, to);
             }
+            walk_words!(buf[..len]);
+            continue;
+        }
+        // The code changes inside the window, or is not mapped: this word
+        // alone, with every instruction it may be.
+        let (c, n) = word_candidates(code, w.end, win, wfx_p0);
+        let k = if n > 1 { pick.choose(n, w.end) } else { 0 };
+        from = from.max(win.lo);
+        to = to.min(win.hi.saturating_add(1));
+        let Some(insn) = c[k] else {
+            w.nacc = true;
+            return (w, from, to);
+        };
+        if w.take(insn, &mut stop) {
+            return (w, from, to);
         }
     }
 }
@@ -418,7 +291,8 @@ struct Entry {
 }
 
 /// Walks to the next P0 instruction, cached by start address (direct
-/// mapped; an entry is used only for windows inside its validity window).
+/// mapped; an entry is used only for windows the code source admits with
+/// the window its code holds for).
 pub(crate) struct RunCache {
     entries: Vec<Option<Entry>>,
 }
@@ -437,7 +311,7 @@ impl RunCache {
         }
         let slot = ((addr >> 2).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize;
         if let Some(e) = &self.entries[slot] {
-            if e.addr == addr && e.from <= win.lo && win.hi < e.to {
+            if e.addr == addr && code.admits(&(e.from..e.to), win.lo, win.hi) {
                 return e.walk;
             }
         }

@@ -3,7 +3,9 @@
 
 use std::collections::VecDeque;
 
-use super::code::{walk_to_addr, CodeSource, Picker, RunCache, Time, Walk, Window};
+use codeimage::window::{CodeSource, Fetch};
+
+use super::code::{walk_to_addr, ImageClock, Picker, RunCache, Walk, Window};
 use super::{ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext, TraceOnReason, UnsyncReason};
 use crate::config::EtmV4Config;
 use crate::packet::{Context, Packet, PacketType};
@@ -100,6 +102,8 @@ impl ReturnStack {
 pub(crate) struct Code<'a, C> {
     pub src: &'a C,
     pub cache: &'a mut RunCache,
+    /// The image time of a timestamp.
+    pub clock: &'a ImageClock,
 }
 
 pub(crate) struct Source {
@@ -127,12 +131,16 @@ pub(crate) struct Source {
     isa: Isa,
     ret: ReturnStack,
     last_index: u64,
-    time: Time,
+    /// The latest timestamp (trace time).
+    time: u64,
     /// The next timestamp after `time` (`time` itself when not known).
-    pub hi: Time,
+    hi: u64,
     /// Code is read over `time..=hi` (the decoder was given the trace's
     /// timestamps), not at `time` alone.
-    pub window: bool,
+    window: bool,
+    /// The times code is read for: `time..=hi` (or `time`) on the image's
+    /// clock, worked out when one of them changes rather than per walk.
+    code_window: Window,
     /// Choices among candidate instructions where code changes inside the window.
     pub pick: Picker,
     /// The trace does not fit what this source walked (an unconditional
@@ -214,6 +222,7 @@ impl Source {
             time: 0,
             hi: 0,
             window: false,
+            code_window: Window { lo: 0, hi: 0 },
             pick: Picker::default(),
             misfit: false,
             addr_due: false,
@@ -233,6 +242,7 @@ impl Source {
         self.last_index = p.index;
         if let Packet::Timestamp(ts) = p.packet {
             self.time = ts.value;
+            self.update_code_window(code.clock);
         }
         loop {
             match self.state {
@@ -583,11 +593,23 @@ impl Source {
     /// not A64 is an error (the source waits for a new address and
     /// context), unless there is no code there at all: then it is
     /// inaccessible memory, whatever its instruction set.
+    #[inline]
     fn check_isa(&mut self, index: u64, code: &Code<'_, impl CodeSource>, out: &mut Vec<Element>) -> Walkable {
         if self.isa == Isa::A64 {
             return Walkable::Yes;
         }
-        if code.src.fetch(self.addr, self.time, &mut [0u8; 4]).len < 4 {
+        self.check_other_isa(index, code, out)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_other_isa(&mut self, index: u64, code: &Code<'_, impl CodeSource>, out: &mut Vec<Element>) -> Walkable {
+        let at = self.win().lo;
+        let filled = match code.src.fetch(self.addr, at, at, 0, &mut [0u8; 16]) {
+            Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => n,
+            Fetch::Unmapped => 0,
+        };
+        if filled < 4 {
             return Walkable::NoCode;
         }
         let e = FlowError::UnsupportedIsa { isa: self.isa, addr: self.addr };
@@ -655,10 +677,32 @@ impl Source {
         self.last_index
     }
 
-    /// The times code is read for.
+    /// The times code is read for, on the image's clock.
     #[inline]
     fn win(&self) -> Window {
-        Window { lo: self.time, hi: if self.window { self.hi.max(self.time) } else { self.time } }
+        self.code_window
+    }
+
+    /// Works out the window code is read for again, timestamps becoming
+    /// image times by `clock`.
+    pub fn update_code_window(&mut self, clock: &ImageClock) {
+        let lo = clock.time(self.time);
+        let hi = if self.window { clock.end(self.hi.max(self.time)) } else { lo };
+        self.code_window = Window { lo, hi };
+    }
+
+    /// Code is read over windows from each timestamp to the next, the first
+    /// timestamp `first` (None: at the latest timestamp alone).
+    pub fn set_windows(&mut self, first: Option<u64>, clock: &ImageClock) {
+        self.window = first.is_some();
+        self.hi = first.unwrap_or(0);
+        self.update_code_window(clock);
+    }
+
+    /// The timestamp after the latest one (`u64::MAX`: none).
+    pub fn set_next_timestamp(&mut self, hi: u64, clock: &ImageClock) {
+        self.hi = hi;
+        self.update_code_window(clock);
     }
 
     /// What decides the source's future: two hypotheses equal in it walk

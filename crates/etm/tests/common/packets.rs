@@ -1,7 +1,8 @@
 //! Hand-written packet sequences for the flow decoder's rule tests: the
 //! packet builders they share, and decoding a list of packets of one source.
 
-use etm::flow::{CodeSource, Element, FlowDecoder};
+use codeimage::window::CodeSource;
+use etm::flow::{Element, FlowDecoder};
 use etm::packet::{AddrForm, Address, Atoms, Packet, Timestamp};
 use etm::TracePacket;
 

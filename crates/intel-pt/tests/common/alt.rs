@@ -1,8 +1,8 @@
 //! A code source with two contents at one address, for the flow tests.
 
+use codeimage::window::Static;
 use codeimage::CodeTimeline;
 use intel_pt::flow::{CodeSource, Fetch, Time};
-use intel_pt::sources::Static;
 
 /// Two contents at one address: the image's, and `alt` over its first bytes.
 pub struct AltAt<'a> {

@@ -510,7 +510,7 @@ pub fn blocks_on<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, traces: &'a [V
 /// (`run_segments`), the counts added in trace order: nothing recorded
 /// and replayed.
 pub fn ours_segments<C: CodeSource + Sync>(traces: &[Vec<u8>], code: &C, cfg: &FlowConfig, threads: usize) -> (u64, u64) {
-    let par = ParallelFlow::new(code, cfg.clone());
+    let par = ParallelFlow::new(FlowDecoder::new(&[], code, cfg.clone()));
     let mut total = Count::default();
     pool(threads).install(|| {
         for t in traces {

@@ -1,23 +1,25 @@
-//! Code sources over a [`CodeTimeline`] for the flow decoder: the three ways
-//! of knowing the code that `poketrace check` compares.
+//! The three code sources over a [`CodeTimeline`]: the ways of knowing the
+//! code that `poketrace check` compares.
 
 use std::ops::Range;
 
-use codeimage::{CodeTimeline, Read};
-
-use crate::flow::{CodeSource, Content, Fetch, Time};
+use super::source::{CodeSource, Content, Fetch};
+use crate::timeline::{CodeTimeline, Read, Time};
 
 /// The code as it was before any change: no poke awareness.
+#[derive(Clone, Copy)]
 pub struct Static<'a>(pub &'a CodeTimeline);
 
 /// One image, updated in timestamp order, read at the last timestamp seen:
 /// perf's model. As in perf, the time moves to a timing packet's when the
 /// walk takes the flow packet after it (the walk's `lo`).
+#[derive(Clone, Copy)]
 pub struct PerfStyle<'a>(pub &'a CodeTimeline);
 
 /// The code timeline asked for the whole interval the trace allows; every
 /// content a change inside it allows is a candidate, with the times it
 /// holds within the interval (so that the one taken raises the time).
+#[derive(Clone, Copy)]
 pub struct Interval<'a>(pub &'a CodeTimeline);
 
 impl CodeSource for Static<'_> {

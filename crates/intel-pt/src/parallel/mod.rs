@@ -24,8 +24,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::block_cache::Block;
-use crate::flow::{CodeSource, CycConv, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, MtcConv, Recovery, SharedBlocks, Time};
+mod interleave;
+mod record;
+mod segments;
+
+use self::record::Recording;
+pub use self::segments::segments;
+use crate::flow::walk::Walker;
+use crate::flow::{CodeSource, FlowDecoder, FlowEvent, FlowSink, SharedBlocks};
 
 /// Groups of segments decoding ahead of the one handed out next, per thread.
 const PER_THREAD: usize = 4;
@@ -38,159 +44,30 @@ const GROUP: usize = 2 * LANES;
 
 /// Decodes buffers over one code source, PSB segments in parallel.
 pub struct ParallelFlow<'a, C: CodeSource + Sync> {
-    code: &'a C,
-    cfg: FlowConfig,
-    mtc: Option<MtcConv>,
-    cyc: Option<CycConv>,
-    upper_bounds: bool,
-    recovery: Recovery,
     /// Segments a thread walks at once; `None`: [`LANES`] when the block
-    /// table is large ([`crate::block_cache::BlockCache::large`]), else one.
+    /// table is large (`BlockCache::large`), else one.
     lanes: Option<usize>,
-    /// Idle decoders.
-    decoders: Mutex<Vec<FlowDecoder<'a, C>>>,
+    /// How each decoder walks (as the decoder given to [`Self::new`]), and
+    /// the idle decoders.
+    decoders: Mutex<(Walker<'a, C>, Vec<FlowDecoder<'a, C>>)>,
     /// The decoded blocks all decoders share, kept from buffer to buffer.
     blocks: Arc<SharedBlocks>,
     /// Segment recordings for reuse.
     spare: Mutex<Vec<Recording>>,
 }
 
-/// One segment's output, kept until its turn to be handed out: the cache
-/// entries of its blocks, copied whole (one aligned 64-byte write), the
-/// times they ran at where those change, and apart from them its other
-/// events; times and events with how many blocks came before them.
-struct Recording {
-    blocks: Vec<Block>,
-    times: Vec<(usize, (Time, Time, Time))>,
-    /// The last of `times`, or [`NO_TIME`].
-    time: (Time, Time, Time),
-    events: Vec<(usize, FlowEvent)>,
-    /// The instruction bytes of the blocks whose entries do not hold them.
-    lens: Vec<u8>,
-    /// Those blocks' inner jumps' and calls' targets.
-    targets: Vec<u64>,
-}
-
-/// No `(lo, last_lo, hi)` a block runs in (`hi` is never below `lo`).
-const NO_TIME: (Time, Time, Time) = (Time::MAX, Time::MAX, 0);
-
-impl Default for Recording {
-    fn default() -> Self {
-        Recording { blocks: Vec::new(), times: Vec::new(), time: NO_TIME, events: Vec::new(), lens: Vec::new(), targets: Vec::new() }
-    }
-}
-
-impl FlowSink for Recording {
-    fn event(&mut self, e: FlowEvent) {
-        self.events.push((self.blocks.len(), e));
-    }
-
-    #[inline(always)]
-    fn block(&mut self, b: InsnBlock<'_>) {
-        let (entry, lens, targets) = b.parts();
-        if entry.inline() {
-            self.record_time((b.lo, b.last_lo, b.hi));
-            // (Copied in place: `push(*entry)` moves it through the stack.)
-            self.blocks.extend_from_slice(std::slice::from_ref(entry));
-            return;
-        }
-        if self.lens.len().max(self.targets.len()) > u32::MAX as usize - 256 {
-            // Past what an entry's offsets hold (a buffer of several GiB
-            // without a PSB): instruction by instruction.
-            b.for_each_insn(|e| self.event(e));
-            return;
-        }
-        self.record_time((b.lo, b.last_lo, b.hi));
-        self.blocks.push(entry.moved(self.lens.len() as u32, self.targets.len() as u32));
-        self.lens.extend_from_slice(lens);
-        self.targets.extend_from_slice(targets);
-    }
-}
-
-impl Recording {
-    /// Notes `(lo, last_lo, hi)` for the block about to be recorded, when
-    /// it differs from the last block's.
-    #[inline(always)]
-    fn record_time(&mut self, time: (Time, Time, Time)) {
-        if self.time != time {
-            self.time = time;
-            self.times.push((self.blocks.len(), time));
-        }
-    }
-
-    /// Hands everything to `sink` in order, and empties itself: the blocks
-    /// in runs between the places where an event comes or the time changes.
-    fn replay(&mut self, sink: &mut impl FlowSink) {
-        let (mut events, mut times) = (self.events.iter().peekable(), self.times.iter().peekable());
-        let mut time = (0, 0, 0);
-        let mut at = 0;
-        loop {
-            while let Some(&(_, e)) = events.next_if(|(before, _)| *before == at) {
-                sink.event(e);
-            }
-            if let Some(&(_, t)) = times.next_if(|(before, _)| *before == at) {
-                time = t;
-            }
-            let next = events.peek().map_or(usize::MAX, |e| e.0).min(times.peek().map_or(usize::MAX, |t| t.0));
-            let end = next.min(self.blocks.len());
-            for b in &self.blocks[at..end] {
-                sink.block(InsnBlock::new(b, time, b.insns(&self.lens, &self.targets)));
-            }
-            if end == self.blocks.len() && next == usize::MAX {
-                break;
-            }
-            at = end;
-        }
-        self.blocks.clear();
-        self.times.clear();
-        self.time = NO_TIME;
-        self.events.clear();
-        self.lens.clear();
-        self.targets.clear();
-    }
-}
-
 impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
-    pub fn new(code: &'a C, cfg: FlowConfig) -> Self {
-        ParallelFlow {
-            code,
-            cfg,
-            mtc: None,
-            cyc: None,
-            upper_bounds: true,
-            recovery: Recovery::default(),
-            lanes: None,
-            decoders: Mutex::new(Vec::new()),
-            blocks: Arc::default(),
-            spare: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// MTC timing, as [`FlowDecoder::with_mtc`].
-    pub fn with_mtc(mut self, mtc: impl Into<Option<MtcConv>>) -> Self {
-        self.mtc = mtc.into();
-        self
-    }
-
-    /// CYC timing, as [`FlowDecoder::with_cyc`] (the same events as one
-    /// decoder when each PSB+ has a CBR, as hardware sends it).
-    pub fn with_cyc(mut self, cyc: impl Into<Option<CycConv>>) -> Self {
-        self.cyc = cyc.into();
-        self
-    }
-
-    /// Upper bounds on the events' times or not, as
-    /// [`FlowDecoder::with_upper_bounds`].
-    pub fn with_upper_bounds(mut self, on: bool) -> Self {
-        self.upper_bounds = on;
-        self
-    }
-
-    /// Where a segment's walk goes on after an error, as
-    /// [`FlowDecoder::with_recovery`].
-    pub fn with_recovery(mut self, recovery: Recovery) -> Self {
-        self.recovery = recovery;
-        self
+    /// Decodes as `decoder` would: over its code source, with its
+    /// configuration and its settings (`with_mtc`, `with_cyc`,
+    /// `with_upper_bounds`, `with_recovery`); its buffer is not used, and
+    /// its block cache gives way to one the threads share. (With CYC
+    /// timing the events are one decoder's when each PSB+ has a CBR, as
+    /// hardware sends it.)
+    pub fn new(decoder: FlowDecoder<'a, C>) -> Self {
+        let blocks = Arc::<SharedBlocks>::default();
+        let walker = decoder.walker.same();
+        let first = decoder.with_shared_blocks(blocks.clone());
+        ParallelFlow { lanes: None, decoders: Mutex::new((walker, vec![first])), blocks, spare: Mutex::new(Vec::new()) }
     }
 
     /// How many segments a thread walks at once in [`Self::run_segments`]
@@ -285,16 +162,15 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// at once when the blocks outgrow the caches near the core (or as
     /// [`Self::with_lanes`] says), else one after the other.
     fn decode<S: FlowSink>(&self, buf: &'a [u8], group: &[(usize, usize)], mut sinks: Vec<S>) -> Vec<S> {
-        let mut dec = self.decoders.lock().expect("no panic while held").pop().unwrap_or_else(|| {
-            FlowDecoder::new(&[], self.code, self.cfg.clone())
-                .with_mtc(self.mtc)
-                .with_cyc(self.cyc)
-                .with_upper_bounds(self.upper_bounds)
-                .with_recovery(self.recovery)
-                .with_shared_blocks(self.blocks.clone())
-        });
-        dec.refresh_blocks();
-        let lanes = self.lanes.unwrap_or(if dec.blocks_large() { LANES } else { 1 });
+        let mut dec = {
+            let mut decoders = self.decoders.lock().expect("no panic while held");
+            match decoders.1.pop() {
+                Some(dec) => dec,
+                None => FlowDecoder::with_walker(&[], decoders.0.same()).with_shared_blocks(self.blocks.clone()),
+            }
+        };
+        dec.cache.refresh();
+        let lanes = self.lanes.unwrap_or(if dec.cache.large() { LANES } else { 1 });
         if lanes > 1 && group.len() > 1 {
             let (mut made, mut out) = (sinks.into_iter(), Vec::with_capacity(group.len()));
             dec.interleave(buf, group, lanes, || made.next().expect("a sink per segment"), |s| out.push(s));
@@ -305,27 +181,11 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
                 dec.run_with(sink);
             }
         }
-        self.decoders.lock().expect("no panic while held").push(dec);
+        self.decoders.lock().expect("no panic while held").1.push(dec);
         sinks
     }
 
     fn spare(&self) -> Recording {
         self.spare.lock().expect("no panic while held").pop().unwrap_or_default()
     }
-}
-
-/// The PSB segments of `buf`: from each PSB to the next (the last to the
-/// end). Bytes before the first PSB are skipped, as [`FlowDecoder::run`]
-/// skips them; a buffer without a PSB is one segment.
-pub fn segments(buf: &[u8]) -> Vec<(usize, usize)> {
-    if crate::find_psb(buf).is_none() {
-        return vec![(0, buf.len())];
-    }
-    let mut starts = Vec::new();
-    let mut at = 0;
-    while let Some(p) = crate::find_psb(&buf[at..]) {
-        starts.push(at + p);
-        at += p + crate::PSB.len();
-    }
-    starts.iter().enumerate().map(|(i, &s)| (s, starts.get(i + 1).copied().unwrap_or(buf.len()))).collect()
 }

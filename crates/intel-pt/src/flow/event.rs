@@ -1,0 +1,185 @@
+//! What the flow decoder reports: its events, the sinks they go to, and
+//! the runs of instructions the decoded-block cache hands over whole.
+
+use isa::{BranchClass, Insn};
+
+use crate::blocks::{Block, CALL, CLASSES, JUMP};
+use codeimage::window::Time;
+
+/// What the decoder reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowEvent {
+    /// An executed instruction, run within `[lo, hi]`; `uncertain` when
+    /// several code contents fit the trace.
+    Insn { ip: u64, len: u8, class: BranchClass, lo: Time, hi: Time, uncertain: bool },
+    /// The instruction at `from` trapped (INT3, a kprobe or a site being
+    /// poked) or was interrupted, into the handler at `to`. The trapping
+    /// instruction is reported here, not as an [`FlowEvent::Insn`].
+    Trap { from: u64, to: u64, time: Time },
+    /// Tracing stopped before the instruction at `at` (when known): by a
+    /// TIP.PGD when `disabled` (`to` is its IP, when the packet carries one),
+    /// else because the trace data ended.
+    End { time: Time, at: Option<u64>, disabled: bool, to: Option<u64> },
+    /// The trace and the code disagree; decoding resumes at the next TIP's
+    /// target (after a bad packet, at the next PSB; after an overflow, at
+    /// the FUP that follows it; after a PSB+ whose FUP the walk does not
+    /// reach, at that FUP).
+    Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
+}
+
+/// Where a decoder's events go. A closure taking [`FlowEvent`]s is one. A
+/// sink that takes cached runs of instructions whole ([`FlowSink::block`])
+/// spares the decoder an event per instruction, as libipt's block decoder
+/// spares its users; instructions then come both ways, in order.
+pub trait FlowSink {
+    fn event(&mut self, event: FlowEvent);
+
+    /// Instructions that ran one after the other without needing the trace,
+    /// none uncertain. By default each is passed on as a [`FlowEvent::Insn`].
+    #[inline(always)]
+    fn block(&mut self, block: InsnBlock<'_>) {
+        block.for_each_insn(|e| self.event(e));
+    }
+}
+
+impl<F: FnMut(FlowEvent)> FlowSink for F {
+    #[inline(always)]
+    fn event(&mut self, event: FlowEvent) {
+        self(event)
+    }
+}
+
+/// A run of instructions from the decoded-block cache: the first falls
+/// through, jumps or calls directly to the next, and so on up to the last,
+/// which may branch; all ran within `[lo, hi]`, the last within
+/// `[last_lo, hi]`. Borrowed from the cache for the call to
+/// [`FlowSink::block`].
+#[derive(Clone, Copy, Debug)]
+pub struct InsnBlock<'c> {
+    /// The first instruction's IP.
+    pub ip: u64,
+    /// The last instruction's IP.
+    pub last_ip: u64,
+    pub lo: Time,
+    /// When the last instruction takes the next flow packet, the time of
+    /// the timing packets before it (the others may have run before them);
+    /// else `lo`.
+    pub last_lo: Time,
+    pub hi: Time,
+    /// Each instruction before the last: its length in bits 0-3, what it
+    /// is above (the encoding of `crate::blocks`).
+    lens: &'c [u8],
+    /// The targets of the jumps and calls among them, in order.
+    targets: &'c [u64],
+    last: Insn,
+    /// The cache entry it comes from, which a recording copies.
+    entry: &'c Block,
+}
+
+impl<'c> InsnBlock<'c> {
+    /// Block `entry` run within `[lo, hi]` (its last within `[last_lo,
+    /// hi]`), its instructions before the last and their targets as `lens`
+    /// and `targets` (from the arenas of the cache or recording that holds it).
+    #[inline(always)]
+    pub(crate) fn new(entry: &'c Block, (lo, last_lo, hi): (Time, Time, Time), (lens, targets): (&'c [u8], &'c [u64])) -> Self {
+        InsnBlock { ip: entry.start, last_ip: entry.last_ip(), lo, last_lo, hi, lens, targets, last: entry.last(), entry }
+    }
+
+    /// The cache entry, and the instruction bytes and targets it refers to.
+    #[inline(always)]
+    pub(crate) fn parts(&self) -> (&'c Block, &'c [u8], &'c [u64]) {
+        (self.entry, self.lens, self.targets)
+    }
+
+    /// How many instructions.
+    pub fn len(&self) -> usize {
+        self.lens.len() + 1
+    }
+
+    /// Never: a block has at least its last instruction.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The last instruction (its length, class and direct target).
+    pub fn last(&self) -> Insn {
+        self.last
+    }
+
+    /// Whether an instruction before the last is a direct jump or call (so
+    /// the block is not one straight run of addresses).
+    pub fn has_inner_branches(&self) -> bool {
+        !self.targets.is_empty()
+    }
+
+    /// Each instruction in order, as the [`FlowEvent::Insn`] stepping
+    /// would give.
+    #[inline(always)]
+    pub fn for_each_insn(&self, mut f: impl FnMut(FlowEvent)) {
+        let (lo, hi) = (self.lo, self.hi);
+        let mut at = self.ip;
+        if self.targets.is_empty() {
+            // One straight run: no jump or call before the last instruction.
+            for &l in self.lens {
+                let len = l & 15;
+                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false });
+                at = at.wrapping_add(len as u64);
+            }
+        } else {
+            let mut targets = self.targets.iter();
+            for &l in self.lens {
+                let len = l & 15;
+                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 3], lo, hi, uncertain: false });
+                at = match l & !15 {
+                    JUMP | CALL => *targets.next().expect("a target per jump or call"),
+                    _ => at.wrapping_add(len as u64),
+                };
+            }
+        }
+        f(FlowEvent::Insn { ip: self.last_ip, len: self.last.len, class: self.last.class, lo: self.last_lo, hi, uncertain: false });
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowErrorKind {
+    Packet(crate::PacketErrorKind),
+    /// A conditional branch, but the next flow packet is not a TNT.
+    NoTnt,
+    /// An indirect branch or far transfer, but the next flow packet is not a TIP.
+    NoTip,
+    /// A trap without its FUP and TIP.
+    NoTrapPackets,
+    /// No code at the IP.
+    Unmapped,
+    /// Bytes that are not an instruction.
+    BadInsn,
+    /// Too many instructions without using a packet.
+    NoProgress,
+    /// The trace ended while the decoder needed more.
+    EndOfTrace,
+    /// An overflow packet: the processor lost trace.
+    Overflow,
+    /// A PSB+ met while walking says execution is at `fup` (`None`: tracing
+    /// off), which the walk does not reach before it needs a packet.
+    PsbMismatch {
+        fup: Option<u64>,
+    },
+}
+
+impl FlowErrorKind {
+    pub fn describe(&self) -> String {
+        match self {
+            FlowErrorKind::Packet(k) => format!("bad packet: {k}"),
+            FlowErrorKind::NoTnt => "conditional branch but no TNT".into(),
+            FlowErrorKind::NoTip => "indirect branch but no TIP".into(),
+            FlowErrorKind::NoTrapPackets => "trap without FUP/TIP".into(),
+            FlowErrorKind::Unmapped => "no code at this address".into(),
+            FlowErrorKind::BadInsn => "invalid instruction".into(),
+            FlowErrorKind::NoProgress => "no packet consumed for too long".into(),
+            FlowErrorKind::EndOfTrace => "trace ended".into(),
+            FlowErrorKind::Overflow => "overflow: trace lost".into(),
+            FlowErrorKind::PsbMismatch { fup: Some(ip) } => format!("PSB+ says execution is at {ip:#x}, off the walk's path"),
+            FlowErrorKind::PsbMismatch { fup: None } => "PSB+ says tracing is off, but the walk is tracing".into(),
+        }
+    }
+}

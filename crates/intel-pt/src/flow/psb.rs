@@ -1,0 +1,174 @@
+//! PSB+ and where the walk goes on: a PSB+ restates where execution is
+//! (checked against the walk when in sync), and after an error the walk
+//! resumes at the next TIP, PSB or FUP; a PSB segment's walk ends where it
+//! would read the next segment's PSB.
+
+use super::config::Recovery;
+use super::event::{FlowErrorKind, FlowEvent, FlowSink};
+use super::packets::Packets;
+use super::state::{packet_failure, Failure, State, SEGMENT_END};
+use super::walk::Walker;
+use crate::Packet;
+use codeimage::window::CodeSource;
+
+impl<'a, C: CodeSource> Walker<'a, C> {
+    /// After a failure of the walk: the end of its segment (walking on to
+    /// the next segment's start), or an error event and where the walk goes
+    /// on from. Whether the run goes on.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn recover(&self, st: &mut State<'a>, f: Failure, base: usize, sink: &mut impl FlowSink) -> bool {
+        if f.offset == SEGMENT_END {
+            if let Some(to) = st.tail_to.take() {
+                self.walk_tail(st, to, sink);
+            }
+            return false;
+        }
+        sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip: st.ip, kind: f.kind });
+        if f.kind == FlowErrorKind::EndOfTrace {
+            return false;
+        }
+        if f.kind == FlowErrorKind::Overflow {
+            // The packets go on: tracing resumes at the FUP that
+            // follows (or a TIP.PGE, or a PSB+), as the SDM says
+            // and libipt and perf do. What was pending is lost.
+            st.ip = None;
+            st.tnt_count = 0;
+            st.stack.clear();
+            st.peeked = None;
+            st.walked = 0;
+            st.after_ovf = true;
+            return true;
+        }
+        if let FlowErrorKind::PsbMismatch { fup } = f.kind {
+            // The PSB+ says where execution is: the walk goes on
+            // from there (a segment's run ends at its next PSB).
+            if f.offset >= st.stop_at {
+                return false;
+            }
+            st.ip = fup;
+            st.resumed_at = fup;
+            st.peeked = None;
+            st.walked = 0;
+            return true;
+        }
+        // The walk and the trace disagree, but the packets are
+        // whole: the next TIP (or TIP.PGE, or PSB+) says where
+        // execution went, as perf resumes. A bad packet needs
+        // the next PSB to find packets again; so does no code
+        // where the walk had just resumed (a TIP's target, a
+        // PSB+'s FUP): the last IP that compressed IPs build on
+        // is bad too.
+        let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
+        st.resumed_at = None;
+        if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_)) && !resumed_into_nothing {
+            st.ip = None;
+            st.tnt_count = 0;
+            st.stack.clear();
+            st.walked = 0;
+            st.after_error = true;
+            return true;
+        }
+        let resync = st.packets.sync_forward();
+        st.ip = None;
+        st.tnt_count = 0;
+        st.stack.clear();
+        st.peeked = None;
+        // The walk starts afresh: a NoProgress count carried over
+        // would fail the next PSB segment at its first instruction.
+        st.walked = 0;
+        if !resync.psb_found || resync.end >= st.stop_at {
+            return false;
+        }
+        true
+    }
+
+    /// PSB+: status up to PSBEND. Its FUP is where execution is: a walk not
+    /// in sync starts there; a walk in sync must reach it before it needs a
+    /// packet (the processor sends pending TNT bits before a PSB, and the walk
+    /// reads packets only once it has used up those it holds), else the
+    /// trace and the walk disagree ([`FlowErrorKind::PsbMismatch`]).
+    /// Returns the FUP's IP.
+    pub(super) fn psb_plus(&self, st: &mut State<'a>, psb_at: usize) -> Result<Option<u64>, Failure> {
+        // What runs up to the FUP ran before the PSB's own TSC.
+        let (lo, hi) = (st.clock.now, st.clock.hi);
+        st.tnt_count = 0;
+        // No RET is compressed whose CALL came before a PSB (SDM).
+        st.stack.clear();
+        let mut fup = None;
+        // A PSB segment decodes on its own: CYC timing starts again from
+        // its TSC (the cycle count goes on across it, but the count of
+        // the last CYC before it is not known to a decoder starting here).
+        st.clock.cyc_lost(&self.timing);
+        loop {
+            let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
+                // Cut short: no PSBEND to say the status is complete.
+                st.ip = st.ip.or(fup);
+                return Ok(fup);
+            };
+            match packet {
+                Packet::PsbEnd => break,
+                Packet::Tsc(tsc) => st.clock.tsc(&self.timing, &st.packets, offset, tsc),
+                Packet::Tma { ctc, fast_counter } => st.clock.tma(&self.timing, &st.packets, offset, ctc, fast_counter),
+                Packet::Mtc(payload) => st.clock.mtc(&self.timing, &st.packets, offset, payload),
+                Packet::Cbr(ratio) => st.clock.cbr(&self.timing, ratio),
+                Packet::Cyc(cycles) => st.clock.cyc(&self.timing, cycles),
+                Packet::Fup(ip) if ip.ip.is_some() => fup = ip.ip,
+                Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
+                _ => {}
+            }
+        }
+        match (st.ip, fup) {
+            (None, _) => st.ip = fup,
+            (Some(at), Some(to)) if self.reaches(at, to, lo, hi, st.tried.filter(|t| t.0 == at).map(|t| t.1)) => {}
+            (Some(_), fup) => return Err(Failure { offset: psb_at, kind: FlowErrorKind::PsbMismatch { fup } }),
+        }
+        Ok(fup)
+    }
+    /// Where a segment's walk reads the next segment's PSB: the end of its
+    /// run. A walk in sync checks that PSB+'s FUP first, as the walk over
+    /// the whole buffer does there, so that both report the same; and when
+    /// the FUP is ahead, the run walks up to it ([`Self::walk_tail`]).
+    #[cold]
+    pub(super) fn segment_end(&self, st: &mut State<'a>) -> Failure {
+        let end = Failure { offset: SEGMENT_END, kind: FlowErrorKind::EndOfTrace };
+        let Some(at) = st.ip else { return end };
+        let Ok(Some((offset, Packet::Psb))) = st.packets.next_packet() else { return end };
+        match self.psb_plus(st, offset) {
+            Err(f @ Failure { kind: FlowErrorKind::PsbMismatch { .. }, .. }) => f,
+            Err(_) => end,
+            Ok(fup) => {
+                st.tail_to = fup.filter(|&to| to != at);
+                end
+            }
+        }
+    }
+
+    /// A segment's last instructions: from where its walk read the next
+    /// segment's PSB up to that PSB+'s FUP, `to` (reached without a packet),
+    /// where the next segment starts. Stops early at anything else.
+    #[cold]
+    pub(super) fn walk_tail(&self, st: &mut State<'a>, to: u64, sink: &mut impl FlowSink) {
+        st.stop_at = usize::MAX;
+        for _ in 0..self.cfg.max_walk {
+            if st.ip == Some(to) || !matches!(self.step(st, sink, false), Ok(true)) || st.peeked.is_none() {
+                break;
+            }
+        }
+    }
+}
+
+/// The IP of the FUP in the PSB+ whose PSB `dec` has just read (`None`
+/// without one, or at a bad packet before its PSBEND).
+#[cold]
+pub(super) fn psb_fup(mut dec: Packets<'_>) -> Option<u64> {
+    let mut fup = None;
+    loop {
+        match dec.next_packet() {
+            Ok(Some((_, Packet::PsbEnd))) => return fup,
+            Ok(Some((_, Packet::Fup(ip)))) => fup = ip.ip.or(fup),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Everything a walk changes as it goes, in one value that a trial copies.
+
+use isa::{BranchClass, Insn};
+
+use super::clock::Clock;
+use super::event::FlowErrorKind;
+use super::packets::Packets;
+use super::stack::ReturnStack;
+use crate::{PacketDecoder, PacketError};
+use codeimage::window::Time;
+
+/// A flow packet, the next one the walk will consume.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Flow {
+    Tnt { bits: u64, count: u8 },
+    Tip(Option<u64>),
+    Pgd(Option<u64>),
+    Fup(Option<u64>),
+}
+
+/// Everything the walk changes: cheap to copy for trials.
+#[derive(Clone)]
+pub(crate) struct State<'a> {
+    pub(super) packets: Packets<'a>,
+    /// A scan ahead of the walk (up to `AHEAD` bytes), which asks the
+    /// block cache to bring in the entries of the TIPs' targets before the
+    /// walk reaches them.
+    pub(super) ahead: PacketDecoder<'a>,
+    pub(crate) ip: Option<u64>,
+    pub(super) tnt_bits: u64,
+    pub(super) tnt_count: u8,
+    pub(super) stack: ReturnStack,
+    /// When what is walked ran, as the timing packets read so far say.
+    pub(super) clock: Clock,
+    pub(super) peeked: Option<(usize, Flow)>,
+    pub(super) walked: u64,
+    /// The IP of the last TIP.PGD taken (None when it had none).
+    pub(super) pgd_ip: Option<u64>,
+    /// An overflow was met: the next FUP says where tracing resumed.
+    pub(super) after_ovf: bool,
+    /// A decode error left the packets whole: the next TIP's target says
+    /// where execution is.
+    pub(super) after_error: bool,
+    /// Where the walk last resumed after an error (a TIP's target, a PSB+'s FUP).
+    pub(super) resumed_at: Option<u64>,
+    /// Where this decoder's segment ends (the next segment's PSB): reaching
+    /// it ends the run, without an event. Trials look past it.
+    pub(super) stop_at: usize,
+    /// Where the next segment's walk starts (its PSB+'s FUP), ahead on this
+    /// walk's path: the run walks up to it before it ends.
+    pub(super) tail_to: Option<u64>,
+    /// In a trial, while its first instruction runs: that instruction and
+    /// its IP, the content the PSB+ check follows there.
+    pub(super) tried: Option<(u64, Insn)>,
+}
+
+/// Why the walk stopped: an error at `offset`, or the end of its segment
+/// ([`SEGMENT_END`]).
+pub(crate) struct Failure {
+    pub(super) offset: usize,
+    pub(super) kind: FlowErrorKind,
+}
+
+/// A [`Failure`]'s offset when the walk reached the end of its segment.
+pub(super) const SEGMENT_END: usize = usize::MAX;
+
+pub(super) fn packet_failure(e: PacketError) -> Failure {
+    Failure { offset: e.offset, kind: FlowErrorKind::Packet(e.kind) }
+}
+
+impl<'a> State<'a> {
+    /// A walk over `buf` from its start, not yet tracing; `stop_at`: where
+    /// its segment ends (`usize::MAX`: at the end of `buf`).
+    pub(crate) fn new(buf: &'a [u8], stop_at: usize) -> Self {
+        State {
+            packets: Packets { dec: PacketDecoder::new(buf) },
+            ahead: PacketDecoder::new(buf),
+            ip: None,
+            tnt_bits: 0,
+            tnt_count: 0,
+            stack: ReturnStack::default(),
+            clock: Clock::new(),
+            peeked: None,
+            walked: 0,
+            pgd_ip: None,
+            after_ovf: false,
+            after_error: false,
+            resumed_at: None,
+            stop_at,
+            tail_to: None,
+            tried: None,
+        }
+    }
+
+    /// Takes the peeked flow packet: what follows it ran after the timing
+    /// packets before it.
+    #[inline(always)]
+    pub(super) fn take_peeked(&mut self) -> Option<(usize, Flow)> {
+        let p = self.peeked.take();
+        if p.is_some() {
+            self.clock.lo = self.clock.now;
+        }
+        p
+    }
+
+    /// The earliest an instruction of `class` at the walk's position ran:
+    /// with no TNT bit left, after the timing packets before the peeked
+    /// flow packet when it takes that packet.
+    #[inline(always)]
+    pub(super) fn packet_lo(&self, class: BranchClass) -> Time {
+        let takes = matches!(
+            class,
+            BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer
+        );
+        if takes && self.tnt_count == 0 && self.peeked.is_some() {
+            self.clock.now
+        } else {
+            self.clock.lo
+        }
+    }
+}

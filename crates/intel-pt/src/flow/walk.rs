@@ -1,0 +1,333 @@
+//! The walk: from the last known IP through the code, an instruction at a
+//! time, each branch taking the packet it needs (a TNT bit, a TIP), and
+//! the driver of a run's steps ([`Walker::turn`]).
+
+use std::cell::Cell;
+
+use isa::{BranchClass, Insn};
+
+use super::clock::Timing;
+use super::config::{FlowConfig, Recovery};
+use super::event::{FlowErrorKind, FlowEvent, FlowSink};
+use super::state::{Failure, Flow, State};
+use crate::blocks::BlockCache;
+use codeimage::window::{CodeSource, Fetch, Time};
+
+/// What a walk reads and how: the code, the trace's configuration and the
+/// decoder's settings. It changes nothing but `last_run` (a hint); what a
+/// walk changes is in its [`State`].
+pub(crate) struct Walker<'a, C: CodeSource> {
+    pub(super) code: &'a C,
+    pub(super) cfg: FlowConfig,
+    pub(super) timing: Timing,
+    pub(super) recovery: Recovery,
+    /// Whether to find each instruction's `hi`, unless told otherwise.
+    pub(super) upper_bounds: bool,
+    /// The last run of code [`CodeSource::code_run`] gave (its start, bytes
+    /// and window), which the next block built reads from if it can.
+    pub(super) last_run: Cell<(u64, &'a [u8], Time, Time)>,
+}
+
+impl<'a, C: CodeSource> Walker<'a, C> {
+    /// Over `code`, with the trace's configuration, timing by TSC alone,
+    /// [`Recovery::NextTip`] and upper bounds on.
+    pub(super) fn new(code: &'a C, cfg: FlowConfig) -> Self {
+        let timing = Timing { time: cfg.time, mtc: None, cyc: None };
+        Walker { code, cfg, timing, recovery: Recovery::default(), upper_bounds: true, last_run: Cell::new((0, &[], 0, 0)) }
+    }
+
+    /// Another walker with the same code and settings.
+    pub(crate) fn same(&self) -> Self {
+        Walker { cfg: self.cfg.clone(), last_run: Cell::new((0, &[], 0, 0)), ..*self }
+    }
+
+    /// Readies `st` over `buf` for its first turn: past any bytes before the
+    /// first PSB, and without the scan for the next TSC when nothing reads it.
+    pub(crate) fn start(&self, st: &mut State<'a>, buf: &[u8]) {
+        if let Some(at) = crate::find_psb(buf) {
+            if at > 0 {
+                st.packets.sync_forward();
+            }
+        }
+        if !self.upper_bounds && self.timing.mtc.is_none() && self.timing.cyc.is_none() && !self.code.reads_hi() {
+            st.clock.unbounded();
+        }
+    }
+
+    /// Runs the walk `state` over `buf` (at `base` in the whole trace) to
+    /// its end, over `cache`. The hot loop is here, with the state and cache
+    /// as its locals, so that it is compiled in one codegen unit with the
+    /// functions it calls out of line (this module's, and those marked
+    /// `#[inline]`, which are copied into it): called across units, the
+    /// same walk takes some 5% more instructions (see the flow bench).
+    pub(crate) fn run_to_end(&self, state: &mut State<'a>, cache: &mut BlockCache, buf: &[u8], base: usize, sink: &mut impl FlowSink) {
+        let mut st = state.clone();
+        self.start(&mut st, buf);
+        let mut blocks = std::mem::take(cache);
+        while self.turn::<true>(&mut st, &mut blocks, base, sink) {}
+        *state = st;
+        *cache = blocks;
+    }
+
+    /// One step of the walk (with `CHAIN`, the blocks its TNT bits chain
+    /// too), an error reported and recovered from; whether the run goes on.
+    /// `base` is the offset of `st`'s packets in the whole trace.
+    #[inline(always)]
+    pub(crate) fn turn<const CHAIN: bool>(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) -> bool {
+        match self.step_cached::<CHAIN>(st, cache, sink) {
+            Ok(going) => going,
+            Err(f) => self.recover(st, f, base, sink),
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn take(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
+        // Mostly peeked already (at the start of a block).
+        if !st.clock.cyc_pending() {
+            if let Some(p) = st.take_peeked() {
+                return Ok(p);
+            }
+        }
+        self.take_next(st)
+    }
+
+    #[inline]
+    pub(super) fn take_next(&self, st: &mut State<'a>) -> Result<(usize, Flow), Failure> {
+        let p = self.peek_flow(st)?;
+        st.take_peeked();
+        if st.clock.cyc_pending() {
+            st.clock.cyc_taken(&st.packets);
+        }
+        p.ok_or_else(|| Failure { offset: st.packets.offset(), kind: FlowErrorKind::EndOfTrace })
+    }
+
+    #[inline]
+    pub(super) fn take_tnt(&self, st: &mut State<'a>) -> Result<bool, Failure> {
+        if st.tnt_count == 0 {
+            match self.take(st)? {
+                (_, Flow::Tnt { bits, count }) => {
+                    st.tnt_bits = bits;
+                    st.tnt_count = count;
+                }
+                (offset, _) => return Err(Failure { offset, kind: FlowErrorKind::NoTnt }),
+            }
+        }
+        st.tnt_count -= 1;
+        st.walked = 0;
+        Ok(st.tnt_bits >> st.tnt_count & 1 == 1)
+    }
+
+    /// The target of an indirect transfer; `None` when tracing stops there.
+    #[inline(always)]
+    pub(super) fn take_tip(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
+        if st.tnt_count != 0 {
+            return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
+        }
+        st.walked = 0;
+        match self.take(st)? {
+            (_, Flow::Tip(Some(ip))) => Ok(Some(ip)),
+            (_, Flow::Pgd(ip)) => {
+                st.pgd_ip = ip;
+                Ok(None)
+            }
+            (offset, _) => Err(Failure { offset, kind: FlowErrorKind::NoTip }),
+        }
+    }
+
+    /// One instruction (or one event). `Ok(false)` at the end of the trace.
+    /// In a trial nothing is emitted and candidates are not tried again.
+    #[inline]
+    pub(super) fn step(&self, st: &mut State<'a>, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
+        // The code is read for the time up to the next flow packet: the
+        // timing packets before it are read first (they raise `hi`, not
+        // `lo`). A TIP.PGE among them moves the walk to its IP.
+        if st.ip.is_some() && st.tnt_count == 0 {
+            self.peek_before_fetch(st)?;
+        }
+        let Some(ip) = st.ip else {
+            // Not tracing: wait for TIP.PGE or a PSB+ with an IP (after an
+            // overflow, the FUP that follows it; after an error, a TIP). A
+            // flow packet seen before that has no IP to apply to: drop it.
+            return match self.peek_flow(st)? {
+                _ if st.ip.is_some() => {
+                    st.after_ovf = false;
+                    st.after_error = false;
+                    Ok(true)
+                }
+                Some((_, Flow::Tip(Some(at)))) if st.after_error => {
+                    st.take_peeked();
+                    st.after_error = false;
+                    st.resumed_at = Some(at);
+                    st.ip = Some(at);
+                    Ok(true)
+                }
+                Some((_, Flow::Fup(Some(at)))) if st.after_ovf => {
+                    st.take_peeked();
+                    st.after_ovf = false;
+                    st.ip = Some(at);
+                    Ok(true)
+                }
+                Some(_) => {
+                    st.take_peeked();
+                    Ok(true)
+                }
+                None => Ok(false),
+            };
+        };
+        st.walked += 1;
+        if st.walked > self.cfg.max_walk {
+            return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoProgress });
+        }
+        let mut buf = [0u8; 16];
+        let (insn, uncertain) = match self.code.fetch(ip, st.clock.lo, st.clock.hi, 0, &mut buf) {
+            Fetch::Unmapped => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::Unmapped }),
+            Fetch::Exact(n) => (self.classify(ip, &buf[..n], st)?, false),
+            Fetch::Candidate { count, .. } => {
+                // Contents may differ beyond this instruction (a read covers
+                // 16 bytes): only distinct instructions make a choice.
+                let options = self.options(st, ip, count)?;
+                let ((insn, from), uncertain) = match options.as_slice() {
+                    [only] => (*only, false),
+                    [first, ..] if trial => (*first, true),
+                    _ => self.choose(st, ip, &options)?,
+                };
+                // Time has reached the start of the content that ran (when
+                // the trace says which did).
+                if !uncertain {
+                    st.clock.lo = st.clock.lo.max(from);
+                    st.clock.now = st.clock.now.max(st.clock.lo);
+                }
+                (insn, uncertain)
+            }
+        };
+        self.run_insn(st, ip, insn, uncertain, sink, trial)
+    }
+
+    /// Runs `insn` at `ip`: first an asynchronous event or the end of tracing
+    /// at this IP, if the trace has one here, else the instruction itself.
+    pub(super) fn run_insn(
+        &self,
+        st: &mut State<'a>,
+        ip: u64,
+        insn: Insn,
+        uncertain: bool,
+        sink: &mut impl FlowSink,
+        trial: bool,
+    ) -> Result<bool, Failure> {
+        // An event at this instruction (FUP at this IP, then the handler's
+        // TIP): a trap it raises (INT3) or an interrupt before it; or the end
+        // of tracing here (TIP.PGD at this IP, maybe after a FUP). Reported
+        // as [`FlowEvent::Trap`] or [`FlowEvent::End`], not as an instruction.
+        if st.tnt_count == 0 {
+            match self.peek_flow(st)? {
+                Some((_, Flow::Fup(Some(f)))) if f == ip => {
+                    st.take_peeked();
+                    // FUP + TIP: an event into a handler; FUP + TIP.PGD: tracing stops here.
+                    let to = self.take_tip(st)?;
+                    if !trial {
+                        sink.event(match to {
+                            Some(to) => FlowEvent::Trap { from: ip, to, time: st.clock.lo },
+                            None => FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: st.pgd_ip },
+                        });
+                    }
+                    st.ip = to;
+                    return Ok(true);
+                }
+                Some((_, Flow::Pgd(Some(f)))) if f == ip => {
+                    st.take_peeked();
+                    st.walked = 0;
+                    if !trial {
+                        sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip) });
+                    }
+                    st.ip = None;
+                    return Ok(true);
+                }
+                None => {
+                    if !trial {
+                        sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: false, to: None });
+                    }
+                    return Ok(false);
+                }
+                _ => {}
+            }
+        }
+        if !trial {
+            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.packet_lo(insn.class), hi: st.clock.hi, uncertain });
+        }
+        // An error taking its packets is reported at this instruction, also
+        // when a packet read on the way moved the IP (a TIP.PGE while
+        // tracing), as a cached block's last instruction reports it.
+        st.ip = Some(ip);
+        self.execute(st, ip, insn)?;
+        // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
+        if st.ip.is_none() && !trial {
+            sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+        }
+        Ok(true)
+    }
+
+    pub(super) fn classify(&self, ip: u64, bytes: &[u8], st: &State<'a>) -> Result<Insn, Failure> {
+        isa::classify_x86_64(ip, bytes, &self.cfg.idioms).map_err(|_| Failure { offset: st.packets.offset(), kind: FlowErrorKind::BadInsn })
+    }
+
+    /// Moves past `insn` at `ip`, consuming the packets it needs.
+    #[inline]
+    pub(super) fn execute(&self, st: &mut State<'a>, ip: u64, insn: Insn) -> Result<(), Failure> {
+        let next = ip.wrapping_add(insn.len as u64);
+        st.ip = match insn.class {
+            BranchClass::None | BranchClass::Nop => Some(next),
+            BranchClass::CondBranch => {
+                if self.take_tnt(st)? {
+                    insn.target
+                } else {
+                    Some(next)
+                }
+            }
+            BranchClass::DirectJump => insn.target,
+            BranchClass::DirectCall => {
+                // A zero-length CALL (to the next IP) is not pushed (SDM).
+                if insn.target != Some(next) {
+                    st.stack.push(next);
+                }
+                insn.target
+            }
+            BranchClass::IndirectJump | BranchClass::FarTransfer => self.take_tip(st)?,
+            BranchClass::IndirectCall => {
+                st.stack.push(next);
+                self.take_tip(st)?
+            }
+            BranchClass::Return => {
+                let compressed = !self.cfg.noretcomp && !st.stack.is_empty() && {
+                    if st.tnt_count == 0 {
+                        matches!(self.peek_flow(st)?, Some((_, Flow::Tnt { .. })))
+                    } else {
+                        true
+                    }
+                };
+                if compressed {
+                    // A compressed RET is a taken bit; a not-taken one is no
+                    // outcome a RET has (libipt: bad return compression).
+                    if !self.take_tnt(st)? {
+                        return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
+                    }
+                    st.stack.pop()
+                } else {
+                    st.stack.pop();
+                    self.take_tip(st)?
+                }
+            }
+            // A trap is handled before it runs, when its FUP is next (run_insn).
+            BranchClass::Trap => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTrapPackets }),
+        };
+        Ok(())
+    }
+}
+
+/// Where `insn` at `ip` goes when it needs no packet (`None` when it does).
+pub(super) fn next_without_packet(ip: u64, insn: &Insn) -> Option<u64> {
+    match insn.class {
+        BranchClass::None | BranchClass::Nop => Some(ip.wrapping_add(insn.len as u64)),
+        BranchClass::DirectJump | BranchClass::DirectCall => insn.target,
+        _ => None,
+    }
+}
