@@ -3,20 +3,19 @@
 //! addresses) in; each instruction's address and libipt's event and error
 //! lines out, with ptxed's options and output (`--no-inst`: addresses only).
 
-mod cpu;
 mod image;
 mod options;
 mod printer;
 mod stats;
+mod status;
 
 use std::io::Write;
 
 use anyhow::Result;
-use intel_pt::flow::{FlowConfig, FlowDecoder, Recovery, TimeConv};
-use intel_pt::sources::Static;
+use codeimage::window::Static;
+use intel_pt::flow::{Errata, FlowConfig, FlowDecoder, Recovery, TimeConv};
 use isa::KernelIdioms;
 
-use cpu::Errata;
 use options::{Options, Parsed, Usage};
 use printer::{Printer, Style};
 
@@ -67,8 +66,8 @@ fn refuse(usage: &Usage) -> i32 {
 fn decode(opts: &Options, out: &mut impl Write) -> Result<(), Failed> {
     let mut printer = Printer::new(&mut *out, Style::new(opts));
     // A processor libipt has no errata table for: decoded by the spec.
-    let _errata = match opts.cpu {
-        Some(cpu) => Errata::of(cpu).unwrap_or_else(|| {
+    let errata = match opts.cpu {
+        Some(cpu) => Errata::of(cpu.family, cpu.model).unwrap_or_else(|| {
             printer.line(format_args!("[0, 0: config error: unknown cpu]"));
             Errata::default()
         }),
@@ -88,7 +87,10 @@ fn decode(opts: &Options, out: &mut impl Write) -> Result<(), Failed> {
     // libipt goes on at the next PSB after an error; with
     // --resync-on-error, where the trace next says where execution is.
     let recovery = if opts.resync_on_error { Recovery::NextTip } else { Recovery::NextPsb };
-    let mut decoder = FlowDecoder::new(&trace, &source, cfg).with_recovery(recovery);
+    let mut decoder = FlowDecoder::new(&trace, &source, cfg).with_recovery(recovery).with_state_events(true).with_errata(errata);
+    if opts.filter.cfg != 0 {
+        decoder = decoder.with_addr_filter(opts.filter);
+    }
     decoder.run_with(&mut printer);
     let stats = printer.stats;
     printer.finish()?;

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub use intel_pt::flow::AddrFilter;
+
 /// Why the command line is refused: ptxed's message, printed to stderr as
 /// `ptxed: MESSAGE.`
 #[derive(Debug, PartialEq, Eq)]
@@ -42,15 +44,6 @@ pub struct Cpu {
 pub enum DecoderKind {
     Insn,
     Block,
-}
-
-/// IA32_RTIT_CTL.ADDRn_CFG and the IA32_RTIT_ADDRn_A/B pairs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AddrFilter {
-    /// ADDRn_CFG in bits `4n..4n+4`.
-    pub cfg: u64,
-    pub a: [u64; 4],
-    pub b: [u64; 4],
 }
 
 /// Which statistics `--stat` prints.

@@ -5,12 +5,13 @@
 
 use std::io::{self, Write};
 
-use intel_pt::flow::{FlowErrorKind, FlowEvent, FlowSink};
-use intel_pt::PacketErrorKind;
+use intel_pt::flow::{FlowErrorKind, FlowEvent, FlowSink, Time};
+use intel_pt::{Packet, PacketErrorKind};
 use isa::BranchClass;
 
 use super::options::{DecoderKind, Options};
 use super::stats::Stats;
+use super::status::{Show, Status};
 
 /// What of the options the output depends on.
 #[derive(Clone, Copy, Debug)]
@@ -19,6 +20,7 @@ pub struct Style {
     pub quiet: bool,
     pub event_ip: bool,
     pub event_time: bool,
+    pub event_iflags: bool,
     pub show_blocks: bool,
     pub end_on_call: bool,
     pub end_on_jump: bool,
@@ -33,6 +35,7 @@ impl Style {
             quiet: o.quiet,
             event_ip: o.event_ip,
             event_time: o.event_time,
+            event_iflags: o.event_iflags,
             show_blocks: o.show_blocks,
             end_on_call: o.end_on_call,
             end_on_jump: o.end_on_jump,
@@ -47,6 +50,7 @@ pub struct Printer<W: Write> {
     out: W,
     style: Style,
     pub stats: Stats,
+    status: Status,
     /// A block of the block decoder is open: the next instruction joins it.
     in_block: bool,
     failed: Option<io::Error>,
@@ -54,7 +58,7 @@ pub struct Printer<W: Write> {
 
 impl<W: Write> Printer<W> {
     pub fn new(out: W, style: Style) -> Self {
-        Printer { out, style, stats: Stats::default(), in_block: false, failed: None }
+        Printer { out, style, stats: Stats::default(), status: Status::default(), in_block: false, failed: None }
     }
 
     /// The output, or the first error writing it.
@@ -116,7 +120,21 @@ impl<W: Write> Printer<W> {
             }
             self.in_block = !ends_block(class, self.style.end_on_call, self.style.end_on_jump);
         }
-        self.line(format_args!("{ip:016x}"));
+        if self.status.speculative {
+            self.line(format_args!("? {ip:016x}"));
+        } else {
+            self.line(format_args!("{ip:016x}"));
+        }
+    }
+
+    /// A state packet (at `ip` when the trace binds it to one); `restated`
+    /// in a PSB+.
+    fn status(&mut self, time: Time, packet: &Packet, ip: Option<u64>, restated: bool) {
+        let mut lines = Vec::new();
+        self.status.take(packet, ip, restated, Show { ip: self.style.event_ip, iflags: self.style.event_iflags }, &mut lines);
+        for l in lines {
+            self.event_line(Some(time), format_args!("{l}"));
+        }
     }
 }
 
@@ -158,16 +176,30 @@ impl<W: Write> FlowSink for Printer<W> {
                 let at = if self.style.event_ip { format!(", from: {from:016x}, to: {to:016x}") } else { String::new() };
                 self.event_line(Some(time), format_args!("interrupt{at}"));
             }
-            FlowEvent::End { time, disabled: true, to, .. } => {
+            FlowEvent::End { time, disabled: true, at, to } => {
+                // An asynchronous stop (FUP + TIP.PGD) names where, with
+                // --event:ip; a TIP.PGD at the IP the walk reached is none.
+                let at = match at.filter(|&a| self.style.event_ip && to != Some(a)) {
+                    Some(at) => format!(", at: {at:016x}"),
+                    None => String::new(),
+                };
                 let ip = self.ip_suffix(to);
-                self.event_line(Some(time), format_args!("disabled{ip}"));
+                self.event_line(Some(time), format_args!("disabled{at}{ip}"));
             }
             FlowEvent::End { disabled: false, .. } => {
                 self.in_block = false;
                 self.line(format_args!("[end of trace]"));
             }
-            FlowEvent::Error { kind: FlowErrorKind::Overflow, time, .. } => self.event_line(Some(time), format_args!("overflow")),
+            FlowEvent::Error { kind: FlowErrorKind::Overflow, time, .. } => {
+                self.status.overflow();
+                self.event_line(Some(time), format_args!("overflow"));
+            }
             FlowEvent::Error { offset, ip, kind, .. } => self.error(offset, ip, &kind),
+            FlowEvent::Enabled { time, ip, resumed } => {
+                let at = self.ip_suffix(Some(ip));
+                self.event_line(Some(time), format_args!("{}{at}", if resumed { "resumed" } else { "enabled" }));
+            }
+            FlowEvent::State { time, ip, packet, restated } => self.status(time, &packet, ip, restated),
         }
     }
 }
