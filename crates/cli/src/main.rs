@@ -7,6 +7,7 @@
 //! file's packets as libipt's ptdump does. It parses flags, wires the crates
 //! together and prints; the work is in the crates.
 
+mod c_number;
 mod decode;
 mod decode_cs;
 mod dump;

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 pub use intel_pt::flow::AddrFilter;
 
+use crate::c_number::parse_c_number;
+
 /// Why the command line is refused: ptxed's message, printed to stderr as
 /// `ptxed: MESSAGE.`
 #[derive(Debug, PartialEq, Eq)]
@@ -229,21 +231,6 @@ fn number(option: &str, value: Option<&str>, max: u64) -> Result<u64, Usage> {
     Ok(n)
 }
 
-/// An unsigned number as C's `strtoull(s, _, 0)` reads a whole string.
-pub fn parse_c_number(s: &str) -> Option<u64> {
-    let (digits, radix) = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        (hex, 16)
-    } else if s.len() > 1 && s.starts_with('0') {
-        (&s[1..], 8)
-    } else {
-        (s, 10)
-    };
-    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
-        return None;
-    }
-    u64::from_str_radix(digits, radix).ok()
-}
-
 /// `FILE[:FROM[-TO]]`. A suffix that is no range is part of the file name.
 fn file_range(arg: &str) -> Result<FileRange, Usage> {
     let whole = FileRange { path: PathBuf::from(arg), from: 0, len: None };
@@ -325,14 +312,5 @@ mod tests {
         assert_eq!(parse("--pt t").unwrap().stats, None);
         assert_eq!(parse("--bogus --pt t").unwrap_err(), Usage("unknown option: --bogus".into()));
         assert_eq!(parse("--raw t:0").unwrap_err(), Usage("no pt file".into()));
-    }
-
-    #[test]
-    fn numbers_read_as_c_reads_them() {
-        assert_eq!(parse_c_number("0x1f"), Some(31));
-        assert_eq!(parse_c_number("017"), Some(15));
-        assert_eq!(parse_c_number("0"), Some(0));
-        assert_eq!(parse_c_number("12a"), None);
-        assert_eq!(parse_c_number(""), None);
     }
 }
