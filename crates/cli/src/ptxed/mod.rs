@@ -3,6 +3,7 @@
 //! addresses) in; each instruction's address and libipt's event and error
 //! lines out, with ptxed's options and output (`--no-inst`: addresses only).
 
+mod errata;
 mod image;
 mod options;
 mod printer;
@@ -73,7 +74,10 @@ fn decode(opts: &Options, out: &mut impl Write) -> Result<(), Failed> {
         }),
         None => Errata::default(),
     };
-    let trace = image::load_trace(&opts.pt)?;
+    let mut trace = image::load_trace(&opts.pt)?;
+    if errata.skd007 {
+        errata::undo_skd007(&mut trace);
+    }
     let code = image::load_code(&opts.raws)?;
     let source = Static(&code);
     let cfg = FlowConfig {
