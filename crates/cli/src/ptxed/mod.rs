@@ -3,7 +3,7 @@
 //! addresses) in; each instruction's address and libipt's event and error
 //! lines out, with ptxed's options and output (`--no-inst`: addresses only).
 
-mod errata;
+mod fixup;
 mod image;
 mod options;
 mod printer;
@@ -76,8 +76,9 @@ fn decode(opts: &Options, out: &mut impl Write) -> Result<(), Failed> {
     };
     let mut trace = image::load_trace(&opts.pt)?;
     if errata.skd007 {
-        errata::undo_skd007(&mut trace);
+        fixup::undo_skd007(&mut trace);
     }
+    fixup::pwre_hw_as_libipt(&mut trace);
     let code = image::load_code(&opts.raws)?;
     let source = Static(&code);
     let cfg = FlowConfig {
