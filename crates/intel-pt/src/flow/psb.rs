@@ -25,6 +25,16 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             return false;
         }
         if !st.events.is_empty() {
+            if f.kind == FlowErrorKind::Overflow {
+                // What waited for a FUP the overflow took goes after the
+                // rest (an MWAIT waits with the EXSTOP after it).
+                let exstop = st.events.iter().any(|e| matches!(e, FlowEvent::State { packet: Packet::Exstop { ip: true }, .. }));
+                st.events.sort_by_key(|e| match e {
+                    FlowEvent::State { ip: None, packet: Packet::Mwait { .. }, .. } => exstop,
+                    FlowEvent::State { ip: None, packet, restated: false, .. } => super::report::wants_fup(packet),
+                    _ => false,
+                });
+            }
             self.flush(st, sink, true);
         }
         if f.offset == DISABLED_AT_BRANCH {

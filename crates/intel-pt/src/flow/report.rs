@@ -161,7 +161,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
 }
 
 /// Whether a state packet gets its IP from the FUP that follows it.
-fn wants_fup(packet: &Packet) -> bool {
+pub(super) fn wants_fup(packet: &Packet) -> bool {
     matches!(
         packet,
         Packet::ModeTsx { .. }
