@@ -355,7 +355,8 @@ fn score(
         // the instruction at the FUP's address.
         FlowEvent::Trap { from, time, .. } => m.insn(from, time, last_hi.max(time)),
         FlowEvent::Error { .. } => m.error(),
-        FlowEvent::End { .. } => {}
+        // (Not asked for: no state events.)
+        FlowEvent::End { .. } | FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
     });
     m.finish().map_err(io)
 }
