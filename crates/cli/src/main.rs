@@ -7,6 +7,7 @@
 //! file's packets as libipt's ptdump does. It parses flags, wires the crates
 //! together and prints; the work is in the crates.
 
+mod c_number;
 mod decode;
 mod dump;
 mod etm_cmd;
@@ -15,6 +16,7 @@ mod image;
 mod pokes;
 mod print;
 mod ptdump;
+mod ptxed;
 mod record;
 mod symbols;
 mod text;
@@ -162,6 +164,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Decode a raw Intel PT file over raw code, a drop-in for libipt's ptxed (`poketrace ptxed --help`).
+    #[command(disable_help_flag = true)]
+    Ptxed {
+        /// ptxed's own options, parsed as ptxed parses them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Run the main job on built-in data.
     Demo,
 }
@@ -197,6 +206,7 @@ fn main() {
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),
+        Command::Ptxed { args } => ptxed::run(&args, &mut out),
         Command::Demo => demo(&mut out),
     };
     let result = result.and_then(|code| {

@@ -78,6 +78,7 @@ fn short(events: &[FlowEvent]) -> Vec<E> {
             FlowEvent::Trap { from, to, .. } => E::Trap(from.wrapping_sub(K), to.wrapping_sub(K)),
             FlowEvent::End { at, .. } => E::End(at.map(|a| a.wrapping_sub(K))),
             FlowEvent::Error { kind, .. } => E::Err(kind),
+            FlowEvent::Enabled { .. } | FlowEvent::State { .. } => unreachable!("state events are off"),
         })
         .collect()
 }

@@ -103,6 +103,7 @@ fn short(events: &[FlowEvent]) -> Vec<E> {
             FlowEvent::End { at, .. } => E::End(at.map(|a| a - K)),
             FlowEvent::Error { kind, .. } => E::Err(kind),
             FlowEvent::Trap { .. } => panic!("no trap here"),
+            FlowEvent::Enabled { .. } | FlowEvent::State { .. } => unreachable!("state events are off"),
         })
         .collect()
 }

@@ -104,6 +104,7 @@ fn short(events: &[FlowEvent]) -> Vec<E> {
             FlowEvent::Trap { from, to, .. } => E::Trap(from - K, to - K),
             FlowEvent::End { at, .. } => E::End(at.map(|a| a - K)),
             FlowEvent::Error { kind, .. } => E::Err(kind),
+            FlowEvent::Enabled { .. } | FlowEvent::State { .. } => unreachable!("state events are off"),
         })
         .collect()
 }

@@ -322,7 +322,8 @@ fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, setup: &PtSetup, recove
         // the instruction at the FUP's address.
         FlowEvent::Trap { from, time, .. } => m.insn(from, time, last_hi.max(time)),
         FlowEvent::Error { .. } => m.error(),
-        FlowEvent::End { .. } => {}
+        // (Not asked for: no state events.)
+        FlowEvent::End { .. } | FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
     });
     m.finish().map_err(io)
 }

@@ -165,7 +165,7 @@ impl FlowSink for Collector<'_> {
                 FlowEvent::Insn { ip, .. } => Some(ip),
                 FlowEvent::Trap { from, .. } => Some(from),
                 FlowEvent::End { at, .. } => at,
-                FlowEvent::Error { .. } => None,
+                FlowEvent::Error { .. } | FlowEvent::Enabled { .. } | FlowEvent::State { .. } => None,
             };
             if let (Some(to), Kind::Insn { to: slot, .. }) = (next, &mut self.lines[i].kind) {
                 *slot = Self::is_taken(from, len, class, to).then_some(to);
@@ -224,6 +224,8 @@ impl FlowSink for Collector<'_> {
                 self.tracing = false;
                 self.prev = None;
             }
+            // Not asked for (no state events).
+            FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
     }
 }

@@ -2,7 +2,7 @@
 //! errata of its model that change what ptdump shows (from Intel's
 //! specification updates, by the model lists libipt keeps).
 
-use super::number::parse_c_number;
+use crate::c_number::parse_c_number;
 
 /// An Intel processor's family, model and stepping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,6 @@ mod cpu;
 mod dump;
 mod error;
 mod line;
-mod number;
 mod options;
 mod reader;
 mod text;

@@ -4,7 +4,7 @@
 //! optionally as `FILE:FROM` or `FILE:FROM-TO` (a byte range of it).
 
 use super::cpu::Cpu;
-use super::number::parse_c_number;
+use crate::c_number::parse_c_number;
 
 /// What to show and how to track state, one flag per ptdump option.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

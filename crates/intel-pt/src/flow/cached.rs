@@ -70,7 +70,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         let mut whole = true;
         if st.tnt_count == 0 {
             match self.peek_before_fetch(st)? {
-                Some((_, Flow::Fup(Some(_)) | Flow::Pgd(Some(_)))) | None => whole = false,
+                Some((_, Flow::Fup(Some(_)) | Flow::Pgd(Some(_)) | Flow::Bind { .. })) | None => whole = false,
+                // (After a direct branch out of the filter or a MOV to CR3.)
+                Some((_, Flow::Pgd(None))) => whole = false,
                 _ => {}
             }
             if st.ip != Some(ip) {
@@ -147,6 +149,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         self.execute(st, at, b.last())?;
         if st.ip.is_none() {
+            st.last_disable = super::walk::resume_after(at, &b.last());
+            if !st.events.is_empty() {
+                self.flush(st, sink, false);
+            }
             sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
         }
         Ok(())

@@ -6,6 +6,8 @@ use isa::{BranchClass, Insn};
 use crate::blocks::{Block, CALL, CLASSES, JUMP};
 use codeimage::window::Time;
 
+use crate::Packet;
+
 /// What the decoder reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowEvent {
@@ -25,6 +27,16 @@ pub enum FlowEvent {
     /// the FUP that follows it; after a PSB+ whose FUP the walk does not
     /// reach, at that FUP).
     Error { offset: usize, time: Time, ip: Option<u64>, kind: FlowErrorKind },
+    /// Tracing started at `ip` (a TIP.PGE); `resumed` when where it last
+    /// stopped (libipt's "resumed"). Only with [`super::FlowDecoder::with_state_events`].
+    Enabled { time: Time, ip: u64, resumed: bool },
+    /// A packet that tells the processor's state rather than where execution
+    /// went (MODE.Exec, MODE.TSX, PIP, VMCS, CBR, MNT, PTWRITE, EXSTOP,
+    /// MWAIT, PWRE, PWRX, TraceStop, and the event trace's CFE and EVD), in the order of the instructions: at
+    /// `ip`, the IP of the FUP it is bound to, when it has one; `restated`
+    /// when a PSB+ repeats the state. Only with
+    /// [`super::FlowDecoder::with_state_events`].
+    State { time: Time, ip: Option<u64>, packet: Packet, restated: bool },
 }
 
 /// Where a decoder's events go. A closure taking [`FlowEvent`]s is one. A

@@ -71,15 +71,18 @@ mod event;
 mod packets;
 mod psb;
 mod read;
+mod report;
+mod special;
 mod stack;
 pub(crate) mod state;
+mod stop;
 mod trial;
 pub(crate) mod walk;
 
 use std::sync::Arc;
 
 pub use self::clock::{CycConv, MtcConv, TimeConv};
-pub use self::config::{FlowConfig, Recovery};
+pub use self::config::{AddrFilter, Errata, FlowConfig, Recovery};
 pub use self::event::{FlowErrorKind, FlowEvent, FlowSink, InsnBlock};
 use self::state::State;
 use self::walk::Walker;
@@ -151,6 +154,27 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// ([`Recovery::NextTip`] unless told).
     pub fn with_recovery(mut self, recovery: Recovery) -> Self {
         self.walker.recovery = recovery;
+        self
+    }
+
+    /// Reports the trace's state packets and where tracing starts
+    /// ([`FlowEvent::State`], [`FlowEvent::Enabled`]), as libipt reports
+    /// its events; off unless told.
+    pub fn with_state_events(mut self, on: bool) -> Self {
+        self.walker.state_events = on;
+        self
+    }
+
+    /// The address filter the trace was made with: a TIP.PGD without an IP
+    /// right after a direct branch out of it stops tracing at that branch.
+    pub fn with_addr_filter(mut self, filter: AddrFilter) -> Self {
+        self.walker.filter = Some(filter);
+        self
+    }
+
+    /// Works around the errata of the processor the trace comes from.
+    pub fn with_errata(mut self, errata: Errata) -> Self {
+        self.walker.errata = errata;
         self
     }
 

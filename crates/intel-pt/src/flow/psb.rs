@@ -6,7 +6,7 @@
 use super::config::Recovery;
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::packets::Packets;
-use super::state::{packet_failure, Failure, State, SEGMENT_END};
+use super::state::{packet_failure, Failure, State, DISABLED_AT_BRANCH, SEGMENT_END};
 use super::walk::Walker;
 use crate::Packet;
 use codeimage::window::CodeSource;
@@ -24,6 +24,27 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
             return false;
         }
+        if !st.events.is_empty() {
+            if f.kind == FlowErrorKind::Overflow {
+                // What waited for a FUP the overflow took goes after the
+                // rest (an MWAIT waits with the EXSTOP after it).
+                let exstop = st.events.iter().any(|e| matches!(e, FlowEvent::State { packet: Packet::Exstop { ip: true }, .. }));
+                st.events.sort_by_key(|e| match e {
+                    FlowEvent::State { ip: None, packet: Packet::Mwait { .. }, .. } => exstop,
+                    FlowEvent::State { ip: None, packet, restated: false, .. } => super::report::wants_fup(packet),
+                    _ => false,
+                });
+            }
+            self.flush(st, sink, true);
+        }
+        if f.offset == DISABLED_AT_BRANCH {
+            // A TIP.PGD where the branch at `st.ip` needed a TNT: tracing
+            // stopped after it.
+            sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+            st.ip = None;
+            st.walked = 0;
+            return true;
+        }
         sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip: st.ip, kind: f.kind });
         if f.kind == FlowErrorKind::EndOfTrace {
             return false;
@@ -38,6 +59,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             st.peeked = None;
             st.walked = 0;
             st.after_ovf = true;
+            st.awaiting_fup = None;
             return true;
         }
         if let FlowErrorKind::PsbMismatch { fup } = f.kind {
@@ -115,6 +137,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 Packet::Cyc(cycles) => st.clock.cyc(&self.timing, cycles),
                 Packet::Fup(ip) if ip.ip.is_some() => fup = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
+                Packet::ModeExec { .. } | Packet::ModeTsx { .. } | Packet::Pip { .. } | Packet::Vmcs(_) => self.queue_state(st, packet, true),
+                // (Not state a PSB+ restates: an event of its own.)
+                Packet::Mnt(_) => {
+                    self.queue_state(st, packet, false);
+                    st.ready = st.events.len();
+                }
                 _ => {}
             }
         }
@@ -125,6 +153,22 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         Ok(fup)
     }
+    /// Whether the next flow packet says tracing is off: a TIP.PGE, or a
+    /// PSB+ without a FUP.
+    #[cold]
+    pub(super) fn tracing_stays_off(&self, st: &State<'a>) -> bool {
+        let mut dec = st.packets.clone();
+        loop {
+            match dec.next_packet() {
+                Ok(Some((_, Packet::TipPge(_)))) => return true,
+                Ok(Some((_, Packet::Psb))) => return psb_fup(dec).is_none(),
+                Ok(Some((_, Packet::TntShort(_) | Packet::TntLong(_) | Packet::Tip(_) | Packet::TipPgd(_) | Packet::Fup(_)))) => return false,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    }
+
     /// Where a segment's walk reads the next segment's PSB: the end of its
     /// run. A walk in sync checks that PSB+'s FUP first, as the walk over
     /// the whole buffer does there, so that both report the same; and when

@@ -74,6 +74,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 Quick::Tnt { bits, count } => Flow::Tnt { bits, count },
                 Quick::Tip(ip) => Flow::Tip(ip),
                 Quick::TipPgd(ip) => Flow::Pgd(ip),
+                Quick::Fup(ip) if st.awaiting_fup.is_some() => self.bind_fup(st, ip),
                 Quick::Fup(ip) => Flow::Fup(ip),
                 Quick::TipPge(ip) => {
                     self.tip_pge(st, ip);
@@ -121,7 +122,23 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         };
         match packet {
             Packet::Tma { ctc, fast_counter } => st.clock.tma(&self.timing, &st.packets, offset, ctc, fast_counter),
-            Packet::Cbr(ratio) => st.clock.cbr(&self.timing, ratio),
+            Packet::Cbr(ratio) => {
+                st.clock.cbr(&self.timing, ratio);
+                self.queue_state(st, packet, false);
+            }
+            Packet::ModeExec { .. }
+            | Packet::ModeTsx { .. }
+            | Packet::Pip { .. }
+            | Packet::Vmcs(_)
+            | Packet::Mnt(_)
+            | Packet::Ptw { .. }
+            | Packet::Exstop { .. }
+            | Packet::Mwait { .. }
+            | Packet::Pwre { .. }
+            | Packet::Pwrx { .. }
+            | Packet::Cfe { .. }
+            | Packet::Evd { .. }
+            | Packet::Stop => self.queue_state(st, packet, false),
             Packet::Psb => {
                 // At its FUP the walk reads the PSB+ first: what runs
                 // from there ran after it (as a decode starting there
@@ -135,6 +152,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 r?;
             }
             Packet::Ovf => {
+                st.awaiting_fup = None;
                 // CYC packets may be lost with the rest.
                 st.clock.cyc_lost(&self.timing);
                 st.clock.lo = st.clock.now;
@@ -148,6 +166,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     /// A TIP.PGE: tracing (re)starts at `ip`, a flow packet taken.
     #[inline(always)]
     fn tip_pge(&self, st: &mut State<'a>, ip: Option<u64>) {
+        if self.state_events {
+            self.queue_enabled(st, ip);
+        }
         st.ip = ip;
         st.walked = 0;
         if st.clock.cyc_pending() {

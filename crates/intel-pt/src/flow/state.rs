@@ -3,7 +3,7 @@
 use isa::{BranchClass, Insn};
 
 use super::clock::Clock;
-use super::event::FlowErrorKind;
+use super::event::{FlowErrorKind, FlowEvent};
 use super::packets::Packets;
 use super::stack::ReturnStack;
 use crate::{PacketDecoder, PacketError};
@@ -12,10 +12,23 @@ use codeimage::window::Time;
 /// A flow packet, the next one the walk will consume.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Flow {
-    Tnt { bits: u64, count: u8 },
+    Tnt {
+        bits: u64,
+        count: u8,
+    },
     Tip(Option<u64>),
     Pgd(Option<u64>),
     Fup(Option<u64>),
+    /// A FUP that gives state packets before it their IP (MODE.TSX, a
+    /// PTWRITE or EXSTOP with an IP, ...): they are reported when the walk
+    /// reaches it. `shared`: it may also be the FUP of an asynchronous
+    /// branch or disable, when a TIP or TIP.PGD follows it. `after`: they
+    /// are the instruction's there (an IRET, a VM entry), reported after it.
+    Bind {
+        ip: Option<u64>,
+        shared: bool,
+        after: bool,
+    },
 }
 
 /// Everything the walk changes: cheap to copy for trials.
@@ -52,6 +65,22 @@ pub(crate) struct State<'a> {
     /// In a trial, while its first instruction runs: that instruction and
     /// its IP, the content the PSB+ check follows there.
     pub(super) tried: Option<(u64, Insn)>,
+    /// With state events on: the events of the packets read ahead of the
+    /// walk, reported once the flow packet after them is taken (or the walk
+    /// reaches the FUP they are bound to); the first `ready` may go now.
+    pub(super) events: Vec<FlowEvent>,
+    pub(super) ready: usize,
+    /// State packets that belong to an instruction the walk has yet to
+    /// run (a PIP to a MOV to CR3, a PTWRITE without IP to a PTWRITE):
+    /// reported after it, the walk stepping until then.
+    pub(super) held: Vec<FlowEvent>,
+    /// `events` or `held` is not empty (one test on the walk's path).
+    pub(super) pending: bool,
+    /// Some of `events` wait for the FUP that gives their IP; `shared`:
+    /// that FUP may be an asynchronous event's too.
+    pub(super) awaiting_fup: Option<bool>,
+    /// Where tracing stopped last, for [`FlowEvent::Enabled`]'s `resumed`.
+    pub(super) last_disable: Option<u64>,
 }
 
 /// Why the walk stopped: an error at `offset`, or the end of its segment
@@ -63,6 +92,10 @@ pub(crate) struct Failure {
 
 /// A [`Failure`]'s offset when the walk reached the end of its segment.
 pub(super) const SEGMENT_END: usize = usize::MAX;
+
+/// A [`Failure`]'s offset when a TIP.PGD came where a conditional branch
+/// needed a TNT: tracing stopped at that branch (no error).
+pub(super) const DISABLED_AT_BRANCH: usize = usize::MAX - 1;
 
 pub(super) fn packet_failure(e: PacketError) -> Failure {
     Failure { offset: e.offset, kind: FlowErrorKind::Packet(e.kind) }
@@ -89,6 +122,12 @@ impl<'a> State<'a> {
             stop_at,
             tail_to: None,
             tried: None,
+            events: Vec::new(),
+            ready: 0,
+            held: Vec::new(),
+            pending: false,
+            awaiting_fup: None,
+            last_disable: None,
         }
     }
 

@@ -7,9 +7,9 @@ use std::cell::Cell;
 use isa::{BranchClass, Insn};
 
 use super::clock::Timing;
-use super::config::{FlowConfig, Recovery};
+use super::config::{AddrFilter, Errata, FlowConfig, Recovery};
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
-use super::state::{Failure, Flow, State};
+use super::state::{Failure, Flow, State, DISABLED_AT_BRANCH};
 use crate::blocks::BlockCache;
 use codeimage::window::{CodeSource, Fetch, Time};
 
@@ -23,6 +23,11 @@ pub(crate) struct Walker<'a, C: CodeSource> {
     pub(super) recovery: Recovery,
     /// Whether to find each instruction's `hi`, unless told otherwise.
     pub(super) upper_bounds: bool,
+    /// Whether to report state packets and TIP.PGEs (`FlowEvent::State`, `FlowEvent::Enabled`).
+    pub(super) state_events: bool,
+    /// The trace's address filter, when known.
+    pub(super) filter: Option<AddrFilter>,
+    pub(super) errata: Errata,
     /// The last run of code [`CodeSource::code_run`] gave (its start, bytes
     /// and window), which the next block built reads from if it can.
     pub(super) last_run: Cell<(u64, &'a [u8], Time, Time)>,
@@ -33,7 +38,17 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     /// [`Recovery::NextTip`] and upper bounds on.
     pub(super) fn new(code: &'a C, cfg: FlowConfig) -> Self {
         let timing = Timing { time: cfg.time, mtc: None, cyc: None };
-        Walker { code, cfg, timing, recovery: Recovery::default(), upper_bounds: true, last_run: Cell::new((0, &[], 0, 0)) }
+        Walker {
+            code,
+            cfg,
+            timing,
+            recovery: Recovery::default(),
+            upper_bounds: true,
+            state_events: false,
+            filter: None,
+            errata: Errata::default(),
+            last_run: Cell::new((0, &[], 0, 0)),
+        }
     }
 
     /// Another walker with the same code and settings.
@@ -65,6 +80,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         self.start(&mut st, buf);
         let mut blocks = std::mem::take(cache);
         while self.turn::<true>(&mut st, &mut blocks, base, sink) {}
+        if st.pending {
+            self.flush(&mut st, sink, true);
+        }
         *state = st;
         *cache = blocks;
     }
@@ -74,7 +92,23 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     /// `base` is the offset of `st`'s packets in the whole trace.
     #[inline(always)]
     pub(crate) fn turn<const CHAIN: bool>(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) -> bool {
+        if st.pending {
+            return self.turn_pending(st, cache, base, sink);
+        }
         match self.step_cached::<CHAIN>(st, cache, sink) {
+            Ok(going) => going,
+            Err(f) => self.recover(st, f, base, sink),
+        }
+    }
+
+    /// [`Self::turn`] with state events to hand out: those that may go
+    /// now first; while some wait for an instruction, a step at a time.
+    #[cold]
+    #[inline(never)]
+    fn turn_pending(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) -> bool {
+        self.flush(st, sink, false);
+        let r = if st.held.is_empty() { self.step_cached::<false>(st, cache, sink) } else { self.step(st, sink, false) };
+        match r {
             Ok(going) => going,
             Err(f) => self.recover(st, f, base, sink),
         }
@@ -109,6 +143,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.tnt_bits = bits;
                     st.tnt_count = count;
                 }
+                (_, Flow::Pgd(ip)) => {
+                    st.pgd_ip = ip;
+                    return Err(Failure { offset: DISABLED_AT_BRANCH, kind: FlowErrorKind::NoTnt });
+                }
                 (offset, _) => return Err(Failure { offset, kind: FlowErrorKind::NoTnt }),
             }
         }
@@ -142,7 +180,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // timing packets before it are read first (they raise `hi`, not
         // `lo`). A TIP.PGE among them moves the walk to its IP.
         if st.ip.is_some() && st.tnt_count == 0 {
-            self.peek_before_fetch(st)?;
+            let peeked = self.peek_before_fetch(st)?;
+            if let Some(ip) = st.ip {
+                if let Some(going) = self.ends_before_fetch(st, ip, peeked, sink, trial) {
+                    return Ok(going);
+                }
+            }
         }
         let Some(ip) = st.ip else {
             // Not tracing: wait for TIP.PGE or a PSB+ with an IP (after an
@@ -161,10 +204,31 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.ip = Some(at);
                     Ok(true)
                 }
-                Some((_, Flow::Fup(Some(at)))) if st.after_ovf => {
+                Some((_, Flow::Fup(Some(at)) | Flow::Bind { ip: Some(at), .. })) if st.after_ovf => {
+                    st.take_peeked();
+                    if self.errata.apl12 && self.tracing_stays_off(st) {
+                        // APL12: tracing was off; the FUP after the
+                        // overflow is not where it resumed.
+                        return Ok(true);
+                    }
+                    st.after_ovf = false;
+                    st.ip = Some(at);
+                    Ok(true)
+                }
+                // SKD010: the FUP after an overflow may be dropped; the TIP
+                // that follows says where tracing resumed.
+                Some((_, Flow::Tip(Some(at)))) if st.after_ovf && self.errata.skd010 => {
                     st.take_peeked();
                     st.after_ovf = false;
                     st.ip = Some(at);
+                    Ok(true)
+                }
+                Some((_, Flow::Bind { ip: Some(at), .. })) => {
+                    // State packets bound to a FUP while tracing is off.
+                    st.take_peeked();
+                    if !trial {
+                        self.flush_bound(st, at, sink);
+                    }
                     Ok(true)
                 }
                 Some(_) => {
@@ -218,27 +282,62 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // TIP): a trap it raises (INT3) or an interrupt before it; or the end
         // of tracing here (TIP.PGD at this IP, maybe after a FUP). Reported
         // as [`FlowEvent::Trap`] or [`FlowEvent::End`], not as an instruction.
+        let mut bound_after = false;
         if st.tnt_count == 0 {
-            match self.peek_flow(st)? {
+            let mut peeked = self.peek_flow(st)?;
+            let mut shared_fup = false;
+            if let Some((_, Flow::Bind { ip: Some(f), shared, after })) = peeked {
+                if f == ip {
+                    // State packets bound to this IP: reported before the
+                    // instruction (after it when they are its own). Their
+                    // FUP may be an asynchronous event's too, when a TIP or
+                    // TIP.PGD follows it.
+                    st.take_peeked();
+                    peeked = self.peek_flow(st)?;
+                    if !trial && !st.events.is_empty() {
+                        if after {
+                            bound_after = true;
+                        } else {
+                            self.flush_bound(st, ip, sink);
+                        }
+                    }
+                    shared_fup = shared && matches!(peeked, Some((_, Flow::Tip(Some(_)) | Flow::Pgd(_))));
+                }
+            }
+            match peeked {
+                _ if shared_fup => return self.async_event(st, ip, insn, uncertain, sink, trial),
                 Some((_, Flow::Fup(Some(f)))) if f == ip => {
                     st.take_peeked();
-                    // FUP + TIP: an event into a handler; FUP + TIP.PGD: tracing stops here.
-                    let to = self.take_tip(st)?;
+                    return self.async_event(st, ip, insn, uncertain, sink, trial);
+                }
+                Some((_, Flow::Pgd(None))) if self.leaves_filter(&insn) || self.is_cr3_write(st, ip, &insn) => {
+                    // A direct branch out of the filter's ranges (the
+                    // TIP.PGD's IP suppressed, SKL014), or a MOV to CR3:
+                    // tracing stopped at it.
                     if !trial {
-                        sink.event(match to {
-                            Some(to) => FlowEvent::Trap { from: ip, to, time: st.clock.lo },
-                            None => FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: st.pgd_ip },
-                        });
+                        sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.clock.lo, hi: st.clock.hi, uncertain });
                     }
-                    st.ip = to;
+                    st.take_peeked();
+                    st.pgd_ip = None;
+                    if !trial {
+                        self.flush(st, sink, false);
+                        sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: None });
+                    }
+                    st.last_disable = insn.target;
+                    st.walked = 0;
+                    st.ip = None;
                     return Ok(true);
                 }
                 Some((_, Flow::Pgd(Some(f)))) if f == ip => {
                     st.take_peeked();
                     st.walked = 0;
                     if !trial {
+                        if !st.events.is_empty() {
+                            self.flush(st, sink, false);
+                        }
                         sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip) });
                     }
+                    st.last_disable = Some(ip);
                     st.ip = None;
                     return Ok(true);
                 }
@@ -253,6 +352,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         if !trial {
             sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.packet_lo(insn.class), hi: st.clock.hi, uncertain });
+            if bound_after {
+                self.flush_bound(st, ip, sink);
+            }
+            if !st.held.is_empty() {
+                self.release_held(st, Some((ip, &insn)), sink);
+            }
         }
         // An error taking its packets is reported at this instruction, also
         // when a packet read on the way moved the IP (a TIP.PGE while
@@ -260,8 +365,14 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         st.ip = Some(ip);
         self.execute(st, ip, insn)?;
         // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
-        if st.ip.is_none() && !trial {
-            sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+        if st.ip.is_none() {
+            st.last_disable = resume_after(ip, &insn);
+            if !trial {
+                if !st.events.is_empty() {
+                    self.flush(st, sink, false);
+                }
+                sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+            }
         }
         Ok(true)
     }
@@ -320,6 +431,16 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             BranchClass::Trap => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTrapPackets }),
         };
         Ok(())
+    }
+}
+
+/// Where tracing that stopped at `insn` at `ip` (a TIP.PGD as its TIP) would
+/// resume, were it resumed where it stopped: after a call, its return address.
+pub(super) fn resume_after(ip: u64, insn: &Insn) -> Option<u64> {
+    match insn.class {
+        BranchClass::IndirectCall | BranchClass::FarTransfer => Some(ip.wrapping_add(insn.len as u64)),
+        BranchClass::DirectJump | BranchClass::DirectCall => insn.target,
+        _ => None,
     }
 }
 

@@ -169,6 +169,7 @@ pub fn ours_with<C: CodeSource>(trace: &[u8], code: &C, cfg: &FlowConfig, recove
             FlowEvent::End { at, .. } => Ev::End(at),
             FlowEvent::Error { kind: intel_pt::flow::FlowErrorKind::Overflow, .. } => Ev::Overflow,
             FlowEvent::Error { kind, offset, .. } => Ev::Error { offset: offset as u64, what: format!("{kind:?}") },
+            FlowEvent::Enabled { .. } | FlowEvent::State { .. } => unreachable!("state events are off"),
         })
     });
     out

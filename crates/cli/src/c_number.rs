@@ -1,4 +1,4 @@
-//! Numbers in ptdump's arguments, read as C reads them.
+//! Numbers in ptdump's and ptxed's arguments, read as C reads them.
 
 /// An unsigned number as C's `strtoull(s, .., 0)` reads a whole string:
 /// `0x` hex, a leading `0` octal, else decimal; `None` if anything is left
@@ -15,4 +15,19 @@ pub fn parse_c_number(s: &str) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(digits, radix).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_c_reads_them() {
+        assert_eq!(parse_c_number("0x1f"), Some(31));
+        assert_eq!(parse_c_number("017"), Some(15));
+        assert_eq!(parse_c_number("0"), Some(0));
+        assert_eq!(parse_c_number("12a"), None);
+        assert_eq!(parse_c_number(""), None);
+        assert_eq!(parse_c_number("0x"), None);
+    }
 }

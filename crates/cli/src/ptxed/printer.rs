@@ -1,0 +1,205 @@
+//! ptxed's output: an instruction's address per line, `[event]` lines, and
+//! `[offset, ip: error: message]` for decode errors, with libipt's messages.
+//! For the block decoder it also cuts the instructions into libipt's blocks
+//! (`--block:show-blocks`, the block count of `--stat`).
+
+use std::io::{self, Write};
+
+use intel_pt::flow::{FlowErrorKind, FlowEvent, FlowSink, Time};
+use intel_pt::{Packet, PacketErrorKind};
+use isa::BranchClass;
+
+use super::options::{DecoderKind, Options};
+use super::stats::Stats;
+use super::status::{Show, Status};
+
+/// What of the options the output depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    pub decoder: DecoderKind,
+    pub quiet: bool,
+    pub event_ip: bool,
+    pub event_time: bool,
+    pub event_iflags: bool,
+    pub show_blocks: bool,
+    pub end_on_call: bool,
+    pub end_on_jump: bool,
+    /// Number the blocks (`--stat`).
+    pub counting: bool,
+}
+
+impl Style {
+    pub fn new(o: &Options) -> Style {
+        Style {
+            decoder: o.decoder,
+            quiet: o.quiet,
+            event_ip: o.event_ip,
+            event_time: o.event_time,
+            event_iflags: o.event_iflags,
+            show_blocks: o.show_blocks,
+            end_on_call: o.end_on_call,
+            end_on_jump: o.end_on_jump,
+            counting: o.stats.is_some(),
+        }
+    }
+}
+
+/// Takes the decoder's events and prints them as ptxed does. The first
+/// write error is kept (a sink cannot return one) and given by [`Printer::finish`].
+pub struct Printer<W: Write> {
+    out: W,
+    style: Style,
+    pub stats: Stats,
+    status: Status,
+    /// A block of the block decoder is open: the next instruction joins it.
+    in_block: bool,
+    failed: Option<io::Error>,
+}
+
+impl<W: Write> Printer<W> {
+    pub fn new(out: W, style: Style) -> Self {
+        Printer { out, style, stats: Stats::default(), status: Status::default(), in_block: false, failed: None }
+    }
+
+    /// The output, or the first error writing it.
+    pub fn finish(mut self) -> io::Result<W> {
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(self.out),
+        }
+    }
+
+    /// A line as it is, unless `--quiet`.
+    pub fn line(&mut self, args: std::fmt::Arguments<'_>) {
+        if !self.style.quiet && self.failed.is_none() {
+            if let Err(e) = self.out.write_fmt(args).and_then(|()| self.out.write_all(b"\n")) {
+                self.failed = Some(e);
+            }
+        }
+    }
+
+    /// An event line: `[time  what]`, the time with `--event:time` when the
+    /// event has one. Ends the open block.
+    pub fn event_line(&mut self, time: Option<u64>, what: std::fmt::Arguments<'_>) {
+        self.in_block = false;
+        match time.filter(|_| self.style.event_time) {
+            Some(t) => self.line(format_args!("[{t:016x}  {what}]")),
+            None => self.line(format_args!("[{what}]")),
+        }
+    }
+
+    /// `, ip: IP` after an event's name with `--event:ip`.
+    fn ip_suffix(&self, ip: Option<u64>) -> String {
+        match ip.filter(|_| self.style.event_ip) {
+            Some(ip) => format!(", ip: {ip:016x}"),
+            None => String::new(),
+        }
+    }
+
+    /// A decode error, as ptxed's `[offset, ip: error: message]`.
+    pub fn error(&mut self, offset: usize, ip: Option<u64>, kind: &FlowErrorKind) {
+        self.in_block = false;
+        let ip = ip.unwrap_or(0);
+        self.line(format_args!("[{offset:x}, {ip:x}: error: {}]", libipt_message(kind)));
+    }
+
+    fn insn(&mut self, ip: u64, class: BranchClass) {
+        self.stats.insn += 1;
+        if self.style.decoder == DecoderKind::Block {
+            if !self.in_block {
+                self.in_block = true;
+                self.stats.blocks += 1;
+                if self.style.show_blocks {
+                    if self.style.counting {
+                        let n = self.stats.blocks;
+                        self.line(format_args!("[block {n:x}]"));
+                    } else {
+                        self.line(format_args!("[block]"));
+                    }
+                }
+            }
+            self.in_block = !ends_block(class, self.style.end_on_call, self.style.end_on_jump);
+        }
+        if self.status.speculative {
+            self.line(format_args!("? {ip:016x}"));
+        } else {
+            self.line(format_args!("{ip:016x}"));
+        }
+    }
+
+    /// A state packet (at `ip` when the trace binds it to one); `restated`
+    /// in a PSB+.
+    fn status(&mut self, time: Time, packet: &Packet, ip: Option<u64>, restated: bool) {
+        let mut lines = Vec::new();
+        self.status.take(packet, ip, restated, Show { ip: self.style.event_ip, iflags: self.style.event_iflags }, &mut lines);
+        for l in lines {
+            self.event_line(Some(time), format_args!("{l}"));
+        }
+    }
+}
+
+/// Whether libipt's block decoder ends a block after an instruction of
+/// `class`: one that needs the trace to go on does; direct jumps and calls
+/// only when asked to.
+fn ends_block(class: BranchClass, end_on_call: bool, end_on_jump: bool) -> bool {
+    match class {
+        BranchClass::None | BranchClass::Nop => false,
+        BranchClass::DirectCall => end_on_call,
+        BranchClass::DirectJump => end_on_jump,
+        _ => true,
+    }
+}
+
+/// libipt's message (`pt_errstr`) for the error it reports in this case.
+fn libipt_message(kind: &FlowErrorKind) -> &'static str {
+    match kind {
+        FlowErrorKind::Unmapped => "no memory mapped at this address",
+        FlowErrorKind::BadInsn => "unknown instruction",
+        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets => "trace stream does not match query",
+        FlowErrorKind::Packet(PacketErrorKind::Truncated { .. }) => "reached end of trace stream",
+        FlowErrorKind::Packet(PacketErrorKind::BadOpcode(_) | PacketErrorKind::BadExtOpcode(_) | PacketErrorKind::BadExt2Opcode(_)) => {
+            "unknown opcode"
+        }
+        FlowErrorKind::Packet(_) => "unknown packet",
+        FlowErrorKind::EndOfTrace => "reached end of trace stream",
+        FlowErrorKind::Overflow => "overflow",
+        FlowErrorKind::PsbMismatch { .. } => "bad status update",
+        FlowErrorKind::NoProgress => "no packet consumed for too long",
+    }
+}
+
+impl<W: Write> FlowSink for Printer<W> {
+    fn event(&mut self, event: FlowEvent) {
+        match event {
+            FlowEvent::Insn { ip, class, .. } => self.insn(ip, class),
+            FlowEvent::Trap { from, to, time } => {
+                let at = if self.style.event_ip { format!(", from: {from:016x}, to: {to:016x}") } else { String::new() };
+                self.event_line(Some(time), format_args!("interrupt{at}"));
+            }
+            FlowEvent::End { time, disabled: true, at, to } => {
+                // An asynchronous stop (FUP + TIP.PGD) names where, with
+                // --event:ip; a TIP.PGD at the IP the walk reached is none.
+                let at = match at.filter(|&a| self.style.event_ip && to != Some(a)) {
+                    Some(at) => format!(", at: {at:016x}"),
+                    None => String::new(),
+                };
+                let ip = self.ip_suffix(to);
+                self.event_line(Some(time), format_args!("disabled{at}{ip}"));
+            }
+            FlowEvent::End { disabled: false, .. } => {
+                self.in_block = false;
+                self.line(format_args!("[end of trace]"));
+            }
+            FlowEvent::Error { kind: FlowErrorKind::Overflow, time, .. } => {
+                self.status.overflow();
+                self.event_line(Some(time), format_args!("overflow"));
+            }
+            FlowEvent::Error { offset, ip, kind, .. } => self.error(offset, ip, &kind),
+            FlowEvent::Enabled { time, ip, resumed } => {
+                let at = self.ip_suffix(Some(ip));
+                self.event_line(Some(time), format_args!("{}{at}", if resumed { "resumed" } else { "enabled" }));
+            }
+            FlowEvent::State { time, ip, packet, restated } => self.status(time, &packet, ip, restated),
+        }
+    }
+}

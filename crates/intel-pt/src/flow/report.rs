@@ -1,0 +1,174 @@
+//! The events of state packets and TIP.PGEs (with state events on): queued
+//! as the packets are read ahead of the walk, and handed to the sink where
+//! they fall among the instructions: after the instruction that takes the
+//! flow packet they come before, or at the FUP they are bound to.
+
+use isa::{BranchClass, Insn};
+
+use super::event::{FlowEvent, FlowSink};
+use super::state::{Flow, State};
+use super::walk::Walker;
+use crate::Packet;
+use codeimage::window::CodeSource;
+
+impl<'a, C: CodeSource> Walker<'a, C> {
+    /// A state packet read ahead of the walk (at `restated`: in a PSB+).
+    #[cold]
+    pub(super) fn queue_state(&self, st: &mut State<'a>, packet: Packet, restated: bool) {
+        if !self.state_events {
+            return;
+        }
+        let binds = wants_fup(&packet).then_some(match packet {
+            // An IRET, VM entry or UIRET is the instruction at the FUP, which
+            // runs (its TIP is its target): no asynchronous event.
+            Packet::Cfe { event_type, .. } => !matches!(event_type, 2 | 7 | 13),
+            _ => matches!(packet, Packet::ModeTsx { .. } | Packet::ModeExec { .. }),
+        });
+        if !restated {
+            if let Some(shared) = binds {
+                st.awaiting_fup = Some(st.awaiting_fup.unwrap_or(false) || shared);
+            }
+        }
+        st.pending = true;
+        let event = FlowEvent::State { time: st.clock.now, ip: None, packet, restated };
+        let to_insn = matches!(packet, Packet::Ptw { ip: false, .. }) || matches!(packet, Packet::Pip { .. } | Packet::Vmcs(_)) && st.ip.is_some();
+        if to_insn && !restated {
+            st.held.push(event);
+            return;
+        }
+        st.events.push(event);
+        if restated {
+            st.ready = st.events.len();
+        }
+    }
+
+    /// A FUP while state packets wait for one: it gives them its IP.
+    #[cold]
+    pub(super) fn bind_fup(&self, st: &mut State<'a>, ip: Option<u64>) -> Flow {
+        let shared = st.awaiting_fup.take().unwrap_or(false);
+        for e in st.events.iter_mut().skip(st.ready) {
+            if let FlowEvent::State { ip: at @ None, restated: false, packet, .. } = e {
+                if wants_fup(packet) {
+                    *at = ip;
+                }
+            }
+        }
+        let after = st.events[st.ready..].iter().any(|e| matches!(e, FlowEvent::State { packet: Packet::Cfe { event_type: 2 | 7 | 13, .. }, .. }));
+        Flow::Bind { ip, shared, after }
+    }
+
+    /// A TIP.PGE at `ip`: tracing starts there. Its event goes before the
+    /// MODE.Exec that came with it (which takes its IP), after the rest.
+    #[cold]
+    pub(super) fn queue_enabled(&self, st: &mut State<'a>, ip: Option<u64>) {
+        let (Some(ip), true) = (ip, self.state_events) else { return };
+        let resumed = st.last_disable.take() == Some(ip);
+        let mut at = st.events.len();
+        while at > st.ready && matches!(st.events[at - 1], FlowEvent::State { packet: Packet::ModeExec { .. }, .. }) {
+            at -= 1;
+        }
+        for e in &mut st.events[at..] {
+            if let FlowEvent::State { ip: pending, .. } = e {
+                *pending = Some(ip);
+            }
+        }
+        st.awaiting_fup = None;
+        st.events.insert(at, FlowEvent::Enabled { time: st.clock.now, ip, resumed });
+        st.pending = true;
+        st.ready = st.events.len();
+    }
+
+    /// Hands the queued events that may go now to `sink`: those before a
+    /// flow packet the walk has taken (`all`: every one, at the end).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn flush(&self, st: &mut State<'a>, sink: &mut impl FlowSink, all: bool) {
+        let n = if all || st.peeked.is_none() { st.events.len() } else { st.ready };
+        for e in st.events.drain(..n) {
+            sink.event(e);
+        }
+        st.ready = 0;
+        if all {
+            for e in st.held.drain(..) {
+                sink.event(e);
+            }
+        }
+        st.pending = !st.events.is_empty() || !st.held.is_empty();
+    }
+
+    /// At the FUP at `ip` that state packets are bound to: those with its
+    /// IP first, then those read up to the next flow packet that need no
+    /// IP (as libipt reports them); those bound to a later FUP stay.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn flush_bound(&self, st: &mut State<'a>, ip: u64, sink: &mut impl FlowSink) {
+        let bound = |e: &FlowEvent| matches!(e, FlowEvent::State { ip: Some(at), restated: false, .. } if *at == ip);
+        let free = |e: &FlowEvent| match e {
+            FlowEvent::State { ip: None, packet, .. } => !wants_fup(packet),
+            FlowEvent::State { .. } => false,
+            _ => true,
+        };
+        for e in st.events.iter().filter(|e| bound(e)) {
+            sink.event(*e);
+        }
+        for e in st.events.iter().filter(|e| !bound(e) && free(e)) {
+            sink.event(*e);
+        }
+        st.events.retain(|e| !bound(e) && !free(e));
+        st.ready = 0;
+        st.pending = !st.events.is_empty() || !st.held.is_empty();
+    }
+
+    /// After `insn` at `ip` ran (`None`: after an asynchronous event): the
+    /// held state packets it is the instruction of. A PIP or VMCS goes with
+    /// a MOV to CR3, a far transfer or an asynchronous event (the VMCS
+    /// first, as libipt reports them); a PTWRITE without IP with a PTWRITE.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn release_held(&self, st: &mut State<'a>, at: Option<(u64, &Insn)>, sink: &mut impl FlowSink) {
+        let context = match at {
+            None => true,
+            Some((ip, insn)) => insn.class == BranchClass::FarTransfer || self.is_cr3_write(st, ip, insn),
+        };
+        let ptwrite = at.is_some_and(|(ip, _)| self.is_ptwrite(st, ip));
+        // A MOV to CR3 takes one PIP; a far transfer or an event all.
+        let all = at.is_none_or(|(_, insn)| insn.class == BranchClass::FarTransfer);
+        let mut released: Vec<FlowEvent> = Vec::new();
+        let (mut ptw_done, mut pip_done) = (false, false);
+        st.held.retain(|e| {
+            let go = match e {
+                FlowEvent::State { packet: Packet::Pip { .. } | Packet::Vmcs(_), .. } if context && (all || !pip_done) => {
+                    pip_done = true;
+                    true
+                }
+                FlowEvent::State { packet: Packet::Ptw { .. }, .. } if ptwrite && !ptw_done => {
+                    ptw_done = true;
+                    true
+                }
+                _ => false,
+            };
+            if go {
+                released.push(*e);
+            }
+            !go
+        });
+        released.sort_by_key(|e| !matches!(e, FlowEvent::State { packet: Packet::Vmcs(_), .. }));
+        for e in released {
+            sink.event(e);
+        }
+        st.pending = !st.events.is_empty() || !st.held.is_empty();
+    }
+}
+
+/// Whether a state packet gets its IP from the FUP that follows it.
+pub(super) fn wants_fup(packet: &Packet) -> bool {
+    matches!(
+        packet,
+        Packet::ModeTsx { .. }
+            | Packet::ModeExec { .. }
+            | Packet::Ptw { ip: true, .. }
+            | Packet::Exstop { ip: true }
+            | Packet::Mwait { .. }
+            | Packet::Cfe { ip: true, .. }
+    )
+}

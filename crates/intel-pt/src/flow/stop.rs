@@ -1,0 +1,98 @@
+//! Where the walk's instruction does not simply run: an asynchronous event
+//! at its IP (FUP, then a TIP into a handler or a TIP.PGD), and the end of
+//! tracing before its code is read (a TIP.PGD at its IP, or the end of the
+//! trace).
+
+use isa::Insn;
+
+use super::event::{FlowEvent, FlowSink};
+use super::state::{Failure, Flow, State};
+use super::walk::Walker;
+use codeimage::window::CodeSource;
+
+impl<'a, C: CodeSource> Walker<'a, C> {
+    /// A FUP at `ip`, taken: with a TIP after it, an event into a handler
+    /// ([`FlowEvent::Trap`]); with a TIP.PGD, tracing stops here.
+    pub(super) fn async_event(
+        &self,
+        st: &mut State<'a>,
+        ip: u64,
+        insn: Insn,
+        uncertain: bool,
+        sink: &mut impl FlowSink,
+        trial: bool,
+    ) -> Result<bool, Failure> {
+        let to = self.take_tip(st)?;
+        if to.is_none() && self.errata.skd022 && self.is_vm_entry(st, ip) {
+            // SKD022: the VM entry ran; tracing stopped after it.
+            if !trial {
+                sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.clock.lo, hi: st.clock.hi, uncertain });
+                self.flush(st, sink, false);
+                sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+            }
+            st.last_disable = None;
+            st.ip = None;
+            return Ok(true);
+        }
+        if !trial {
+            if !st.events.is_empty() {
+                self.flush(st, sink, false);
+            }
+            sink.event(match to {
+                Some(to) => FlowEvent::Trap { from: ip, to, time: st.clock.lo },
+                None => FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: st.pgd_ip },
+            });
+            if !st.held.is_empty() {
+                self.release_held(st, None, sink);
+            }
+        }
+        if to.is_none() {
+            st.last_disable = Some(ip);
+        }
+        st.ip = to;
+        Ok(true)
+    }
+
+    /// Before the code at `ip` is read: tracing ends there when the next
+    /// flow packet is a TIP.PGD at `ip` (its code may not be there: a branch
+    /// left the traced code) or the trace ends. If so, whether the run goes on.
+    pub(super) fn ends_before_fetch(
+        &self,
+        st: &mut State<'a>,
+        ip: u64,
+        peeked: Option<(usize, Flow)>,
+        sink: &mut impl FlowSink,
+        trial: bool,
+    ) -> Option<bool> {
+        match peeked {
+            Some((_, Flow::Pgd(Some(f)))) if f == ip => {
+                st.take_peeked();
+                st.walked = 0;
+                if !trial {
+                    if !st.events.is_empty() {
+                        self.flush(st, sink, false);
+                    }
+                    sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip) });
+                }
+                st.last_disable = Some(ip);
+                st.ip = None;
+                Some(true)
+            }
+            None if self.at_trace_end(st) => {
+                if !trial {
+                    if !st.events.is_empty() {
+                        self.flush(st, sink, true);
+                    }
+                    sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: false, to: None });
+                }
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether no packet is left to read.
+    pub(super) fn at_trace_end(&self, st: &State<'a>) -> bool {
+        st.peeked.is_none() && st.packets.offset() < st.stop_at && matches!(st.packets.dec.clone().skip_packet(), Ok(None))
+    }
+}
