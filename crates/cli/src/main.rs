@@ -9,13 +9,12 @@
 
 mod c_number;
 mod decode;
-mod decode_cs;
 mod dump;
 mod etm_cmd;
 mod hex;
 mod image;
-mod lines;
 mod pokes;
+mod print;
 mod ptdump;
 mod ptxed;
 mod record;
@@ -90,7 +89,7 @@ enum Command {
         itrace: String,
         /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
         #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
-        image: sim::check::Mode,
+        image: tracedecode::ImageMode,
         #[arg(long)]
         json: bool,
         /// perf script's fields, printed in its layout: comm, pid, tid, cpu, time, flags, ip, sym, symoff, dso, addr, insn, insnlen.
@@ -194,12 +193,14 @@ fn main() {
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
         Command::Decode { input, itrace, image, json, fields, ns } => (|| {
-            let opts = decode::Options {
-                itrace: lines::Itrace::parse(&itrace)?,
-                image,
-                json,
-                fields: fields.map(|f| decode::Fields::parse(&f, ns)).transpose()?,
+            let itrace = tracedecode::Itrace::parse(&itrace)?;
+            // -F takes precedence over --json.
+            let layout = match (fields, json) {
+                (Some(f), _) => print::Layout::Perf(print::perf::Fields::parse(&f, ns)?),
+                (None, true) => print::Layout::Json,
+                (None, false) => print::Layout::Text,
             };
+            let opts = decode::Options { itrace, image, layout };
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Record(args) => record::run(&args, &mut out),

@@ -41,7 +41,14 @@ pub fn from_perf_data(file: &PerfFile, extra: BaseImage) -> Result<PerfTimeline>
 /// [`from_perf_data`] for a given way of announcing changes.
 pub fn from_perf_data_with(file: &PerfFile, mut extra: BaseImage, events: PokeEvents) -> Result<PerfTimeline> {
     add_base(file, &mut extra)?;
-    let mut b = TimelineBuilder::new(extra);
+    over_base(file, extra, events)
+}
+
+/// Every TEXT_POKE of `file` in time order over `base`, the code before any
+/// change (as [`add_base`] makes it, for callers that need it on its own too),
+/// with the ranges KSYMBOL records name.
+pub fn over_base(file: &PerfFile, base: BaseImage, events: PokeEvents) -> Result<PerfTimeline> {
+    let mut b = TimelineBuilder::new(base);
     let (mut pokes, mut non_kernel) = (0, 0);
     // Pairs: begins waiting for their end, by (addr, old, new).
     let mut open: OpenPairs = Default::default();

@@ -7,38 +7,14 @@ use std::path::Path;
 
 use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
-use intel_pt::flow::{CycConv, FlowConfig, FlowDecoder, FlowEvent, MtcConv, Recovery, Time, TimeConv};
-use perfdata::auxtrace::IntelPtInfo;
-use perfdata::{AuxtraceInfo, PerfFile, RecordBody};
+use intel_pt::flow::{FlowDecoder, FlowEvent, Recovery, Time};
+use perfdata::PerfFile;
 use serde::Serialize;
+use tracedecode::setup::PtSetup;
+use tracedecode::{ImageMode, Input, Trace};
 
 use crate::truth::TruthReader;
 use crate::SimError;
-
-/// Which code the decoder walks (`decode --image`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// The code before any change (no poke awareness).
-    Static,
-    /// One image updated in timestamp order, read at the last timestamp seen (what perf does).
-    #[cfg_attr(feature = "clap", value(name = "perf"))]
-    PerfStyle,
-    /// The code timeline, read over the interval the trace allows.
-    Timeline,
-}
-
-impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Static, Mode::PerfStyle, Mode::Timeline];
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Static => "static",
-            Mode::PerfStyle => "perf-style",
-            Mode::Timeline => "timeline",
-        }
-    }
-}
 
 /// Where decode and truth first part.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -84,7 +60,7 @@ impl Score {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ModeReport {
-    pub mode: Mode,
+    pub mode: ImageMode,
     #[serde(flatten)]
     pub total: Score,
     pub cpus: Vec<Score>,
@@ -104,16 +80,15 @@ pub fn check_with(dir: &Path, recovery: Recovery, damage: impl Fn(usize, &mut Ve
         return check_etm(dir, &summary);
     }
     let file = PerfFile::open(dir)?;
-    let (info, mut aux) = per_cpu_aux(&file, summary.config.cpus)?;
+    let input = Input::read(&file)?;
+    let setup = pt_setup(&file, &input)?;
+    let mut aux = per_cpu_aux(input, summary.config.cpus);
     for (cpu, trace) in aux.iter_mut().enumerate() {
         damage(cpu, trace);
     }
-    let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
-    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
-    let full = poked_image(&file, &summary)?;
-    let bare = base_image(&file)?;
+    let (full, bare) = images(&file, &summary)?;
     let mut reports = Vec::new();
-    for mode in Mode::ALL {
+    for mode in ImageMode::ALL {
         // Each CPU's buffer decodes on its own core.
         use rayon::prelude::*;
         let cpus = aux
@@ -122,9 +97,9 @@ pub fn check_with(dir: &Path, recovery: Recovery, damage: impl Fn(usize, &mut Ve
             .map(|(cpu, trace)| {
                 let truth = dir.join(format!("truth/cpu{cpu}.bin"));
                 match mode {
-                    Mode::Static => score(cpu as u32, trace, &Static(&bare), &cfg, timing, recovery, &truth),
-                    Mode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &cfg, timing, recovery, &truth),
-                    Mode::Timeline => score(cpu as u32, trace, &Interval(&full), &cfg, timing, recovery, &truth),
+                    ImageMode::Static => score(cpu as u32, trace, &Static(&bare), &setup, recovery, &truth),
+                    ImageMode::PerfStyle => score(cpu as u32, trace, &PerfStyle(&full), &setup, recovery, &truth),
+                    ImageMode::Timeline => score(cpu as u32, trace, &Interval(&full), &setup, recovery, &truth),
                 }
             })
             .collect::<Result<Vec<Score>, SimError>>()?;
@@ -333,19 +308,11 @@ impl Matcher {
 }
 
 /// Decodes one CPU's trace and walks the truth beside it.
-fn score(
-    cpu: u32,
-    trace: &[u8],
-    code: &impl CodeSource,
-    cfg: &FlowConfig,
-    timing: Timing,
-    recovery: Recovery,
-    truth: &Path,
-) -> Result<Score, SimError> {
+fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, setup: &PtSetup, recovery: Recovery, truth: &Path) -> Result<Score, SimError> {
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
     let mut m = Matcher::new(TruthReader::open(truth).map_err(io)?, cpu);
     let mut last_hi = 0;
-    FlowDecoder::new(trace, code, cfg.clone()).with_mtc(timing.0).with_cyc(timing.1).with_recovery(recovery).run(|e| match e {
+    FlowDecoder::new(trace, code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_recovery(recovery).run(|e| match e {
         FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
             m.s.uncertain += uncertain as u64;
             last_hi = hi;
@@ -369,65 +336,54 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
     if summary.config.arch != isa::Arch::X86_64 {
         return Err(SimError::Config(format!("{}: decode_cpu decodes Intel PT; this run is {:?}", dir.display(), summary.config.arch)));
     }
-    let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
-    let info = info.ok_or_else(|| SimError::Config("no Intel PT AUXTRACE_INFO in the file".into()))?;
-    let (cfg, timing) = pt_setup(&file, &IntelPtInfo::parse(&info)?);
+    let input = Input::read(&file)?;
+    let setup = pt_setup(&file, &input)?;
+    let aux = per_cpu_aux(input, summary.config.cpus);
     let trace = aux.get(cpu).ok_or_else(|| SimError::Config(format!("cpu {cpu}: the run has {} CPUs", aux.len())))?;
-    let full = poked_image(&file, &summary)?;
+    let full = poked_image(&file, &summary, base_image(&file)?)?;
     let mut out = Vec::new();
-    FlowDecoder::new(trace, &Interval(&full), cfg).with_mtc(timing.0).with_cyc(timing.1).run(|e| out.push(e));
+    FlowDecoder::new(trace, &Interval(&full), setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc).run(|e| out.push(e));
     Ok(out)
 }
 
-/// A run's AUXTRACE_INFO and each CPU's trace.
-fn per_cpu_aux(file: &PerfFile, cpus: u32) -> Result<(Option<AuxtraceInfo<'_>>, Vec<Vec<u8>>), SimError> {
-    let mut info = None;
+/// Each CPU's trace, from the run's queues.
+fn per_cpu_aux(input: Input, cpus: u32) -> Vec<Vec<u8>> {
     let mut aux: Vec<Vec<u8>> = vec![Vec::new(); cpus as usize];
-    for r in file.records() {
-        match r?.body {
-            RecordBody::AuxtraceInfo(i) => info = Some(i),
-            RecordBody::Auxtrace(a) => {
-                if let Some(buf) = aux.get_mut(a.cpu as usize) {
-                    buf.extend_from_slice(a.data);
-                }
-            }
-            _ => {}
+    for q in input.queues {
+        if let Some(buf) = aux.get_mut(q.cpu as usize) {
+            buf.extend_from_slice(&q.trace);
         }
     }
-    Ok((info, aux))
+    aux
 }
 
-/// MTC and CYC timing, as the PT event's config and AUXTRACE_INFO allow.
-type Timing = (Option<MtcConv>, Option<CycConv>);
-
-/// The Intel PT decoder's set-up from AUXTRACE_INFO and the PT event's
-/// config: time conversion, return compression, MTC and CYC timing.
-fn pt_setup(file: &PerfFile, info: &IntelPtInfo) -> (FlowConfig, Timing) {
-    let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
-    let cfg = FlowConfig {
-        time: TimeConv { shift: info.time_shift as u32, mult: info.time_mult, zero: info.time_zero },
-        noretcomp: pt_attr.is_some_and(|a| a.attr.config & info.noretcomp_bit != 0),
-        idioms: isa::KernelIdioms::default(),
-        max_walk: 1 << 20,
-        trial_insns: 256,
-    };
-    let mtc = pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
-    let cyc = pt_attr.and_then(|a| CycConv::from_perf(a.attr.config, info.cyc_bit, info.max_nonturbo_ratio));
-    (cfg, (mtc, cyc))
-}
-
-/// The code with every change the run recorded (begin/end pairs for the
-/// PRE/POST protocol).
-fn poked_image(file: &PerfFile, summary: &crate::Summary) -> Result<CodeTimeline, SimError> {
-    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
-    Ok(codeimage::from_perf_data_with(file, BaseImage::new(), events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
+/// The Intel PT decoder's set-up, for the simulated kernel (no kernel idioms).
+fn pt_setup(file: &PerfFile, input: &Input) -> Result<PtSetup, SimError> {
+    match &input.trace {
+        Some(Trace::IntelPt(info)) => Ok(PtSetup::new(file, info, isa::KernelIdioms::default())),
+        _ => Err(SimError::Config("no Intel PT AUXTRACE_INFO in the file".into())),
+    }
 }
 
 /// The code before any change.
-fn base_image(file: &PerfFile) -> Result<CodeTimeline, SimError> {
+fn base_image(file: &PerfFile) -> Result<BaseImage, SimError> {
     let mut base = BaseImage::new();
     codeimage::add_base(file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
-    Ok(TimelineBuilder::new(base).build())
+    Ok(base)
+}
+
+/// The code with every change the run recorded over `base` (begin/end
+/// pairs for the PRE/POST protocol).
+fn poked_image(file: &PerfFile, summary: &crate::Summary, base: BaseImage) -> Result<CodeTimeline, SimError> {
+    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
+    Ok(codeimage::over_base(file, base, events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
+}
+
+/// The code with every change and the code before any, from one reading of the base.
+fn images(file: &PerfFile, summary: &crate::Summary) -> Result<(CodeTimeline, CodeTimeline), SimError> {
+    let base = base_image(file)?;
+    let bare = TimelineBuilder::new(base.clone()).build();
+    Ok((poked_image(file, summary, base)?, bare))
 }
 
 /// The ETMv4 runs: each CPU's AUXTRACE buffers, decoded by etm's flow decoder.
@@ -439,22 +395,23 @@ fn base_image(file: &PerfFile) -> Result<CodeTimeline, SimError> {
 /// could not decide.
 fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, SimError> {
     use etm::flow::FlowDecoder;
-    use perfdata::auxtrace::CsEtmInfo;
     let file = PerfFile::open(dir)?;
-    let (info, aux) = per_cpu_aux(&file, summary.config.cpus)?;
-    let info = CsEtmInfo::parse(&info.ok_or_else(|| SimError::Config("no CoreSight AUXTRACE_INFO in the file".into()))?)?;
+    let input = Input::read(&file)?;
+    let Some(Trace::CoreSight(info)) = &input.trace else {
+        return Err(SimError::Config("no CoreSight AUXTRACE_INFO in the file".into()));
+    };
+    let units = tracedecode::setup::etm_configs(info)?;
+    let aux = per_cpu_aux(input, summary.config.cpus);
     let configs: Vec<etm::EtmV4Config> = (0..aux.len())
         .map(|c| {
-            let r = info.cpus.iter().find(|b| b.cpu == c as u64).and_then(|b| b.etmv4());
-            let r = r.ok_or_else(|| SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}")))?;
-            Ok(etm::EtmV4Config::from(&r))
+            let unit = units.iter().find(|(cpu, _)| *cpu == c as u64);
+            unit.map(|u| u.1).ok_or_else(|| SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}")))
         })
         .collect::<Result<_, SimError>>()?;
-    let full = poked_image(&file, summary)?;
-    let bare = base_image(&file)?;
+    let (full, bare) = images(&file, summary)?;
     let framing = etm::Framing::Aligned { reset_on_4x_fsync: false };
     let mut reports = Vec::new();
-    for mode in Mode::ALL {
+    for mode in ImageMode::ALL {
         use rayon::prelude::*;
         let cpus = aux
             .par_iter()
@@ -474,9 +431,9 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
                 let io = |source| SimError::Io { path: truth.clone(), source };
                 let mut m = Matcher::new(TruthReader::open(&truth).map_err(io)?, cpu as u32);
                 match mode {
-                    Mode::Static => match_etm(FlowDecoder::new(Static(&bare), &cfg), trace, &cfg, framing, false, &stamps, &mut m),
-                    Mode::PerfStyle => match_etm(FlowDecoder::new(PerfStyle(&full), &cfg), trace, &cfg, framing, false, &stamps, &mut m),
-                    Mode::Timeline => match_etm(FlowDecoder::new(Interval(&full), &cfg), trace, &cfg, framing, true, &stamps, &mut m),
+                    ImageMode::Static => match_etm(FlowDecoder::new(Static(&bare), &cfg), trace, &cfg, framing, false, &stamps, &mut m),
+                    ImageMode::PerfStyle => match_etm(FlowDecoder::new(PerfStyle(&full), &cfg), trace, &cfg, framing, false, &stamps, &mut m),
+                    ImageMode::Timeline => match_etm(FlowDecoder::new(Interval(&full), &cfg), trace, &cfg, framing, true, &stamps, &mut m),
                 }
                 m.finish().map_err(io)
             })

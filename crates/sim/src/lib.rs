@@ -17,11 +17,12 @@
 //! Truth and trace are streamed to files as they are made: memory does not
 //! grow with the run. Same seed, same bytes.
 //!
-//! [`check`] decodes such a run with three images of the code ([`check::Mode`]:
-//! static, perf-style, timeline) and scores each against the truth: right,
-//! wrong, missing, errors, uncertain. [`simulate_elf`] walks a real ELF
-//! file's code instead of a generated kernel. The `clap` feature makes the
-//! architecture, [`Protocol`] and [`check::Mode`] command-line values.
+//! [`check`] decodes such a run with three images of the code
+//! ([`tracedecode::ImageMode`]: static, perf-style, timeline) and scores each
+//! against the truth: right, wrong, missing, errors, uncertain.
+//! [`simulate_elf`] walks a real ELF file's code instead of a generated
+//! kernel. The `clap` feature makes the architecture and [`Protocol`]
+//! command-line values.
 
 mod a64prog;
 pub mod check;
@@ -126,6 +127,8 @@ pub enum SimError {
     Io { path: std::path::PathBuf, source: std::io::Error },
     #[error(transparent)]
     PerfData(#[from] perfdata::Error),
+    #[error(transparent)]
+    Decode(#[from] tracedecode::Error),
 }
 
 /// The perf time of the first instruction.

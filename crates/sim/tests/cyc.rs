@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use intel_pt::{Packet, PacketDecoder};
 use perfdata::auxtrace::IntelPtInfo;
 use perfdata::{PerfFile, RecordBody};
-use sim::check::{check, Mode, Score};
+use sim::check::{check, Score};
 use sim::SimConfig;
+use tracedecode::ImageMode as Mode;
 
 fn dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sim-cyc").join(name);

@@ -10,9 +10,10 @@
 
 use intel_pt::flow::Recovery;
 use intel_pt::{Packet, PacketDecoder};
-use sim::check::{check_with, Mode, Score};
+use sim::check::{check_with, Score};
 use sim::{Protocol, SimConfig};
 use testkit::Rng;
+use tracedecode::ImageMode as Mode;
 
 /// What is damaged: one bit of the payload of a TNT (a branch goes the
 /// other way: the packets stay whole); one bit of a TIP's IP; one bit

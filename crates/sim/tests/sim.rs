@@ -3,8 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use isa::Arch;
-use sim::check::{check, Mode, ModeReport};
+use sim::check::{check, ModeReport};
 use sim::{Protocol, SimConfig};
+use tracedecode::ImageMode as Mode;
 
 fn dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sim").join(name);

@@ -247,13 +247,13 @@ fn perf_decodes_the_coresight_perf_data() {
     }
 }
 
-fn mode(r: &[sim::check::ModeReport], m: sim::check::Mode) -> &sim::check::Score {
+fn mode(r: &[sim::check::ModeReport], m: tracedecode::ImageMode) -> &sim::check::Score {
     &r.iter().find(|x| x.mode == m).unwrap().total
 }
 
 #[test]
 fn check_decodes_etm_with_three_images() {
-    use sim::check::Mode;
+    use tracedecode::ImageMode as Mode;
     // No pokes: every image is the code that ran.
     let d = dir("check-none");
     let s = sim::simulate(&a64(30_000, 0, Protocol::None), &d).unwrap();

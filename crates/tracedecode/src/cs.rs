@@ -12,14 +12,17 @@
 //! inside a window the trace decides which content ran (etm's flow
 //! decoder); instructions it cannot decide are printed uncertain.
 
-use anyhow::{bail, Result};
 use codeimage::window::Interval;
 use codeimage::CodeTimeline;
 use etm::flow::{ElemKind, FlowDecoder, InstrRange, InstrSubtype, InstrType, Item};
 use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
-use crate::lines::{Itrace, Kind, Out, Queue};
+use crate::itrace::Itrace;
+use crate::line::{Kind, Out};
+use crate::queue::Queue;
+use crate::setup::etm_configs;
+use crate::Error;
 
 /// The trace's timestamps on the perf clock, and the code the lines print.
 struct PerfClock<'a> {
@@ -62,16 +65,12 @@ struct Flow {
     insns_seen: u64,
 }
 
-/// Each queue's lines, decoded on its own core.
-pub(crate) fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &Itrace, code: &CodeTimeline) -> Result<Vec<Vec<Out>>> {
+/// Each queue's lines, decoded on the cores.
+pub fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &Itrace, code: &CodeTimeline) -> Result<Vec<Vec<Out>>, Error> {
     let mut configs = Vec::new();
     let mut cpu_of = [u32::MAX; 128];
-    for c in &info.cpus {
-        let Some(r) = c.etmv4() else {
-            bail!("CoreSight AUXTRACE_INFO: cpu {} is not an ETMv4/ETE trace unit (magic {:#x}); only ETMv4 is decoded", c.cpu, c.magic)
-        };
-        let cfg = etm::EtmV4Config::from(&r);
-        cpu_of[(cfg.trace_id() & 0x7f) as usize] = c.cpu as u32;
+    for (cpu, cfg) in etm_configs(info)? {
+        cpu_of[(cfg.trace_id() & 0x7f) as usize] = cpu as u32;
         configs.push(cfg);
     }
     // Timestamps are perf's clock counter only with ts_source 1 on every CPU (as perf decides).

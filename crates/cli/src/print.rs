@@ -1,0 +1,34 @@
+//! What `decode` prints, one module per layout: poketrace's own ([`text`]),
+//! `perf script`'s ([`perf`]) and JSON ([`json`]).
+
+mod columns;
+pub mod json;
+pub mod perf;
+pub mod text;
+
+use codeimage::CodeTimeline;
+use tracedecode::Out;
+
+use crate::symbols::Symbolizer;
+use crate::text::Text;
+
+/// The layout of `decode`'s lines.
+pub enum Layout {
+    /// poketrace's own.
+    Text,
+    /// `perf script -F` with these fields.
+    Perf(perf::Fields),
+    Json,
+}
+
+impl Layout {
+    /// Writes `l` to `t`; `who` is the (pid, tid, comm) that ran it, `tl` the
+    /// code the line's instruction bytes are read from.
+    pub fn write(&self, t: &mut Text, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer, tl: &CodeTimeline) {
+        match self {
+            Layout::Text => text::write_line(t, l, l.cpu, who, symbols),
+            Layout::Perf(fields) => perf::write_perf_line(t, fields, l, l.cpu, who, symbols, tl),
+            Layout::Json => json::write_json_line(t, l, l.cpu, who, symbols, tl),
+        }
+    }
+}

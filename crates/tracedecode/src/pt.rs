@@ -1,0 +1,243 @@
+//! Intel PT: each queue decoded over the chosen image, its flow events
+//! made into perf's samples (taken branches, instructions, trace ends,
+//! traps, errors), all queues merged in time order as they come.
+
+use std::sync::Arc;
+
+use codeimage::window::{Interval, PerfStyle, Static};
+use codeimage::CodeTimeline;
+use intel_pt::flow::{FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, SharedBlocks};
+use isa::BranchClass;
+
+use crate::flags::{branch_flags, end_flags};
+use crate::itrace::Itrace;
+use crate::lanes::Lanes;
+use crate::line::{Kind, Out};
+use crate::mode::ImageMode;
+use crate::queue::Queue;
+use crate::setup::PtSetup;
+use crate::Error;
+
+/// Lines a queue's decoder hands over at once.
+const BATCH: usize = 4096;
+
+/// Decodes every queue over `tl` (or `code`, the code before any change,
+/// for [`ImageMode::Static`]) and passes its lines to `emit` in (time,
+/// queue) order, a few batches per queue in memory at most.
+pub fn decode<E: From<Error>>(
+    setup: &PtSetup,
+    queues: &[Queue],
+    itrace: &Itrace,
+    image: ImageMode,
+    tl: &CodeTimeline,
+    code: &CodeTimeline,
+    emit: &mut impl FnMut(&Out) -> Result<(), E>,
+) -> Result<(), E> {
+    // The queues' decoders build each block once between them (one table
+    // for all: they decode over the same image).
+    let blocks = Arc::new(SharedBlocks::default());
+    let decode_one = |queue: usize, lanes: &Lanes| {
+        let q = &queues[queue];
+        let (cfg, mtc, cyc, blocks) = (setup.cfg.clone(), setup.mtc, setup.cyc, blocks.clone());
+        let sink = &mut Collector::new(queue, q.cpu, itrace, tl, lanes);
+        match image {
+            ImageMode::Timeline => {
+                FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink)
+            }
+            // The lines show no instruction's latest time: none is worked out.
+            ImageMode::PerfStyle => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
+                .with_mtc(mtc)
+                .with_cyc(cyc)
+                .with_upper_bounds(false)
+                .with_shared_blocks(blocks)
+                .run_with(sink),
+            ImageMode::Static => FlowDecoder::new(&q.trace, &Static(code), cfg)
+                .with_mtc(mtc)
+                .with_cyc(cyc)
+                .with_upper_bounds(false)
+                .with_shared_blocks(blocks)
+                .run_with(sink),
+        }
+        sink.finish();
+    };
+    crate::pool::decode_merged(queues.len(), decode_one, emit)
+}
+
+/// Turns one CPU's flow events into output lines: taken branches (from the
+/// instruction before to the one after), instructions, traps, errors.
+struct Collector<'a> {
+    queue: usize,
+    cpu: u32,
+    itrace: &'a Itrace,
+    tl: &'a CodeTimeline,
+    /// Lines not yet handed on.
+    lines: Vec<Out>,
+    /// Where full batches of lines go.
+    lanes: &'a Lanes,
+    /// The last instruction: IP, length, class, time.
+    prev: Option<(u64, u8, BranchClass, u64)>,
+    tracing: bool,
+    /// The line of the previous instruction, to note where its branch went.
+    prev_line: Option<usize>,
+    /// Instructions since the last that got a line (`Itrace::period`).
+    insns_seen: u64,
+}
+
+impl<'a> Collector<'a> {
+    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lanes: &'a Lanes) -> Self {
+        Collector { queue, cpu, itrace, tl, lines: Vec::with_capacity(BATCH), lanes, prev: None, tracing: false, prev_line: None, insns_seen: 0 }
+    }
+
+    /// Hands a full batch on; only between events, when no line waits to
+    /// learn where its instruction went.
+    fn flush(&mut self) {
+        if self.lines.len() >= BATCH && self.prev_line.is_none() {
+            self.lanes.send(self.queue, std::mem::replace(&mut self.lines, Vec::with_capacity(BATCH)));
+        }
+    }
+
+    /// Hands the last lines on, at the end of the buffer.
+    /// (Only the lines are kept: a queue's last batch may wait in the
+    /// merge until every queue has its first line.)
+    fn finish(&mut self) {
+        let mut last = std::mem::take(&mut self.lines);
+        if !last.is_empty() {
+            last.shrink_to_fit();
+            self.lanes.send(self.queue, last);
+        }
+    }
+
+    fn is_taken(from: u64, len: u8, class: BranchClass, to: u64) -> bool {
+        class.is_branch() && (class != BranchClass::CondBranch || to != from + len as u64)
+    }
+
+    /// The taken branch of the previous instruction, now that where it went (`to`) is known.
+    fn taken(&self, to: u64) -> Option<Out> {
+        match self.prev {
+            Some((from, len, class, t)) if Self::is_taken(from, len, class, to) => Some(Out {
+                time: t,
+                queue: self.queue,
+                cpu: self.cpu,
+                kind: Kind::Branch { from, to, flags: branch_flags(class, from, t, self.tl), from_len: Some(len) },
+            }),
+            _ => None,
+        }
+    }
+
+    /// Execution reaches `ip` at `time`: the branch that led there, or the
+    /// start of tracing.
+    fn arrive(&mut self, ip: u64, time: u64) {
+        if self.itrace.branches {
+            match self.taken(ip) {
+                Some(b) => self.lines.push(b),
+                None if !self.tracing => self.lines.push(Out {
+                    time,
+                    queue: self.queue,
+                    cpu: self.cpu,
+                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None },
+                }),
+                None => {}
+            }
+        }
+        self.tracing = true;
+    }
+}
+
+impl FlowSink for Collector<'_> {
+    /// A straight run of instructions (no jump or call before the last)
+    /// holds no branch but the one its last may take: unless instruction
+    /// lines are asked for, only where it starts and its last matter.
+    fn block(&mut self, b: InsnBlock<'_>) {
+        if self.itrace.instructions || b.has_inner_branches() {
+            b.for_each_insn(|e| self.event(e));
+            return;
+        }
+        self.flush();
+        self.arrive(b.ip, b.lo);
+        self.prev = Some((b.last_ip, b.last().len, b.last().class, b.last_lo));
+    }
+
+    fn event(&mut self, e: FlowEvent) {
+        let (queue, cpu) = (self.queue, self.cpu);
+        // Where the previous instruction's branch went, for its instruction line.
+        if let (Some(i), Some((from, len, class, _))) = (self.prev_line.take(), self.prev) {
+            let next = match e {
+                FlowEvent::Insn { ip, .. } => Some(ip),
+                FlowEvent::Trap { from, .. } => Some(from),
+                FlowEvent::End { at, .. } => at,
+                FlowEvent::Error { .. } | FlowEvent::Enabled { .. } | FlowEvent::State { .. } => None,
+            };
+            if let (Some(to), Kind::Insn { to: slot, .. }) = (next, &mut self.lines[i].kind) {
+                *slot = Self::is_taken(from, len, class, to).then_some(to);
+            }
+        }
+        self.flush();
+        match e {
+            FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
+                self.arrive(ip, lo);
+                if self.itrace.instructions && self.itrace.sampled(&mut self.insns_seen) {
+                    self.prev_line = Some(self.lines.len());
+                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
+                }
+                self.prev = Some((ip, len, class, lo));
+            }
+            FlowEvent::Trap { from, to, time } => {
+                if self.itrace.branches {
+                    let b = self.taken(from);
+                    self.lines.extend(b);
+                    self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len: None } });
+                }
+                self.prev = None;
+            }
+            // perf's trace-end samples: an asynchronous stop (FUP + TIP.PGD)
+            // goes from the FUP's IP to the TIP.PGD's; a TIP.PGD taking an
+            // indirect branch's place goes from that branch. The end of the
+            // data is no branch, and gets no line.
+            FlowEvent::End { time, at, disabled, to } => {
+                if self.itrace.branches && self.tracing && disabled {
+                    let to = to.unwrap_or(0);
+                    match at {
+                        Some(at) => {
+                            let b = self.taken(at);
+                            self.lines.extend(b);
+                            let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
+                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from: at, to, flags, from_len: None } });
+                        }
+                        None => {
+                            let (from, len, class) = self.prev.map_or((0, None, BranchClass::None), |p| (p.0, Some(p.1), p.2));
+                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: len } });
+                        }
+                    }
+                }
+                self.tracing = false;
+                self.prev = None;
+            }
+            FlowEvent::Error { offset, time, ip, kind } => {
+                if self.itrace.errors {
+                    self.lines.push(Out {
+                        time,
+                        queue,
+                        cpu,
+                        kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() },
+                    });
+                }
+                self.tracing = false;
+                self.prev = None;
+            }
+            // Not asked for (no state events).
+            FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
+        }
+    }
+}
+
+/// perf's error code for an Intel PT decode error.
+pub fn perf_error_code(kind: &FlowErrorKind) -> u32 {
+    match kind {
+        FlowErrorKind::Packet(_) => 3,
+        FlowErrorKind::EndOfTrace => 4,
+        FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => 5,
+        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets | FlowErrorKind::PsbMismatch { .. } => 6,
+        FlowErrorKind::Overflow => 7,
+        FlowErrorKind::NoProgress => 10,
+    }
+}
