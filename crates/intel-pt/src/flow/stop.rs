@@ -53,6 +53,21 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         Ok(true)
     }
 
+    /// The peeked TIP.PGD names `ip`, where the walk is: tracing stops
+    /// there, before its code is read (the code may not be there).
+    pub(super) fn disabled_at(&self, st: &mut State<'a>, ip: u64, sink: &mut impl FlowSink, trial: bool) {
+        st.take_peeked();
+        st.walked = 0;
+        if !trial {
+            if !st.events.is_empty() {
+                self.flush(st, sink, false);
+            }
+            sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip) });
+        }
+        st.last_disable = Some(ip);
+        st.ip = None;
+    }
+
     /// Before the code at `ip` is read: tracing ends there when the next
     /// flow packet is a TIP.PGD at `ip` (its code may not be there: a branch
     /// left the traced code) or the trace ends. If so, whether the run goes on.
@@ -66,16 +81,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     ) -> Option<bool> {
         match peeked {
             Some((_, Flow::Pgd(Some(f)))) if f == ip => {
-                st.take_peeked();
-                st.walked = 0;
-                if !trial {
-                    if !st.events.is_empty() {
-                        self.flush(st, sink, false);
-                    }
-                    sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip) });
-                }
-                st.last_disable = Some(ip);
-                st.ip = None;
+                self.disabled_at(st, ip, sink, trial);
                 Some(true)
             }
             None if self.at_trace_end(st) => {

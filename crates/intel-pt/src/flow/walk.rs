@@ -329,16 +329,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     return Ok(true);
                 }
                 Some((_, Flow::Pgd(Some(f)))) if f == ip => {
-                    st.take_peeked();
-                    st.walked = 0;
-                    if !trial {
-                        if !st.events.is_empty() {
-                            self.flush(st, sink, false);
-                        }
-                        sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip) });
-                    }
-                    st.last_disable = Some(ip);
-                    st.ip = None;
+                    self.disabled_at(st, ip, sink, trial);
                     return Ok(true);
                 }
                 None => {
