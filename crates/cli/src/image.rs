@@ -47,6 +47,18 @@ pub fn run(a: &Args, out: &mut impl Write) -> Result<i32> {
     Ok(if built.errors.is_empty() { 0 } else { 1 })
 }
 
+/// Most bytes `--at` reads: its output is a few lines per instruction.
+pub const MAX_LEN: usize = 1 << 20;
+
+/// LEN for `--at`: a decimal byte count from 0 to [`MAX_LEN`].
+pub fn parse_len(s: &str) -> std::result::Result<usize, String> {
+    let len: u64 = s.parse().map_err(|e| format!("{e}: give a byte count from 0 to {MAX_LEN}"))?;
+    match usize::try_from(len) {
+        Ok(n) if n <= MAX_LEN => Ok(n),
+        _ => Err(format!("{len} bytes is more than the limit of {MAX_LEN} (1 MiB)")),
+    }
+}
+
 /// Nanoseconds, or `seconds.nanoseconds` (perf script's `--ns` form).
 fn parse_time(s: &str) -> Result<Time> {
     match s.split_once('.') {

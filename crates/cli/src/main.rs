@@ -67,8 +67,8 @@ enum Command {
         history: Option<String>,
         /// Address (hex, or symbol[+offset] from kcore_dir/kallsyms).
         addr: Option<String>,
-        /// Bytes to read.
-        #[arg(default_value_t = 16)]
+        /// Bytes to read, at most 1 MiB (1048576).
+        #[arg(default_value_t = 16, value_parser = image::parse_len)]
         len: usize,
         /// More base code: ELF files (vmlinux) loaded at their addresses.
         #[arg(long, value_name = "ELF")]
