@@ -66,7 +66,8 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
     let mut sites: BTreeMap<u64, SiteSummary> = BTreeMap::new();
     let mut kinds: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut n_pokes, mut n_ksyms, mut errors) = (0u64, 0u64, 0u64);
-    for item in file.sorted_records() {
+    let mut sorted = file.sorted_records();
+    for item in sorted.by_ref() {
         let r = match item {
             Ok(r) => r,
             Err(e) => {
@@ -152,6 +153,10 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
             }
             _ => {}
         }
+    }
+    if sorted.unordered_records() > 0 {
+        errors += 1;
+        eprintln!("poketrace pokes: {}", codeimage::unordered_message(sorted.unordered_records()));
     }
     if !json {
         writeln!(out, "\n# {n_pokes} text pokes at {} sites, {n_ksyms} ksymbol records; symbols: {}", sites.len(), symbols.source)?;

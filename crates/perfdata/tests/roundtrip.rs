@@ -208,3 +208,36 @@ fn sorted_order_follows_rounds() {
     // the largest time seen before it; the end flushes the rest.
     assert_eq!(order, vec![None, Some(5), Some(10), Some(20), Some(30), None, Some(35), Some(40)]);
 }
+
+/// Without FINISHED_ROUND, the queue still stays bounded: past its limit the
+/// oldest half goes out, and a record older than what went out is counted.
+#[test]
+fn sorted_queue_is_bounded_without_rounds() {
+    let attrs = vec![AttrWithIds { attr: attr(SIDE_BAND), ids: vec![1] }];
+    let lost = |t: u64| {
+        (
+            misc::KERNEL,
+            RecordBody::LostSamples(LostSamples { lost: t }),
+            SampleId { time: Some(t), identifier: Some(1), pid: Some(0), tid: Some(0), cpu: Some(0), ..SampleId::default() },
+        )
+    };
+    // 1000 records in time order, then one from before all of them.
+    let mut records: Vec<_> = (1..=1000).map(|t| lost(t + 10)).collect();
+    records.push(lost(1));
+    let file = PerfFile::from_vec(write_all(attrs, &records)).unwrap();
+    let mut sorted = file.sorted_records().with_queue_limit(64);
+    assert_eq!(sorted.queue_limit(), 64);
+    let mut times = Vec::new();
+    while let Some(r) = sorted.next() {
+        assert!(sorted.queued() <= 64, "{} records queued", sorted.queued());
+        times.push(r.unwrap().time().unwrap());
+    }
+    assert_eq!(times.len(), 1001, "no record lost");
+    assert!(sorted.early_flushes() > 0);
+    assert_eq!(sorted.unordered_records(), 1, "the late record is counted");
+    assert_ne!(times[0], 1, "the late record could not go first");
+    let others: Vec<u64> = times.iter().copied().filter(|&t| t != 1).collect();
+    assert!(others.windows(2).all(|w| w[0] < w[1]));
+    // The default limit is large enough for real rounds.
+    assert!(file.sorted_records().queue_limit() >= 100_000);
+}
