@@ -66,6 +66,7 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
     let mut sites: BTreeMap<u64, SiteSummary> = BTreeMap::new();
     let mut kinds: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut n_pokes, mut n_ksyms, mut errors) = (0u64, 0u64, 0u64);
+    let mut losses = perfdata::Losses::default();
     let mut sorted = file.sorted_records();
     for item in sorted.by_ref() {
         let r = match item {
@@ -77,6 +78,7 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
             }
         };
         threads.observe(&r);
+        losses.observe(&r);
         let s = r.sample_id;
         match &r.body {
             RecordBody::TextPoke(p) => {
@@ -152,6 +154,12 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
                 }
             }
             _ => {}
+        }
+    }
+    if losses.lost_records() > 0 {
+        errors += 1;
+        for line in losses.report(10) {
+            eprintln!("poketrace pokes: {line}: text pokes may be missing");
         }
     }
     if sorted.unordered_records() > 0 {

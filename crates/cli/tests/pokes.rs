@@ -12,6 +12,7 @@ const JMP: [u8; 5] = [0xe9, 0x10, 0x00, 0x00, 0x00];
 
 enum Item {
     Poke(u64),
+    Lost(u64, u64),
     Round,
 }
 
@@ -33,6 +34,7 @@ fn file(name: &str, items: &[Item]) -> PathBuf {
         let (old, new) = if i % 2 == 0 { (&NOP5, &JMP) } else { (&JMP, &NOP5) };
         match *item {
             Item::Poke(t) => w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: SITE, old, new }), &sid(t)).map(drop).unwrap(),
+            Item::Lost(t, n) => w.write(0, &RecordBody::Lost(Lost { id: 1, lost: n }), &sid(t)).map(drop).unwrap(),
             Item::Round => w.write(0, &RecordBody::FinishedRound, &SampleId::default()).map(drop).unwrap(),
         }
     }
@@ -54,4 +56,30 @@ fn pokes_reports_records_delivered_out_of_order() {
     assert!(err.contains("1 records arrived after later ones"), "{err}");
     let in_order = file("ordered", &[Item::Poke(10), Item::Round, Item::Poke(30), Item::Round, Item::Poke(40)]);
     assert_eq!(poketrace(&["pokes", in_order.to_str().unwrap()]).status.code(), Some(0));
+}
+
+#[test]
+fn lost_records_are_reported_with_their_window() {
+    let f = file("lost", &[Item::Poke(1_000_000_000), Item::Lost(3_000_000_000, 10), Item::Poke(4_000_000_000)]);
+    let f = f.to_str().unwrap();
+    let out = poketrace(&["pokes", f]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("10 records lost on cpu 2 between 1.000000000 and 3.000000000"), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("PERF_RECORD_TEXT_POKE").count(), 2, "{stdout}");
+
+    // image: a moment before the window is unaffected; one after it may be wrong.
+    let early = poketrace(&["image", f, "--at", "0.5", "ffffffff81000040", "5"]);
+    assert_eq!(early.status.code(), Some(0), "{}", String::from_utf8_lossy(&early.stderr));
+    for args in [&["image", f, "--at", "2.0", "ffffffff81000040", "5"][..], &["image", f, "--history", "ffffffff81000040"]] {
+        let late = poketrace(args);
+        let err = String::from_utf8_lossy(&late.stderr);
+        assert_eq!(late.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("10 records lost on cpu 2 between 1.000000000 and 3.000000000: pokes may be missing"), "{args:?}: {err}");
+    }
+
+    // dump lists the LOST record and says the recording is incomplete.
+    let dump = poketrace(&["dump", f]);
+    assert!(String::from_utf8_lossy(&dump.stderr).contains("the recording is incomplete: 10 records lost"));
 }
