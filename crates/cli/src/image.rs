@@ -32,6 +32,13 @@ pub fn run(a: &Args, out: &mut impl Write) -> Result<i32> {
     for e in &built.errors {
         eprintln!("poketrace image: {e}");
     }
+    let base = built.timeline.base();
+    if let Some(overlaps) = base.overlap_summary() {
+        eprintln!("poketrace image: {overlaps}");
+    }
+    for (start, bytes, name) in &base.clipped {
+        eprintln!("poketrace image: {name} at {start:#x}: {bytes} bytes past the top of the address space dropped");
+    }
     let symbols = Symbolizer::for_input(&file, None)?;
     let arch = match file.features().arch.as_deref() {
         Some("aarch64" | "arm64") => Arch::Aarch64,
