@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{BufWriter, IsTerminal};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -87,7 +87,7 @@ pub fn record(opts: &Options) -> Result<Summary> {
     if !opts.mmap_pages.is_power_of_two() {
         return Err(Error::Environment(format!("--mmap-pages {} is not a power of two", opts.mmap_pages)));
     }
-    prepare_output(&opts.output)?;
+    crate::output::prepare(&opts.output)?;
     let mut warnings = Vec::new();
     let cpus = sys::online_cpus()?;
     let (bpf_attr, watch) = match sys::open_all(&watch_attr(), &cpus, WATCH_PAGES) {
@@ -346,31 +346,6 @@ fn u64_at(r: &[u8], at: usize) -> u64 {
 
 fn code(status: ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-}
-
-/// Makes `dir` an empty directory; an earlier recording there becomes `dir.old`, as perf does.
-fn prepare_output(dir: &Path) -> Result<()> {
-    if let Ok(meta) = std::fs::symlink_metadata(dir) {
-        let is_recording = if meta.is_dir() {
-            dir.join("data").is_file() || std::fs::read_dir(dir).map_err(Error::io(dir))?.next().is_none()
-        } else {
-            let mut magic = [0u8; 8];
-            File::open(dir).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && &magic == perfdata::MAGIC
-        };
-        if !is_recording {
-            return Err(Error::Environment(format!("{} exists and is not a perf.data file or directory: choose another output", dir.display())));
-        }
-        let mut old = dir.as_os_str().to_owned();
-        old.push(".old");
-        let old = PathBuf::from(old);
-        match std::fs::symlink_metadata(&old) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&old).map_err(Error::io(&old))?,
-            Ok(_) => std::fs::remove_file(&old).map_err(Error::io(&old))?,
-            Err(_) => {}
-        }
-        std::fs::rename(dir, &old).map_err(Error::io(dir))?;
-    }
-    std::fs::create_dir_all(dir).map_err(Error::io(dir))
 }
 
 /// The header features perf shows with `--header`.
