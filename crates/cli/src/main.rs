@@ -285,8 +285,26 @@ fn print_table(reports: &[sim::check::ModeReport], out: &mut impl Write) -> Resu
     Ok(())
 }
 
+/// A new directory `PREFIX-N` in the temporary directory, N random, created
+/// exclusively with mode 0700: nothing planted there beforehand is used.
+fn private_temp_dir(prefix: &str) -> Result<PathBuf> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::os::unix::fs::DirBuilderExt;
+    for attempt in 0..100u64 {
+        let mut h = std::hash::RandomState::new().build_hasher();
+        h.write_u64(attempt);
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}", h.finish()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("creating {}", dir.display()))),
+        }
+    }
+    anyhow::bail!("no free name for a {prefix} directory in {}", std::env::temp_dir().display())
+}
+
 fn demo(out: &mut impl Write) -> Result<i32> {
-    let root = std::env::temp_dir().join(format!("poketrace-demo-{}", std::process::id()));
+    let root = private_temp_dir("poketrace-demo")?;
     writeln!(
         out,
         "poketrace demo: 4 simulated CPUs run kernel-like x86-64 or AArch64 code while it is\n\
@@ -322,4 +340,21 @@ fn demo(out: &mut impl Write) -> Result<i32> {
         root.display()
     )?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn demo_directories_are_private_and_unpredictable() {
+        let a = super::private_temp_dir("poketrace-test-private").unwrap();
+        let b = super::private_temp_dir("poketrace-test-private").unwrap();
+        assert_ne!(a, b);
+        for d in [&a, &b] {
+            assert_eq!(std::fs::metadata(d).unwrap().permissions().mode() & 0o777, 0o700);
+            assert!(!d.to_string_lossy().ends_with(&format!("-{}", std::process::id())));
+            std::fs::remove_dir(d).unwrap();
+        }
+    }
 }
