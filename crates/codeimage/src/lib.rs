@@ -33,5 +33,5 @@ pub mod window;
 
 pub use base::{BaseImage, Region, OVERLAPS_LISTED};
 pub use error::{Error, Result};
-pub use perf::{add_base, from_perf_data, from_perf_data_with, unordered_message, PerfTimeline, PokeEvents};
+pub use perf::{add_base, from_perf_data, from_perf_data_with, PerfTimeline, PokeEvents};
 pub use timeline::{Anomaly, AnomalyKind, CodeTimeline, HistoryEntry, Nearby, Poke, PokeInfo, Read, ReadInfo, Time, TimelineBuilder};

@@ -49,8 +49,7 @@ pub fn from_perf_data_with(file: &PerfFile, mut extra: BaseImage, events: PokeEv
     let mut open: OpenPairs = Default::default();
     let mut errors = Vec::new();
     let mut losses = Losses::default();
-    let mut sorted = file.sorted_records();
-    for r in sorted.by_ref() {
+    for r in file.sorted_records() {
         let r = match r {
             Ok(r) => r,
             Err(e) => {
@@ -87,23 +86,12 @@ pub fn from_perf_data_with(file: &PerfFile, mut extra: BaseImage, events: PokeEv
             _ => {}
         }
     }
-    if sorted.unordered_records() > 0 {
-        errors.push(unordered_message(sorted.unordered_records()));
-    }
     // A begin without its end: uncertain from then on.
     for ((addr, old, new), (time, cpu)) in open {
         errors.push(format!("change at {addr:#x} from time {time} has no end record"));
         b.poke(Poke { time, settled: Some(u64::MAX), addr, old: &old, new: &new, cpu });
     }
     Ok(PerfTimeline { timeline: b.build(), pokes, non_kernel_pokes: non_kernel, errors, losses })
-}
-
-/// The error for records delivered after later ones (the time-order queue
-/// overflowed, or the file's rounds are wrong): changes may apply out of order.
-pub fn unordered_message(n: u64) -> String {
-    format!(
-        "{n} records arrived after later ones had been delivered (time-order queue limit or bad rounds): changes may be applied out of time order"
-    )
 }
 
 /// The code of a perf.data before any change: `kcore_dir/kcore` and the
