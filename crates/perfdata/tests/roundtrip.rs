@@ -241,3 +241,22 @@ fn sorted_queue_is_bounded_without_rounds() {
     // The default limit is large enough for real rounds.
     assert!(file.sorted_records().queue_limit() >= 100_000);
 }
+
+/// perf.data and kcore_dir hold kernel addresses and code: owner-only, as perf makes them.
+#[test]
+fn written_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("private-files");
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let w = Writer::create(d.join("data"), vec![AttrWithIds { attr: attr(SIDE_BAND), ids: vec![1] }]).unwrap();
+    w.finish().unwrap();
+    assert_eq!(mode(&d.join("data")), 0o600);
+    let segs = [kcore::Segment { vaddr: 0xffff_ffff_8100_0000, bytes: vec![0xcc; 16] }];
+    kcore::write_kcore_dir(&d.join("kcore_dir"), kcore::Machine::X86_64, &segs, "ffffffff81000000 T _text\n", "").unwrap();
+    assert_eq!(mode(&d.join("kcore_dir")), 0o700);
+    for f in ["kcore", "kallsyms", "modules"] {
+        assert_eq!(mode(&d.join("kcore_dir").join(f)), 0o600, "{f}");
+    }
+}
