@@ -19,6 +19,7 @@ pub fn run(input: &Path, json: bool, out: &mut impl Write) -> Result<i32> {
     let mut symbols = Symbolizer::for_input(&file, None)?;
     let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
     let mut errors = 0u64;
+    let mut losses = perfdata::Losses::default();
     let mut records = file.records();
     loop {
         // The layout perf prints a record with is the one known before it
@@ -35,6 +36,7 @@ pub fn run(input: &Path, json: bool, out: &mut impl Write) -> Result<i32> {
             }
         };
         *counts.entry(r.record_type()).or_default() += 1;
+        losses.observe(&r);
         if let RecordBody::Ksymbol(k) = &r.body {
             symbols.apply(k);
         }
@@ -51,6 +53,10 @@ pub fn run(input: &Path, json: bool, out: &mut impl Write) -> Result<i32> {
     }
     if !json {
         write_stats(out, &counts)?;
+    }
+    // The listing is complete; the recording it lists is not.
+    for line in losses.report(10) {
+        eprintln!("poketrace dump: the recording is incomplete: {line}");
     }
     Ok(if errors > 0 { 1 } else { 0 })
 }

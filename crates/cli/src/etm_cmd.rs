@@ -26,6 +26,13 @@ pub fn run(dir: &Path, packets: bool, format: &str, out: &mut impl Write) -> Res
     for u in &setup.unsupported {
         eprintln!("poketrace etm: source {u:?} is not ETMv4: its bytes are skipped");
     }
+    // Like trc_pkt_lister: skip what cannot be read, decode the rest, and say so.
+    for d in &snap.skipped_devices {
+        eprintln!("poketrace etm: {d}");
+    }
+    for m in &setup.missing {
+        eprintln!("poketrace etm: trace source {m} has no device file: its bytes are skipped");
+    }
     let data = snap.read_buffer(&setup.buffer)?;
     let configs: Vec<_> = setup.sources.iter().map(|s| s.1).collect();
     // OpenCSD keeps going byte by byte after a fault: the same here for a diffable listing.
@@ -33,7 +40,7 @@ pub fn run(dir: &Path, packets: bool, format: &str, out: &mut impl Write) -> Res
     let mut reader = PacketReader::with_container(&data, setup.container, setup.framing, &configs, recovery);
     let mut printer = OpenCsdPrinter::new(Listing::Decode);
     let mut text = Vec::with_capacity(1 << 17);
-    let mut faults = 0;
+    let mut faults = snap.skipped_devices.len() + setup.missing.len();
     if packets {
         while let Some(item) = reader.next() {
             match item {
@@ -52,7 +59,9 @@ pub fn run(dir: &Path, packets: bool, format: &str, out: &mut impl Write) -> Res
         return Ok(if faults > 0 { 1 } else { 0 });
     }
 
+    // Missing or short memory dumps: the code image is incomplete.
     let (code, notes) = snap.code_image();
+    faults += notes.len();
     for n in notes {
         eprintln!("poketrace etm: {n}");
     }

@@ -32,6 +32,13 @@ pub fn run(a: &Args, out: &mut impl Write) -> Result<i32> {
     for e in &built.errors {
         eprintln!("poketrace image: {e}");
     }
+    let base = built.timeline.base();
+    if let Some(overlaps) = base.overlap_summary() {
+        eprintln!("poketrace image: {overlaps}");
+    }
+    for (start, bytes, name) in &base.clipped {
+        eprintln!("poketrace image: {name} at {start:#x}: {bytes} bytes past the top of the address space dropped");
+    }
     let symbols = Symbolizer::for_input(&file, None)?;
     let arch = match file.features().arch.as_deref() {
         Some("aarch64" | "arm64") => Arch::Aarch64,
@@ -39,12 +46,45 @@ pub fn run(a: &Args, out: &mut impl Write) -> Result<i32> {
     };
     let tl = &built.timeline;
     let view = View { tl, arch, symbols: &symbols };
-    match (&a.at, &a.history, &a.addr) {
-        (Some(t), None, Some(addr)) => view.at(out, parse_time(t)?, parse_addr(addr, &file)?, a.len, a.json)?,
-        (None, Some(addr), None) => view.history(out, parse_addr(addr, &file)?, a.json)?,
+    let before = match (&a.at, &a.history, &a.addr) {
+        (Some(t), None, Some(addr)) => {
+            let t = parse_time(t)?;
+            view.at(out, t, parse_addr(addr, &file)?, a.len, a.json)?;
+            t
+        }
+        (None, Some(addr), None) => {
+            view.history(out, parse_addr(addr, &file)?, a.json)?;
+            Time::MAX
+        }
         _ => bail!("give either --at TIME ADDR [LEN] or --history ADDR"),
+    };
+    let lost = report_losses(&built.losses, before);
+    Ok(if built.errors.is_empty() && lost == 0 { 0 } else { 1 })
+}
+
+/// Loss windows that may hide pokes from before `before`, told on stderr
+/// (the first ten); returns how many there are.
+fn report_losses(losses: &perfdata::Losses, before: Time) -> usize {
+    let windows: Vec<_> = losses.windows().iter().filter(|w| w.may_precede(before)).collect();
+    for w in windows.iter().take(10) {
+        eprintln!("poketrace image: {}: pokes may be missing there, so the answer may be wrong", w.describe());
     }
-    Ok(if built.errors.is_empty() { 0 } else { 1 })
+    if windows.len() > 10 {
+        eprintln!("poketrace image: ... and {} more loss windows", windows.len() - 10);
+    }
+    windows.len()
+}
+
+/// Most bytes `--at` reads: its output is a few lines per instruction.
+pub const MAX_LEN: usize = 1 << 20;
+
+/// LEN for `--at`: a decimal byte count from 0 to [`MAX_LEN`].
+pub fn parse_len(s: &str) -> std::result::Result<usize, String> {
+    let len: u64 = s.parse().map_err(|e| format!("{e}: give a byte count from 0 to {MAX_LEN}"))?;
+    match usize::try_from(len) {
+        Ok(n) if n <= MAX_LEN => Ok(n),
+        _ => Err(format!("{len} bytes is more than the limit of {MAX_LEN} (1 MiB)")),
+    }
 }
 
 /// Nanoseconds, or `seconds.nanoseconds` (perf script's `--ns` form).

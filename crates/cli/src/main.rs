@@ -68,8 +68,8 @@ enum Command {
         history: Option<String>,
         /// Address (hex, or symbol[+offset] from kcore_dir/kallsyms).
         addr: Option<String>,
-        /// Bytes to read.
-        #[arg(default_value_t = 16)]
+        /// Bytes to read, at most 1 MiB (1048576).
+        #[arg(default_value_t = 16, value_parser = image::parse_len)]
         len: usize,
         /// More base code: ELF files (vmlinux) loaded at their addresses.
         #[arg(long, value_name = "ELF")]
@@ -296,8 +296,26 @@ fn print_table(reports: &[sim::check::ModeReport], out: &mut impl Write) -> Resu
     Ok(())
 }
 
+/// A new directory `PREFIX-N` in the temporary directory, N random, created
+/// exclusively with mode 0700: nothing planted there beforehand is used.
+fn private_temp_dir(prefix: &str) -> Result<PathBuf> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::os::unix::fs::DirBuilderExt;
+    for attempt in 0..100u64 {
+        let mut h = std::hash::RandomState::new().build_hasher();
+        h.write_u64(attempt);
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}", h.finish()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("creating {}", dir.display()))),
+        }
+    }
+    anyhow::bail!("no free name for a {prefix} directory in {}", std::env::temp_dir().display())
+}
+
 fn demo(out: &mut impl Write) -> Result<i32> {
-    let root = std::env::temp_dir().join(format!("poketrace-demo-{}", std::process::id()));
+    let root = private_temp_dir("poketrace-demo")?;
     writeln!(
         out,
         "poketrace demo: 4 simulated CPUs run kernel-like x86-64 or AArch64 code while it is\n\
@@ -333,4 +351,21 @@ fn demo(out: &mut impl Write) -> Result<i32> {
         root.display()
     )?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn demo_directories_are_private_and_unpredictable() {
+        let a = super::private_temp_dir("poketrace-test-private").unwrap();
+        let b = super::private_temp_dir("poketrace-test-private").unwrap();
+        assert_ne!(a, b);
+        for d in [&a, &b] {
+            assert_eq!(std::fs::metadata(d).unwrap().permissions().mode() & 0o777, 0o700);
+            assert!(!d.to_string_lossy().ends_with(&format!("-{}", std::process::id())));
+            std::fs::remove_dir(d).unwrap();
+        }
+    }
 }

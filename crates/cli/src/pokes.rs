@@ -66,7 +66,9 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
     let mut sites: BTreeMap<u64, SiteSummary> = BTreeMap::new();
     let mut kinds: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut n_pokes, mut n_ksyms, mut errors) = (0u64, 0u64, 0u64);
-    for item in file.sorted_records() {
+    let mut losses = perfdata::Losses::default();
+    let mut sorted = file.sorted_records();
+    for item in sorted.by_ref() {
         let r = match item {
             Ok(r) => r,
             Err(e) => {
@@ -76,6 +78,7 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
             }
         };
         threads.observe(&r);
+        losses.observe(&r);
         let s = r.sample_id;
         match &r.body {
             RecordBody::TextPoke(p) => {
@@ -152,6 +155,22 @@ pub fn run(input: &Path, kallsyms: Option<&Path>, json: bool, out: &mut impl Wri
             }
             _ => {}
         }
+    }
+    if losses.lost_records() > 0 {
+        errors += 1;
+        for line in losses.report(10) {
+            eprintln!("poketrace pokes: {line}: text pokes may be missing");
+        }
+    }
+    // Only an early flush is news: records below a round's flush were always delivered late.
+    if sorted.early_flushes() > 0 && sorted.unordered_records() > 0 {
+        errors += 1;
+        eprintln!(
+            "poketrace pokes: the time-order queue passed its limit of {} records {} times: {} records are listed after later ones",
+            sorted.queue_limit(),
+            sorted.early_flushes(),
+            sorted.unordered_records()
+        );
     }
     if !json {
         writeln!(out, "\n# {n_pokes} text pokes at {} sites, {n_ksyms} ksymbol records; symbols: {}", sites.len(), symbols.source)?;

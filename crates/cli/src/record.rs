@@ -11,7 +11,7 @@ use anyhow::Result;
 /// Flags of `poketrace record`.
 #[derive(clap::Args)]
 pub struct RecordArgs {
-    /// The perf.data directory to write (DIR/data, DIR/kcore_dir/, DIR/bpf/); an earlier one becomes DIR.old.
+    /// The perf.data directory to write (DIR/data, DIR/kcore_dir/, DIR/bpf/); made 0700; an earlier one poketrace made becomes DIR.old.
     #[arg(short, long, value_name = "DIR", default_value = "perf.data")]
     pub output: PathBuf,
     /// Stop after this many seconds.

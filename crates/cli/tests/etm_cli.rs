@@ -80,3 +80,47 @@ fn decoded_elements_match_trc_pkt_lister_line_for_line() {
     assert!(line.starts_with(&want), "{line}\n{want}");
     assert!(r["last_type"].is_string());
 }
+
+/// A copy of the juno snapshot in the test's temporary dir, without the files
+/// `leave_out`, with `extra` appended to cpu_0.ini.
+fn juno_copy(name: &str, leave_out: &[&str], extra: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("etm-cli").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    for e in std::fs::read_dir(juno()).unwrap() {
+        let e = e.unwrap();
+        let file = e.file_name();
+        if !leave_out.iter().any(|l| file == *l) {
+            std::fs::write(d.join(&file), std::fs::read(e.path()).unwrap()).unwrap();
+        }
+    }
+    let cpu0 = std::fs::read_to_string(d.join("cpu_0.ini")).unwrap() + extra;
+    std::fs::write(d.join("cpu_0.ini"), cpu0).unwrap();
+    d
+}
+
+fn etm(snap: &Path) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("etm").arg(snap).output().unwrap();
+    (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// A trace source whose device file is missing is skipped with a word, the
+/// rest decoded (as trc_pkt_lister does), and the exit status says so.
+#[test]
+fn a_missing_source_device_is_skipped_and_the_rest_decoded() {
+    let (code, full, _) = etm(&juno_copy("whole", &[], ""));
+    assert_eq!(code, Some(0));
+    let (code, out, err) = etm(&juno_copy("no-device-6", &["device_6.ini"], ""));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("device skipped") && err.contains("device_6.ini"), "{err}");
+    assert!(err.contains("has no device file: its bytes are skipped"), "{err}");
+    assert!(out.lines().count() > 1000 && out.len() < full.len(), "{} of {} bytes", out.len(), full.len());
+}
+
+/// A memory dump that is listed but missing makes the exit status 1.
+#[test]
+fn a_missing_memory_dump_is_a_failure() {
+    let (code, _, err) = etm(&juno_copy("no-dump", &[], "\n[dump9]\nfile=absent.bin\naddress=0x1000\n"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("absent.bin") && err.contains("skipped"), "{err}");
+}

@@ -82,3 +82,18 @@ fn history_lists_every_version_with_its_kind() {
     let text = run(&["image", d.to_str().unwrap(), "--history", "site_fn"]);
     assert!(text.contains("3 versions") && text.contains("[2.000000000 .. 3.000000000) jump-label (cpu 2)"), "{text}");
 }
+
+#[test]
+fn len_over_the_limit_is_a_clear_error() {
+    let d = fixture("len-limit");
+    let d = d.to_str().unwrap();
+    for len in ["18446744073709551615", "100000000000", "1048577"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(["image", d, "--at", "1", "site_fn", len]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{len}: {err}");
+        assert!(err.contains("more than the limit of 1048576"), "{len}: {err}");
+    }
+    let out = run(&["image", d, "--at", "1", "site_fn", "1048576", "--json"]);
+    let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(v["state"], "exact");
+}

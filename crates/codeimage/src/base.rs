@@ -3,8 +3,9 @@
 //! dumps are raw dumps: `etm::snapshot` loads them).
 //! Files are memory-mapped, not copied.
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use object::read::elf::{FileHeader as _, ProgramHeader as _};
 use object::{elf, Endianness, Object, ObjectSection, SectionFlags};
@@ -51,13 +52,26 @@ impl std::fmt::Debug for Region {
     }
 }
 
+/// Overlapping ranges listed one by one in [`BaseImage::overlaps`]; the rest are counted.
+pub const OVERLAPS_LISTED: usize = 16;
+
 /// Non-overlapping regions sorted by address. Where an added region overlaps
-/// earlier ones, the earlier bytes win and the overlap is recorded.
+/// earlier ones, the earlier bytes win and the overlap is counted (and the
+/// first [`OVERLAPS_LISTED`] listed). Adding a region takes O(log n) amortized:
+/// covered ranges are kept merged, so a region overlapping many others costs
+/// no more than one overlapping one.
 #[derive(Clone, Debug, Default)]
 pub struct BaseImage {
-    regions: Vec<Region>,
-    /// Overlapping ranges that were dropped: (start, end, name of the dropped part).
+    by_start: BTreeMap<u64, Region>,
+    /// Covered address ranges, merged: start -> end.
+    covered: BTreeMap<u64, u64>,
+    /// `by_start` as a slice, made on first read after a change.
+    sorted: OnceLock<Vec<Region>>,
+    /// The first overlapping ranges that were dropped: (start, end, name of the dropped part).
     pub overlaps: Vec<(u64, u64, String)>,
+    /// Every overlapping range that was dropped, and their bytes.
+    pub overlap_count: u64,
+    pub overlap_bytes: u64,
     /// Bytes dropped because they ran past the top of the address space
     /// (an address range ends below 2^64): (start of the region, bytes dropped, name).
     pub clipped: Vec<(u64, u64, String)>,
@@ -69,13 +83,28 @@ impl BaseImage {
     }
 
     pub fn regions(&self) -> &[Region] {
-        &self.regions
+        self.sorted.get_or_init(|| self.by_start.values().cloned().collect())
+    }
+
+    /// One line on what overlapped, with the first few ranges; None when nothing did.
+    pub fn overlap_summary(&self) -> Option<String> {
+        if self.overlap_count == 0 {
+            return None;
+        }
+        let first: Vec<String> = self.overlaps.iter().take(3).map(|(s, e, name)| format!("{s:#x}..{e:#x} of {name}")).collect();
+        let more = if self.overlap_count > first.len() as u64 { ", ..." } else { "" };
+        Some(format!(
+            "{} overlapping ranges ({} bytes) of base code dropped, the code loaded first kept: {}{more}",
+            self.overlap_count,
+            self.overlap_bytes,
+            first.join(", ")
+        ))
     }
 
     /// Adds owned bytes at `start`.
     pub fn add_bytes(&mut self, start: u64, bytes: Vec<u8>, name: impl Into<String>) {
         let len = bytes.len();
-        self.insert(Region { start, name: name.into(), backing: Backing::Owned(bytes.into()) }, 0, len);
+        self.insert(Region { start, name: name.into(), backing: Backing::Owned(bytes.into()) }, len);
     }
 
     /// Adds `len` bytes of `path` from `file_offset` at address `start` (a raw dump).
@@ -163,53 +192,80 @@ impl BaseImage {
     }
 
     fn add_mapped(&mut self, map: Arc<memmap2::Mmap>, offset: usize, len: usize, start: u64, name: String) {
-        self.insert(Region { start, name, backing: Backing::Map { map, offset, len } }, 0, len);
+        self.insert(Region { start, name, backing: Backing::Map { map, offset, len } }, len);
     }
 
-    /// Inserts the part of `r` (bytes `lo..hi` of it) that no existing region covers.
-    fn insert(&mut self, r: Region, lo: usize, mut hi: usize) {
+    /// Inserts the parts of `r` (its first `len` bytes) that no existing region covers.
+    fn insert(&mut self, r: Region, len: usize) {
         let room = u64::MAX - r.start;
-        if hi as u64 > room {
-            self.clipped.push((r.start, hi as u64 - room, r.name.clone()));
-            hi = room as usize;
+        let mut len = len as u64;
+        if len > room {
+            self.clipped.push((r.start, len - room, r.name.clone()));
+            len = room;
         }
-        if lo >= hi {
+        if len == 0 {
             return;
         }
-        let start = r.start + lo as u64;
-        let end = r.start + hi as u64;
-        let i = self.regions.partition_point(|x| x.end() <= start);
-        if let Some(x) = self.regions.get(i).filter(|x| x.start < end) {
-            let (xs, xe) = (x.start, x.end());
-            self.overlaps.push((start.max(xs), end.min(xe), r.name.clone()));
-            if start < xs {
-                self.insert(r.clone(), lo, (xs - r.start) as usize);
+        let (start, end) = (r.start, r.start + len);
+        // Covered ranges that overlap or touch [start, end): all merge into one.
+        let mut touching: Vec<(u64, u64)> = Vec::new();
+        if let Some((&s, &e)) = self.covered.range(..start).next_back() {
+            if e >= start {
+                touching.push((s, e));
             }
-            if end > xe {
-                let from = (xe - r.start) as usize;
-                self.insert(r, from, hi);
-            }
-            return;
         }
-        let backing = match r.backing {
-            Backing::Map { map, offset, .. } => Backing::Map { map, offset: offset + lo, len: hi - lo },
+        touching.extend(self.covered.range(start..=end).map(|(&s, &e)| (s, e)));
+        let mut p = start;
+        for &(s, e) in &touching {
+            let (os, oe) = (s.max(start), e.min(end));
+            if os < oe {
+                self.overlap_count += 1;
+                self.overlap_bytes += oe - os;
+                if self.overlaps.len() < OVERLAPS_LISTED {
+                    self.overlaps.push((os, oe, r.name.clone()));
+                }
+            }
+            if s > p {
+                self.add_piece(&r, p, s);
+            }
+            p = p.max(e);
+        }
+        if p < end {
+            self.add_piece(&r, p, end);
+        }
+        let merged_start = touching.first().map_or(start, |&(s, _)| s.min(start));
+        let merged_end = touching.last().map_or(end, |&(_, e)| e.max(end));
+        for (s, _) in touching {
+            self.covered.remove(&s);
+        }
+        self.covered.insert(merged_start, merged_end);
+        self.sorted = OnceLock::new();
+    }
+
+    /// Adds addresses `from..to` of `r` as a region of its own.
+    fn add_piece(&mut self, r: &Region, from: u64, to: u64) {
+        let (lo, hi) = ((from - r.start) as usize, (to - r.start) as usize);
+        let backing = match &r.backing {
+            Backing::Map { map, offset, .. } => Backing::Map { map: map.clone(), offset: offset + lo, len: hi - lo },
             Backing::Owned(b) => Backing::Owned(b[lo..hi].into()),
         };
-        self.regions.insert(i, Region { start, name: r.name, backing });
+        self.by_start.insert(from, Region { start: from, name: r.name.clone(), backing });
     }
 
     /// The region holding `addr` and the offset into it.
     pub fn find(&self, addr: u64) -> Option<(&Region, usize)> {
-        let i = self.regions.partition_point(|x| x.end() <= addr);
-        let r = self.regions.get(i).filter(|r| r.start <= addr)?;
+        let regions = self.regions();
+        let i = regions.partition_point(|x| x.end() <= addr);
+        let r = regions.get(i).filter(|r| r.start <= addr)?;
         Some((r, (addr - r.start) as usize))
     }
 
     /// The region nearest to `addr` (for "unmapped" messages).
     pub fn nearest(&self, addr: u64) -> Option<&Region> {
-        let i = self.regions.partition_point(|x| x.end() <= addr);
-        let after = self.regions.get(i);
-        let before = i.checked_sub(1).and_then(|j| self.regions.get(j));
+        let regions = self.regions();
+        let i = regions.partition_point(|x| x.end() <= addr);
+        let after = regions.get(i);
+        let before = i.checked_sub(1).and_then(|j| regions.get(j));
         match (before, after) {
             (Some(b), Some(a)) => Some(if addr - b.end() < a.start.saturating_sub(addr) { b } else { a }),
             (b, a) => b.or(a),

@@ -31,7 +31,7 @@ mod perf;
 mod timeline;
 pub mod window;
 
-pub use base::{BaseImage, Region};
+pub use base::{BaseImage, Region, OVERLAPS_LISTED};
 pub use error::{Error, Result};
 pub use perf::{add_base, from_perf_data, from_perf_data_with, over_base, PerfTimeline, PokeEvents};
 pub use timeline::{Anomaly, AnomalyKind, CodeTimeline, HistoryEntry, Nearby, Poke, PokeInfo, Read, ReadInfo, Time, TimelineBuilder};

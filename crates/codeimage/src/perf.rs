@@ -1,7 +1,7 @@
 //! Building a timeline from a perf.data file or directory.
 
 use perfdata::abi::{ksymbol_type, misc};
-use perfdata::{PerfFile, RecordBody};
+use perfdata::{Losses, PerfFile, RecordBody};
 
 use crate::base::BaseImage;
 use crate::error::Result;
@@ -19,6 +19,8 @@ pub struct PerfTimeline {
     pub non_kernel_pokes: usize,
     /// Records that could not be read (their errors).
     pub errors: Vec<String>,
+    /// What the file says it lost: pokes may be missing in these windows.
+    pub losses: Losses,
 }
 
 /// How the TEXT_POKE records of a file announce changes.
@@ -53,6 +55,7 @@ pub fn over_base(file: &PerfFile, base: BaseImage, events: PokeEvents) -> Result
     // Pairs: begins waiting for their end, by (addr, old, new).
     let mut open: OpenPairs = Default::default();
     let mut errors = Vec::new();
+    let mut losses = Losses::default();
     for r in file.sorted_records() {
         let r = match r {
             Ok(r) => r,
@@ -61,6 +64,7 @@ pub fn over_base(file: &PerfFile, base: BaseImage, events: PokeEvents) -> Result
                 continue;
             }
         };
+        losses.observe(&r);
         match r.body {
             RecordBody::TextPoke(p) => {
                 pokes += 1;
@@ -94,7 +98,7 @@ pub fn over_base(file: &PerfFile, base: BaseImage, events: PokeEvents) -> Result
         errors.push(format!("change at {addr:#x} from time {time} has no end record"));
         b.poke(Poke { time, settled: Some(u64::MAX), addr, old: &old, new: &new, cpu });
     }
-    Ok(PerfTimeline { timeline: b.build(), pokes, non_kernel_pokes: non_kernel, errors })
+    Ok(PerfTimeline { timeline: b.build(), pokes, non_kernel_pokes: non_kernel, errors, losses })
 }
 
 /// The code of a perf.data before any change: `kcore_dir/kcore` and the

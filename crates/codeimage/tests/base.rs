@@ -129,3 +129,55 @@ fn from_a_perf_data_directory() {
         other => panic!("{other:?}"),
     }
 }
+
+/// An ELF64 whose `n` PT_LOADs all map the same `len` file bytes, each one byte above the last.
+fn shifted_segments_elf(n: usize, len: u64, vaddr: u64) -> Vec<u8> {
+    let (ehsize, phentsize) = (64u64, 56u64);
+    let data_at = ehsize + phentsize * n as u64;
+    let mut f = Vec::new();
+    f.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+    f.extend_from_slice(&4u16.to_le_bytes()); // e_type ET_CORE
+    f.extend_from_slice(&62u16.to_le_bytes()); // e_machine x86-64
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&0u64.to_le_bytes()); // e_entry
+    f.extend_from_slice(&ehsize.to_le_bytes()); // e_phoff
+    f.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    f.extend_from_slice(&0u32.to_le_bytes());
+    f.extend_from_slice(&(ehsize as u16).to_le_bytes());
+    f.extend_from_slice(&(phentsize as u16).to_le_bytes());
+    f.extend_from_slice(&(n as u16).to_le_bytes());
+    f.extend_from_slice(&[0; 6]); // e_shentsize, e_shnum, e_shstrndx
+    for i in 0..n as u64 {
+        f.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        f.extend_from_slice(&5u32.to_le_bytes()); // R X
+        for v in [data_at, vaddr + i, 0, len, len, 1] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    f.extend((0..len).map(|i| i as u8));
+    f
+}
+
+#[test]
+fn many_overlapping_segments_are_counted_in_bounded_time_and_memory() {
+    // 20,000 PT_LOADs of 64 KiB, each shifted by one byte: 1.2 MB of ELF, and
+    // ~2*10^8 overlapping (segment, region) pairs if overlaps were listed per region.
+    let d = tmp("shifted");
+    let (n, len, at) = (20_000usize, 1u64 << 16, 0x1000u64);
+    std::fs::write(d.join("kcore"), shifted_segments_elf(n, len, at)).unwrap();
+    let t = std::time::Instant::now();
+    let mut base = BaseImage::new();
+    base.add_elf(&d.join("kcore")).unwrap();
+    assert_eq!(base.overlap_count, n as u64 - 1);
+    assert_eq!(base.overlap_bytes, (n as u64 - 1) * (len - 1));
+    assert_eq!(base.overlaps.len(), OVERLAPS_LISTED);
+    assert_eq!(base.overlaps[0], (at + 1, at + len, "kcore PT_LOAD 1".to_string()));
+    // The first segment wins; each later one adds its last byte.
+    assert_eq!(base.regions().len(), n);
+    let tl = TimelineBuilder::new(base.clone()).build();
+    assert_eq!(tl.read(at + 5, 1, 0), Read::Exact(vec![5]));
+    assert_eq!(tl.read(at + len + 6, 1, 0), Read::Exact(vec![0xff]));
+    let summary = base.overlap_summary().unwrap();
+    assert!(summary.starts_with("19999 overlapping ranges"), "{summary}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(20), "took {:?}", t.elapsed());
+}

@@ -214,6 +214,9 @@ pub struct Snapshot {
     pub source_buffers: Vec<(String, String)>,
     /// Core name to trace source name (`[core_trace_sources]`).
     pub core_trace_sources: Vec<(String, String)>,
+    /// Device files of the device list that could not be read, skipped as
+    /// trc_pkt_lister skips them: one line each.
+    pub skipped_devices: Vec<String>,
 }
 
 /// What decoding one buffer needs: its framing and its ETMv4 sources.
@@ -227,6 +230,8 @@ pub struct BufferSetup {
     pub sources: Vec<(String, EtmV4Config)>,
     /// Other sources writing into it (name, type): not decoded.
     pub unsupported: Vec<(String, String)>,
+    /// Sources writing into it that have no device (its file is missing): not decoded.
+    pub missing: Vec<String>,
 }
 
 impl Snapshot {
@@ -242,10 +247,15 @@ impl Snapshot {
             buffers: Vec::new(),
             source_buffers: Vec::new(),
             core_trace_sources: Vec::new(),
+            skipped_devices: Vec::new(),
         };
         if let Some(list) = section(&sections, "device_list") {
             for (_, file, _) in &list.entries {
-                snap.devices.push(Device::load(&dir.join(file), dir)?);
+                match Device::load(&dir.join(file), dir) {
+                    Ok(dev) => snap.devices.push(dev),
+                    Err(e @ Error::Io { .. }) => snap.skipped_devices.push(format!("device skipped: {e}")),
+                    Err(e) => return Err(e),
+                }
             }
         }
         if let Some(clusters) = section(&sections, "clusters") {
@@ -337,11 +347,16 @@ impl Snapshot {
             container,
             sources: Vec::new(),
             unsupported: Vec::new(),
+            missing: Vec::new(),
         };
         for name in names {
-            let dev = self
-                .device(name)
-                .ok_or_else(|| Error::snapshot(self.dir.join("snapshot.ini"), 1, format!("trace source {name} is not in the device list")))?;
+            let Some(dev) = self.device(name) else {
+                if self.skipped_devices.is_empty() {
+                    return Err(Error::snapshot(self.dir.join("snapshot.ini"), 1, format!("trace source {name} is not in the device list")));
+                }
+                setup.missing.push(name.to_string());
+                continue;
+            };
             if dev.is_etmv4() {
                 setup.sources.push((name.to_string(), self.etm_config(dev)?));
             } else {

@@ -22,6 +22,9 @@ pub const FILE_HEADER_SIZE: u64 = 104;
 pub const PIPE_HEADER_SIZE: u64 = 16;
 /// Decompressed bytes allowed per COMPRESSED record (perf uses 64 KiB chunks).
 const MAX_DECOMPRESSED: u64 = 256 << 20;
+/// Decompressed bytes allowed for the whole file: all of it is kept while the
+/// file is open, so this bounds the memory a zstd bomb can take.
+pub const MAX_DECOMPRESSED_TOTAL: u64 = 1 << 30;
 
 /// The 104-byte header of a perf.data file (file mode).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -190,7 +193,7 @@ impl PerfFile {
     fn decompressed(&self) -> &Decompressed {
         self.decompressed.get_or_init(|| {
             let (start, end) = self.data_range();
-            Decompressed::build(&self.bytes[..end as usize], start as usize)
+            Decompressed::build(&self.bytes[..end as usize], start as usize, Limits { per_record: MAX_DECOMPRESSED, total: MAX_DECOMPRESSED_TOTAL })
         })
     }
 
@@ -219,8 +222,16 @@ struct Decompressed {
     leftover: usize,
 }
 
+/// Bounds on decompressed bytes, per COMPRESSED record and for the file.
+#[derive(Clone, Copy)]
+struct Limits {
+    per_record: u64,
+    total: u64,
+}
+
 impl Decompressed {
-    fn build(data: &[u8], start: usize) -> Decompressed {
+    fn build(data: &[u8], start: usize, limits: Limits) -> Decompressed {
+        let mut kept: u64 = 0;
         let mut d = Decompressed::default();
         let mut decoder = match zstd::stream::raw::Decoder::new() {
             Ok(dec) => dec,
@@ -235,12 +246,22 @@ impl Decompressed {
                 let payload = &data[pos + 8..pos + len];
                 let result = match &failed {
                     Some(why) => Err(format!("an earlier COMPRESSED record failed ({why})")),
-                    None => inflate(&mut decoder, carry, payload),
+                    None => {
+                        let room = limits.per_record.min(limits.total - kept);
+                        inflate(&mut decoder, carry, payload, room).map_err(|e| match e {
+                            Inflate::TooBig if room < limits.per_record => {
+                                format!("the file's COMPRESSED records hold more than {} bytes in all", limits.total)
+                            }
+                            Inflate::TooBig => format!("more than {} bytes", limits.per_record),
+                            Inflate::Zstd(why) => why,
+                        })
+                    }
                 };
                 carry = Vec::new();
                 let entry = result.map(|mut out| {
                     let whole = whole_records_len(&out);
                     carry = out.split_off(whole);
+                    kept += out.len() as u64;
                     out.into_boxed_slice()
                 });
                 if let Err(e) = &entry {
@@ -258,7 +279,7 @@ impl Decompressed {
 /// Runs `payload` through the stream decoder, after `carry`. perf flushes
 /// the stream at the end of each COMPRESSED record without ending the frame,
 /// so a stream that stops inside a frame is normal and not an error.
-fn inflate(decoder: &mut zstd::stream::raw::Decoder<'static>, carry: Vec<u8>, payload: &[u8]) -> std::result::Result<Vec<u8>, String> {
+fn inflate(decoder: &mut zstd::stream::raw::Decoder<'static>, carry: Vec<u8>, payload: &[u8], limit: u64) -> std::result::Result<Vec<u8>, Inflate> {
     use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
     let mut out = carry;
     let mut input = InBuffer::around(payload);
@@ -266,19 +287,26 @@ fn inflate(decoder: &mut zstd::stream::raw::Decoder<'static>, carry: Vec<u8>, pa
     loop {
         let mut output = OutBuffer::around(&mut chunk[..]);
         let before = input.pos();
-        decoder.run(&mut input, &mut output).map_err(|e| e.to_string())?;
+        decoder.run(&mut input, &mut output).map_err(|e| Inflate::Zstd(e.to_string()))?;
         let produced = output.pos();
         if produced == 0 && input.pos() == before && input.pos() < payload.len() {
-            return Err("the zstd decoder makes no progress".to_string());
+            return Err(Inflate::Zstd("the zstd decoder makes no progress".to_string()));
+        }
+        if (out.len() + produced) as u64 > limit {
+            return Err(Inflate::TooBig);
         }
         out.extend_from_slice(&chunk[..produced]);
-        if out.len() as u64 > MAX_DECOMPRESSED {
-            return Err(format!("more than {MAX_DECOMPRESSED} bytes"));
-        }
         if input.pos() == payload.len() && produced < chunk.len() {
             return Ok(out);
         }
     }
+}
+
+/// Why [`inflate`] failed.
+enum Inflate {
+    /// The output would pass the limit it was given.
+    TooBig,
+    Zstd(String),
 }
 
 /// Length of the framed record at the start of `data` (header.size plus an
@@ -610,5 +638,47 @@ impl<'a> Iterator for Records<'a> {
                 Err(e)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` COMPRESSED records, each a zstd frame of `each` bytes of FINISHED_ROUND records.
+    fn bomb(n: usize, each: usize) -> (Vec<u8>, Vec<u64>) {
+        let round = [rt::FINISHED_ROUND.to_le_bytes().as_slice(), &0u16.to_le_bytes(), &8u16.to_le_bytes()].concat();
+        let frame = zstd::bulk::compress(&round.repeat(each / 8), 3).unwrap();
+        let mut data = Vec::new();
+        let mut offsets = Vec::new();
+        for _ in 0..n {
+            offsets.push(data.len() as u64);
+            data.extend_from_slice(&rt::COMPRESSED.to_le_bytes());
+            data.extend_from_slice(&0u16.to_le_bytes());
+            data.extend_from_slice(&((8 + frame.len()) as u16).to_le_bytes());
+            data.extend_from_slice(&frame);
+        }
+        (data, offsets)
+    }
+
+    #[test]
+    fn total_decompressed_bytes_are_capped() {
+        let (data, offsets) = bomb(20, 64 << 10);
+        let d = Decompressed::build(&data, 0, Limits { per_record: 1 << 20, total: 256 << 10 });
+        let kept: usize = offsets.iter().filter_map(|o| d.by_offset[o].as_ref().ok()).map(|b| b.len()).sum();
+        assert_eq!(kept, 256 << 10, "exactly the first four records are kept");
+        let first_error = offsets.iter().position(|o| d.by_offset[o].is_err()).unwrap();
+        assert_eq!(first_error, 4);
+        let why = d.by_offset[&offsets[4]].as_ref().unwrap_err();
+        assert!(why.contains("in all") && why.contains(&(256u64 << 10).to_string()), "{why}");
+        assert!(offsets[5..].iter().all(|o| d.by_offset[o].is_err()));
+    }
+
+    #[test]
+    fn per_record_cap_is_reported_as_such() {
+        let (data, offsets) = bomb(2, 64 << 10);
+        let d = Decompressed::build(&data, 0, Limits { per_record: 32 << 10, total: 1 << 30 });
+        let why = d.by_offset[&offsets[0]].as_ref().unwrap_err();
+        assert_eq!(why, &format!("more than {} bytes", 32 << 10));
     }
 }

@@ -77,20 +77,24 @@ pub fn read_kcore_segments(data: &[u8]) -> Result<Vec<(u64, std::ops::Range<usiz
     Ok(out)
 }
 
-/// Writes `dir/kcore`, `dir/kallsyms` and `dir/modules` (created if missing).
+/// Writes `dir/kcore`, `dir/kallsyms` and `dir/modules` (the directory made 0700 and
+/// the files 0600 when created, as perf makes kcore_dir: they hold kernel addresses).
 /// `modules` may be empty but perf needs the file to exist.
 pub fn write_kcore_dir(dir: &Path, machine: Machine, segments: &[Segment], kallsyms: &str, modules: &str) -> Result<()> {
     let io = |p: &Path| {
         let p = p.to_path_buf();
         move |source| Error::Io { path: p, source }
     };
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let kcore = dir.join("kcore");
-    std::fs::write(&kcore, kcore_elf(machine, segments)?).map_err(io(&kcore))?;
-    let ks = dir.join("kallsyms");
-    std::fs::write(&ks, kallsyms).map_err(io(&ks))?;
-    let m = dir.join("modules");
-    std::fs::write(&m, modules).map_err(io(&m))?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(io(dir))?;
+    let kcore_bytes = kcore_elf(machine, segments)?;
+    for (name, bytes) in [("kcore", &kcore_bytes[..]), ("kallsyms", kallsyms.as_bytes()), ("modules", modules.as_bytes())] {
+        let path = dir.join(name);
+        crate::write::create_private(&path).and_then(|mut f| std::io::Write::write_all(&mut f, bytes)).map_err(io(&path))?;
+    }
     Ok(())
 }
 

@@ -33,6 +33,7 @@ mod error;
 mod features;
 mod file;
 pub mod kcore;
+mod loss;
 mod records;
 mod sample;
 mod sorted;
@@ -42,6 +43,7 @@ pub use attr::{AttrWithIds, EventAttr, ATTR_SIZE_KNOWN, ATTR_SIZE_VER0, ATTR_SIZ
 pub use error::{Error, Result};
 pub use features::{feature_name, AuxtraceIndexEntry, BuildIdEntry, EventDesc, FeatureSection, Features, NrCpus};
 pub use file::{FileHeader, PerfFile, Records, FILE_HEADER_SIZE, MAGIC, PIPE_HEADER_SIZE};
+pub use loss::{Losses, LostWindow};
 pub use records::*;
 pub use sample::{Sample, SampleId};
 pub use sorted::SortedRecords;

@@ -5,9 +5,15 @@
 //! are delivered in time order (equal times keep file order). Records without
 //! a timestamp and perf's own records (AUXTRACE, ID_INDEX, ...) are delivered
 //! at once, as perf does; at the end everything left is delivered.
+//!
+//! Like perf's ordered-events allocation limit, the queue is bounded: when it
+//! holds more than [`SortedRecords::queue_limit`] records, its oldest half is
+//! delivered at once. Records that then arrive with an earlier time are
+//! delivered late and counted ([`SortedRecords::unordered_records`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::mem::size_of;
 
 use crate::abi::record_type as rt;
 use crate::error::Result;
@@ -20,6 +26,9 @@ impl PerfFile {
         SortedRecords::new(self.records())
     }
 }
+
+/// Memory the queued records may take (perf's ordered-events limit is of this kind).
+const QUEUE_BYTES: usize = 64 << 20;
 
 /// Iterator over records in perf's delivery order.
 pub struct SortedRecords<'a> {
@@ -36,6 +45,9 @@ pub struct SortedRecords<'a> {
     unordered: u64,
     last_delivered: u64,
     exhausted: bool,
+    queue_limit: usize,
+    /// Times the queue passed its limit and its oldest half was delivered early.
+    early_flushes: u64,
 }
 
 enum Ready<'a> {
@@ -58,6 +70,39 @@ impl<'a> SortedRecords<'a> {
             unordered: 0,
             last_delivered: 0,
             exhausted: false,
+            queue_limit: QUEUE_BYTES / size_of::<Option<Record<'_>>>(),
+            early_flushes: 0,
+        }
+    }
+
+    /// Sets how many records may wait in the queue (at least 2).
+    pub fn with_queue_limit(mut self, records: usize) -> Self {
+        self.queue_limit = records.max(2);
+        self
+    }
+
+    /// How many records may wait in the queue: by default as many as fit in 64 MiB.
+    pub fn queue_limit(&self) -> usize {
+        self.queue_limit
+    }
+
+    /// How many times the queue passed its limit and delivered its oldest half early.
+    pub fn early_flushes(&self) -> u64 {
+        self.early_flushes
+    }
+
+    /// Records waiting in the queue now.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Delivers the oldest half of the queue, as perf's OE_FLUSH__HALF does.
+    fn flush_half(&mut self) {
+        self.early_flushes += 1;
+        for _ in 0..self.queue.len() / 2 {
+            let Some(Reverse((time, _, slot))) = self.queue.pop() else { break };
+            self.last_delivered = time;
+            self.ready.push_back(Ready::Slot(slot));
         }
     }
 
@@ -119,6 +164,9 @@ impl<'a> Iterator for SortedRecords<'a> {
                             }
                         };
                         self.queue.push(Reverse((time, self.seq, slot)));
+                        if self.queue.len() > self.queue_limit {
+                            self.flush_half();
+                        }
                     }
                     _ if matches!(r.body, RecordBody::FinishedRound) => {
                         self.flush(self.next_flush);

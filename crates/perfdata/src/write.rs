@@ -51,9 +51,19 @@ impl Writer<BufWriter<File>> {
     /// Creates `path` (a plain perf.data file).
     pub fn create(path: impl AsRef<Path>, attrs: Vec<AttrWithIds>) -> Result<Self> {
         let path = path.as_ref();
-        let f = File::create(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let f = create_private(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
         Writer::new(BufWriter::with_capacity(1 << 20, f), attrs)
     }
+}
+
+/// Creates (or truncates) a file readable by its owner only, as perf creates
+/// perf.data: it may hold kernel addresses and code.
+pub(crate) fn create_private(path: &Path) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o.open(path)
 }
 
 impl<W: Write + Seek> Writer<W> {

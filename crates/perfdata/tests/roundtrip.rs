@@ -208,3 +208,55 @@ fn sorted_order_follows_rounds() {
     // the largest time seen before it; the end flushes the rest.
     assert_eq!(order, vec![None, Some(5), Some(10), Some(20), Some(30), None, Some(35), Some(40)]);
 }
+
+/// Without FINISHED_ROUND, the queue still stays bounded: past its limit the
+/// oldest half goes out, and a record older than what went out is counted.
+#[test]
+fn sorted_queue_is_bounded_without_rounds() {
+    let attrs = vec![AttrWithIds { attr: attr(SIDE_BAND), ids: vec![1] }];
+    let lost = |t: u64| {
+        (
+            misc::KERNEL,
+            RecordBody::LostSamples(LostSamples { lost: t }),
+            SampleId { time: Some(t), identifier: Some(1), pid: Some(0), tid: Some(0), cpu: Some(0), ..SampleId::default() },
+        )
+    };
+    // 1000 records in time order, then one from before all of them.
+    let mut records: Vec<_> = (1..=1000).map(|t| lost(t + 10)).collect();
+    records.push(lost(1));
+    let file = PerfFile::from_vec(write_all(attrs, &records)).unwrap();
+    let mut sorted = file.sorted_records().with_queue_limit(64);
+    assert_eq!(sorted.queue_limit(), 64);
+    let mut times = Vec::new();
+    while let Some(r) = sorted.next() {
+        assert!(sorted.queued() <= 64, "{} records queued", sorted.queued());
+        times.push(r.unwrap().time().unwrap());
+    }
+    assert_eq!(times.len(), 1001, "no record lost");
+    assert!(sorted.early_flushes() > 0);
+    assert_eq!(sorted.unordered_records(), 1, "the late record is counted");
+    assert_ne!(times[0], 1, "the late record could not go first");
+    let others: Vec<u64> = times.iter().copied().filter(|&t| t != 1).collect();
+    assert!(others.windows(2).all(|w| w[0] < w[1]));
+    // The default limit is large enough for real rounds.
+    assert!(file.sorted_records().queue_limit() >= 100_000);
+}
+
+/// perf.data and kcore_dir hold kernel addresses and code: owner-only, as perf makes them.
+#[test]
+fn written_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("private-files");
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let w = Writer::create(d.join("data"), vec![AttrWithIds { attr: attr(SIDE_BAND), ids: vec![1] }]).unwrap();
+    w.finish().unwrap();
+    assert_eq!(mode(&d.join("data")), 0o600);
+    let segs = [kcore::Segment { vaddr: 0xffff_ffff_8100_0000, bytes: vec![0xcc; 16] }];
+    kcore::write_kcore_dir(&d.join("kcore_dir"), kcore::Machine::X86_64, &segs, "ffffffff81000000 T _text\n", "").unwrap();
+    assert_eq!(mode(&d.join("kcore_dir")), 0o700);
+    for f in ["kcore", "kallsyms", "modules"] {
+        assert_eq!(mode(&d.join("kcore_dir").join(f)), 0o600, "{f}");
+    }
+}

@@ -39,6 +39,8 @@ mod bpf;
 mod error;
 #[cfg(target_os = "linux")]
 mod kernel;
+#[cfg(target_os = "linux")]
+mod output;
 pub mod ring;
 #[cfg(target_os = "linux")]
 mod session;

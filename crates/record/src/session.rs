@@ -84,10 +84,8 @@ fn watch_attr() -> EventAttr {
 
 /// Records `opts` asks for; see the crate documentation for what is written.
 pub fn record(opts: &Options) -> Result<Summary> {
-    if !opts.mmap_pages.is_power_of_two() {
-        return Err(Error::Environment(format!("--mmap-pages {} is not a power of two", opts.mmap_pages)));
-    }
-    prepare_output(&opts.output)?;
+    check_options(opts, sys::page_size())?;
+    crate::output::prepare(&opts.output)?;
     let mut warnings = Vec::new();
     let cpus = sys::online_cpus()?;
     let (bpf_attr, watch) = match sys::open_all(&watch_attr(), &cpus, WATCH_PAGES) {
@@ -348,29 +346,39 @@ fn code(status: ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// Makes `dir` an empty directory; an earlier recording there becomes `dir.old`, as perf does.
-fn prepare_output(dir: &Path) -> Result<()> {
-    if let Ok(meta) = std::fs::symlink_metadata(dir) {
-        let is_recording = if meta.is_dir() {
-            dir.join("data").is_file() || std::fs::read_dir(dir).map_err(Error::io(dir))?.next().is_none()
-        } else {
-            let mut magic = [0u8; 8];
-            File::open(dir).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && &magic == perfdata::MAGIC
-        };
-        if !is_recording {
-            return Err(Error::Environment(format!("{} exists and is not a perf.data file or directory: choose another output", dir.display())));
-        }
-        let mut old = dir.as_os_str().to_owned();
-        old.push(".old");
-        let old = PathBuf::from(old);
-        match std::fs::symlink_metadata(&old) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&old).map_err(Error::io(&old))?,
-            Ok(_) => std::fs::remove_file(&old).map_err(Error::io(&old))?,
-            Err(_) => {}
-        }
-        std::fs::rename(dir, &old).map_err(Error::io(dir))?;
+/// Most bytes one ring may take: larger sizes are refused rather than wrapped.
+const MAX_RING_BYTES: usize = 1 << 32;
+
+/// What can be refused before anything is touched: the ring size, and a
+/// command that cannot be run (so that the previous recording is not moved away).
+fn check_options(opts: &Options, page_size: usize) -> Result<()> {
+    let pages = opts.mmap_pages;
+    if !pages.is_power_of_two() {
+        return Err(Error::Environment(format!("--mmap-pages {pages} is not a power of two")));
     }
-    std::fs::create_dir_all(dir).map_err(Error::io(dir))
+    if pages.checked_mul(page_size).is_none_or(|bytes| bytes > MAX_RING_BYTES) {
+        return Err(Error::Environment(format!(
+            "--mmap-pages {pages}: rings of more than {MAX_RING_BYTES} bytes ({} pages of {page_size} bytes) are refused",
+            MAX_RING_BYTES / page_size
+        )));
+    }
+    if let Some(program) = opts.command.first() {
+        if find_program(Path::new(program)).is_none() {
+            return Err(Error::Environment(format!("{}: no such executable (nothing was recorded or moved)", program.to_string_lossy())));
+        }
+    }
+    Ok(())
+}
+
+/// `program` as the shell would find it: a path with a slash as it is, else in `$PATH`.
+fn find_program(program: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.components().count() > 1 || program.is_absolute() {
+        return executable(program).then(|| program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| executable(p))
 }
 
 /// The header features perf shows with `--header`.
@@ -441,6 +449,24 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_that_cannot_work_are_refused_first() {
+        let mut opts = Options::new("/nonexistent/out");
+        assert!(check_options(&opts, 4096).is_ok());
+        opts.mmap_pages = 4503599627370496; // 2^52 pages of 4 KiB wrap to 0 bytes
+        let err = check_options(&opts, 4096).unwrap_err().to_string();
+        assert!(err.contains("are refused") && err.contains("1048576 pages"), "{err}");
+        opts.mmap_pages = 1 << 20;
+        assert!(check_options(&opts, 4096).is_ok());
+        opts.command = vec!["/nonexistent".into()];
+        let err = check_options(&opts, 4096).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent: no such executable"), "{err}");
+        opts.command = vec!["poketrace-no-such-program".into()];
+        assert!(check_options(&opts, 4096).is_err());
+        opts.command = vec!["sh".into(), "-c".into(), "true".into()];
+        assert!(check_options(&opts, 4096).is_ok());
+    }
 
     #[test]
     fn attr_asks_for_every_side_band_record() {

@@ -10,7 +10,8 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The perf.data directory to write (`DIR/data`, `DIR/kcore_dir/`, `DIR/bpf/`).
-    /// An existing perf.data file or directory there is renamed to `DIR.old`.
+    /// Created 0700 and marked as poketrace's; an earlier recording there (a
+    /// marked directory or a perf.data file) is renamed to `DIR.old`.
     pub output: PathBuf,
     /// Stop after this long.
     pub duration: Option<Duration>,

@@ -9,17 +9,17 @@ impl Snapshot {
     /// pokes), and a note for each dump that could not be used as described: a
     /// missing file is skipped (OpenCSD skips it too), a length past the end of
     /// the file is cut to the file. Memory spaces (`space=`) are not told apart:
-    /// one address space holds all dumps, the first dump wins where two overlap.
+    /// one address space holds all dumps, the first dump wins where two overlap
+    /// (a note counts the overlaps and names the first few).
     pub fn code_image(&self) -> (CodeTimeline, Vec<String>) {
         let mut base = BaseImage::new();
         let mut notes = Vec::new();
-        let mut seen = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for dev in &self.devices {
             for d in &dev.dumps {
-                if seen.contains(&(&d.file, d.address)) {
+                if !seen.insert((&d.file, d.address)) {
                     continue;
                 }
-                seen.push((&d.file, d.address));
                 let size = match std::fs::metadata(&d.file) {
                     Ok(m) => m.len(),
                     Err(e) => {
@@ -63,6 +63,7 @@ impl Snapshot {
                 }
             }
         }
+        notes.extend(base.overlap_summary());
         (TimelineBuilder::new(base).build(), notes)
     }
 }
