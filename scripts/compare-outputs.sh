@@ -7,9 +7,11 @@
 #
 #   scripts/compare-outputs.sh [REV]      REV defaults to 8d265fb; run from anywhere in the tree
 #
-# It builds REV's binary in a temporary git worktree and the working tree's binary, both in release
-# mode, in one shared target directory under ${XDG_CACHE_HOME:-~/.cache}/poketrace/compare/ (REV's
-# binary is kept there by commit id, so a rerun only builds the working tree). Every input is
+# It builds REV's binary in a temporary git worktree, in a target directory under
+# ${XDG_CACHE_HOME:-~/.cache}/poketrace/compare/ (the binary is kept there by commit id, so a rerun
+# only builds the working tree), and the working tree's binary in the tree's own target/, both in
+# release mode. The two never share a target directory: cargo tells a path crate's builds apart by
+# its path inside the workspace and its files' times, so a shared one could hand back REV's build. Every input is
 # written by REV's `simulate`; the working tree's `simulate` must write the same files. Prints
 # `same` or `DIFF` (with the first differing lines) per comparison, then a summary; exits 1 on any
 # difference, 2 when it could not run. The outputs stay in the printed directory when something
@@ -30,7 +32,7 @@ die() {
 
 sha=$(git -C "$root" rev-parse --verify --quiet "$rev^{commit}") || die "$rev is not a commit"
 
-# Builds share one target directory; the lock keeps two runs from swapping each other's binary.
+# The lock keeps two runs from building REV in the same place at once.
 exec 9>"$cache/lock"
 flock 9
 # Both binaries are called poketrace: usage lines name them.
@@ -49,10 +51,10 @@ if [[ ! -x $rev_bin ]]; then
 	git -C "$root" worktree remove --force "$src"
 fi
 echo "building the working tree $root" >&2
-(cd "$root" && CARGO_TARGET_DIR=$cache/target cargo build --release --locked --quiet -p poketrace) || die "building the working tree failed"
+(cd "$root" && CARGO_TARGET_DIR=$root/target cargo build --release --locked --quiet -p poketrace) || die "building the working tree failed"
 mkdir "$work/current"
 cur_bin=$work/current/poketrace
-cp "$cache/target/release/poketrace" "$cur_bin"
+cp "$root/target/release/poketrace" "$cur_bin"
 flock -u 9
 
 same=0
