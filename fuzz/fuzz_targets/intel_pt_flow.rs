@@ -122,7 +122,7 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
                 last_error = offset;
                 let _ = kind.describe();
             }
-            FlowEvent::Trap { .. } | FlowEvent::End { .. } => {}
+            FlowEvent::Trap { .. } | FlowEvent::End { .. } | FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
     });
     // Each event's step fetches once, then at most 8 candidates, then tries
