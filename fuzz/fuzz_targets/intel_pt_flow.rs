@@ -41,10 +41,10 @@
 
 use std::cell::Cell;
 
+use codeimage::window::{Interval, PerfStyle, Static};
 use codeimage::{BaseImage, CodeTimeline, Poke, TimelineBuilder};
 use intel_pt::flow::{CodeSource, Content, Fetch, FlowConfig, FlowDecoder, FlowEvent, FlowSink, InsnBlock, Recovery, Time, TimeConv};
 use intel_pt::parallel::ParallelFlow;
-use codeimage::window::{Interval, PerfStyle, Static};
 use libfuzzer_sys::fuzz_target;
 
 const BASES: [u64; 2] = [0xffff_ffff_8100_0000, 0x1000];
