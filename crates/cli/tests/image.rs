@@ -1,16 +1,18 @@
 //! `poketrace image` on a perf.data directory with a kcore_dir and pokes.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use perfdata::abi::{attr_flag, misc, sample_type as st};
+use perfdata::abi::misc;
 use perfdata::kcore::{write_kcore_dir, Machine, Segment};
 use perfdata::*;
+
+use common::{at, sideband_writer, JMP, NOP5};
 use serde_json::Value;
 
 const TEXT: u64 = 0xffff_ffff_8100_0000;
-const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
-const JMP: [u8; 5] = [0xe9, 0x10, 0x00, 0x00, 0x00];
 
 /// A perf.data directory of its own for each test (tests run in parallel).
 fn fixture(name: &str) -> PathBuf {
@@ -26,17 +28,9 @@ fn fixture(name: &str) -> PathBuf {
         "",
     )
     .unwrap();
-    let attr = EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        sample_type: st::TID | st::TIME | st::CPU,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE,
-        ..EventAttr::default()
-    };
-    let mut w = Writer::create(d.join("data"), vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
-    let sid = |t| SampleId { pid: Some(0), tid: Some(0), time: Some(t), cpu: Some(2), ..SampleId::default() };
-    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: TEXT + 0x40, old: &NOP5, new: &JMP }), &sid(2_000_000_000)).unwrap();
-    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: TEXT + 0x40, old: &JMP, new: &NOP5 }), &sid(3_000_000_000)).unwrap();
+    let mut w = sideband_writer(d.join("data"));
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: TEXT + 0x40, old: &NOP5, new: &JMP }), &at(2_000_000_000)).unwrap();
+    w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: TEXT + 0x40, old: &JMP, new: &NOP5 }), &at(3_000_000_000)).unwrap();
     w.finish().unwrap();
     d
 }

@@ -1,14 +1,16 @@
 //! `poketrace pokes` and `image` on files that lost records or break time order.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use perfdata::abi::{attr_flag, misc, sample_type as st};
+use perfdata::abi::misc;
 use perfdata::*;
 
+use common::{at, sideband_writer, JMP, NOP5};
+
 const SITE: u64 = 0xffff_ffff_8100_0040;
-const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
-const JMP: [u8; 5] = [0xe9, 0x10, 0x00, 0x00, 0x00];
 
 enum Item {
     Poke(u64),
@@ -22,21 +24,13 @@ fn file(name: &str, items: &[Item]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pokes-cli");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
-    let attr = EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        sample_type: st::TID | st::TIME | st::CPU,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE,
-        ..EventAttr::default()
-    };
-    let mut w = Writer::create(&path, vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
-    let sid = |t| SampleId { pid: Some(0), tid: Some(0), time: Some(t), cpu: Some(2), ..SampleId::default() };
+    let mut w = sideband_writer(&path);
     for (i, item) in items.iter().enumerate() {
         let (old, new) = if i % 2 == 0 { (&NOP5, &JMP) } else { (&JMP, &NOP5) };
         match *item {
-            Item::Poke(t) => w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: SITE, old, new }), &sid(t)).map(drop).unwrap(),
-            Item::Lost(t, n) => w.write(0, &RecordBody::Lost(Lost { id: 1, lost: n }), &sid(t)).map(drop).unwrap(),
-            Item::Switch(t) => w.write(0, &RecordBody::Switch, &sid(t)).map(drop).unwrap(),
+            Item::Poke(t) => w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: SITE, old, new }), &at(t)).map(drop).unwrap(),
+            Item::Lost(t, n) => w.write(0, &RecordBody::Lost(Lost { id: 1, lost: n }), &at(t)).map(drop).unwrap(),
+            Item::Switch(t) => w.write(0, &RecordBody::Switch, &at(t)).map(drop).unwrap(),
             Item::Round => w.write(0, &RecordBody::FinishedRound, &SampleId::default()).map(drop).unwrap(),
         }
     }
