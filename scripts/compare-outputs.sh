@@ -2,10 +2,11 @@
 # Proves that `poketrace` prints the same bytes as at a git revision: stdout, stderr and exit status
 # of decode (every --itrace, --json, -F, --image form), check, dump, pokes, image, etm, demo,
 # ptdump, --help and refused flags, and the files `simulate` writes, on small simulated runs (x86_64 Intel PT with TSC,
-# MTC and CYC timing, AArch64 ETMv4, the int3 and prepost protocols) and on runs whose trace was
-# damaged on purpose.
+# MTC and CYC timing, AArch64 ETMv4 with fine and coarse timestamps, the int3, prepost and single-after
+# protocols), on runs whose trace was damaged on purpose, and `etm` on every OpenCSD snapshot in
+# ${SNAPSHOTS:-../shared/opencsd-snapshots} (beside the tree).
 #
-#   scripts/compare-outputs.sh [REV]      REV defaults to 8d265fb; run from anywhere in the tree
+#   scripts/compare-outputs.sh [REV]      REV defaults to 4a154b1; run from anywhere in the tree
 #
 # It builds REV's binary in a temporary git worktree, in a target directory under
 # ${XDG_CACHE_HOME:-~/.cache}/poketrace/compare/ (the binary is kept there by commit id, so a rerun
@@ -19,7 +20,7 @@
 # first run builds both binaries, a few minutes; later runs rebuild what changed in the tree).
 set -euo pipefail
 
-rev=${1:-8d265fb}
+rev=${1:-4a154b1}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/poketrace/compare
 mkdir -p "$cache/bin"
@@ -149,8 +150,9 @@ declare -A runs=(
 	[x86-int3-cyc]="--arch x86_64 --cpus 2 --protocol int3 --pokes 200 --instructions 100000 --seed 9 --mtc-freq 5 --cyc --cyc-thresh 3"
 	[arm-int3-tsc]="--arch aarch64 --cpus 2 --protocol int3 --pokes 200 --instructions 100000 --seed 10 --tsc-period 100"
 	[arm-prepost-tsc]="--arch aarch64 --cpus 2 --protocol prepost --pokes 200 --instructions 100000 --seed 11 --tsc-period 300"
+	[arm-single-after-coarse]="--arch aarch64 --cpus 2 --protocol single-after --pokes 300 --instructions 100000 --seed 12 --tsc-period 5000"
 )
-names=(x86-int3-tsc x86-prepost-mtc x86-int3-cyc arm-int3-tsc arm-prepost-tsc)
+names=(x86-int3-tsc x86-prepost-mtc x86-int3-cyc arm-int3-tsc arm-prepost-tsc arm-single-after-coarse)
 
 for name in "${names[@]}"; do
 	# Each binary writes its own directory; both then decode REV's.
@@ -209,6 +211,16 @@ for name in arm-int3-tsc arm-prepost-tsc; do
 	done
 done
 compare "etm --format of no such format" etm rev/arm-int3-tsc/snapshot --format bogus
+# etm on the real OpenCSD snapshots, in each format, elements and packets.
+snapshots=${SNAPSHOTS:-$root/../shared/opencsd-snapshots}
+for dir in "$snapshots"/*/; do
+	[[ -f $dir/snapshot.ini ]] || continue
+	snap=$(basename "$dir")
+	for format in opencsd text json; do
+		compare "$snap: etm --format $format" etm "$dir" --format "$format"
+		compare "$snap: etm --packets --format $format" etm "$dir" --packets --format "$format"
+	done
+done
 
 # ptdump (where REV has it) on the first Intel PT buffer, cut out of perf.data as a raw file.
 for name in x86-int3-tsc x86-int3-cyc x86-int3-tsc-damaged; do

@@ -153,9 +153,9 @@ enum Command {
         /// List packets only, not the decoded elements.
         #[arg(long)]
         packets: bool,
-        /// opencsd (trc_pkt_lister's layout), text or json.
-        #[arg(long, default_value = "opencsd")]
-        format: String,
+        /// How to write packets and elements.
+        #[arg(long, value_enum, default_value_t = etm_cmd::EtmFormat::Opencsd)]
+        format: etm_cmd::EtmFormat,
     },
     /// List the packets of a raw Intel PT file, a drop-in for libipt's ptdump (`poketrace ptdump --help`).
     #[command(disable_help_flag = true)]
@@ -204,7 +204,7 @@ fn main() {
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Record(args) => record::run(&args, &mut out),
-        Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
+        Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),
         Command::Ptxed { args } => ptxed::run(&args, &mut out),
         Command::Demo => demo(&mut out),

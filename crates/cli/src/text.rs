@@ -30,6 +30,11 @@ impl Text {
         self.0.clear();
     }
 
+    /// The bytes, for writers that append to a `Vec` themselves.
+    pub fn bytes_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.0
+    }
+
     /// Where the next column starts, for [`Self::right`] and [`Self::left`].
     #[inline(always)]
     pub fn mark(&self) -> usize {
