@@ -1,0 +1,52 @@
+//! Kernel traces that leave the traced code and trap on undefined
+//! instructions (`simulate --exits`: direct calls and jumps into code kcore
+//! does not hold, outside the trace's address filter, give TIP.PGD with the
+//! target's IP or without it, then TIP.PGE where the code comes back; UD2
+//! and an invalid opcode give FUP + TIP into the #UD handler): `poketrace
+//! decode` prints what `perf script` prints, line for line, with no errors.
+//!
+//! Needs `perf` (Debian linux-perf). Without it the test skips, unless CI
+//! or POKETRACE_REQUIRE_PERF is set: then it fails (`testkit::required`).
+
+mod common;
+
+use common::{poketrace, simulate};
+use testkit::{perf, perf_available};
+
+/// perf's and our lines for `fields`, which must be the same.
+fn assert_same(dir: &str, home: &std::path::Path, fields: &[&str]) -> Vec<String> {
+    let theirs = perf(home, &[&["script", "-i", dir, "--itrace=be", "-F"][..], fields].concat());
+    let ours = poketrace(&[&["decode", dir, "--itrace=be", "-F"][..], fields].concat());
+    let (t, o): (Vec<&str>, Vec<&str>) = (theirs.lines().collect(), ours.lines().collect());
+    assert!(!t.iter().any(|l| l.contains("error")), "perf reports errors: {:?}", t.iter().find(|l| l.contains("error")));
+    let first = t.iter().zip(&o).position(|(a, b)| a != b);
+    assert_eq!(first, None, "{fields:?} line {first:?}:\nperf: {:?}\nours: {:?}", first.map(|i| t[i]), first.map(|i| o[i]));
+    assert_eq!(t.len(), o.len(), "{fields:?}");
+    o.iter().map(|l| l.to_string()).collect()
+}
+
+#[test]
+fn exits_and_undefined_instructions_decode_as_perf_decodes_them() {
+    if !perf_available() {
+        return;
+    }
+    for (seed, pokes) in [(1, "0"), (3, "40")] {
+        let dir = testkit::scratch!("perf-exits", format!("seed{seed}"));
+        let args = ["--exits", "--cpus", "2", "--pokes", pokes, "--seed", &seed.to_string(), "--instructions", "20000", "--tsc-period", "50"];
+        simulate(&dir, &args);
+        let home = testkit::scratch!("perf-exits", format!("home{seed}"));
+        let d = dir.to_str().unwrap();
+        assert_same(d, &home, &["cpu,time,flags,ip,addr", "--ns"]);
+        let lines = assert_same(d, &home, &["comm,tid,pid,cpu,flags,ip,addr"]);
+        let count = |f: &dyn Fn(&str) -> bool| lines.iter().filter(|l| f(l)).count();
+        // Calls and jumps out of the text, with the target (also where the
+        // TIP.PGD had no IP), and the #UD traps.
+        let calls_out = count(&|l| l.contains("tr end  call") && l.contains("=> ffffffffc0"));
+        let jumps_out = count(&|l| l.contains("tr end   ") && l.contains("=> ffffffffc0"));
+        let restarts = count(&|l| l.contains("tr strt"));
+        let ud = count(&|l| l.contains("hw int") && l.contains("=> ffffffff81000010"));
+        eprintln!("seed {seed}: {} lines, {calls_out} calls out, {jumps_out} jumps out, {restarts} trace starts, {ud} #UD traps", lines.len());
+        assert!(calls_out > 10 && jumps_out > 10 && ud > 10, "{calls_out} calls out, {jumps_out} jumps out, {ud} #UD traps");
+        assert_eq!(restarts, calls_out + jumps_out + 2, "tracing resumes after each exit (and starts on each CPU)");
+    }
+}
