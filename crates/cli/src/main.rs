@@ -280,19 +280,24 @@ fn check(dir: &std::path::Path, json: bool, out: &mut impl Write) -> Result<i32>
 }
 
 fn print_table(reports: &[sim::check::ModeReport], out: &mut impl Write) -> Result<()> {
-    writeln!(out, "{:<11} {:>12} {:>12} {:>10} {:>10} {:>7} {:>10}", "mode", "instructions", "correct", "wrong", "missing", "errors", "uncertain")?;
+    writeln!(
+        out,
+        "{:<11} {:>12} {:>12} {:>10} {:>10} {:>7} {:>10} {:>12}",
+        "mode", "instructions", "correct", "wrong", "missing", "errors", "uncertain", "silent wrong"
+    )?;
     for r in reports {
         let t = &r.total;
         writeln!(
             out,
-            "{:<11} {:>12} {:>12} {:>10} {:>10} {:>7} {:>10}",
+            "{:<11} {:>12} {:>12} {:>10} {:>10} {:>7} {:>10} {:>12}",
             r.mode.name(),
             t.instructions,
             t.correct,
             t.wrong,
             t.missing,
             t.errors,
-            t.uncertain
+            t.uncertain,
+            t.silent_wrong
         )?;
     }
     for r in reports {

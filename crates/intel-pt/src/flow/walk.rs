@@ -252,7 +252,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             Fetch::Candidate { count, .. } => {
                 // Contents may differ beyond this instruction (a read covers
                 // 16 bytes): only distinct instructions make a choice.
-                let options = self.options(st, ip, count)?;
+                let options = match self.options(st, ip, count) {
+                    Ok(o) => o,
+                    Err(f) if matches!(f.kind, FlowErrorKind::BadInsn) => return self.undecodable(st, ip, f, sink, trial),
+                    Err(f) => return Err(f),
+                };
                 let ((insn, from), uncertain) = match options.as_slice() {
                     [only] => (*only, false),
                     [first, ..] if trial => (*first, true),
