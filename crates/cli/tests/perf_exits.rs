@@ -5,7 +5,8 @@
 //! and an invalid opcode give FUP + TIP into the #UD handler): `poketrace
 //! decode` prints what `perf script` prints, line for line, with no errors.
 //!
-//! Not compared: `insn`/`insnlen`, where perf 6.1 prints the bytes of the
+//! Instructions (`--itrace=i`, perf's `i1i`) are compared too. Not
+//! compared: `insn`/`insnlen`, where perf 6.1 prints the bytes of the
 //! branch before a `tr strt` line on it and a length of 1 for the invalid
 //! opcode (its decoder does not apply the 64-bit invalid opcodes); a trace
 //! start has no instruction, and 0x06 is none in 64-bit mode.
@@ -18,10 +19,12 @@ mod common;
 use common::{poketrace, simulate};
 use testkit::{perf, perf_available};
 
-/// perf's and our lines for `fields`, which must be the same.
-fn assert_same(dir: &str, home: &std::path::Path, fields: &[&str]) -> Vec<String> {
-    let theirs = perf(home, &[&["script", "-i", dir, "--itrace=be", "-F"][..], fields].concat());
-    let ours = poketrace(&[&["decode", dir, "--itrace=be", "-F"][..], fields].concat());
+/// perf's and our lines for `fields`, which must be the same: branches and
+/// errors, or (`insns`) every instruction.
+fn assert_same(dir: &str, home: &std::path::Path, insns: bool, fields: &[&str]) -> Vec<String> {
+    let (theirs, ours) = if insns { ("--itrace=i1i", "--itrace=i") } else { ("--itrace=be", "--itrace=be") };
+    let theirs = perf(home, &[&["script", "-i", dir, theirs, "-F"][..], fields].concat());
+    let ours = poketrace(&[&["decode", dir, ours, "-F"][..], fields].concat());
     let (t, o): (Vec<&str>, Vec<&str>) = (theirs.lines().collect(), ours.lines().collect());
     assert!(!t.iter().any(|l| l.contains("error")), "perf reports errors: {:?}", t.iter().find(|l| l.contains("error")));
     let first = t.iter().zip(&o).position(|(a, b)| a != b);
@@ -41,9 +44,13 @@ fn exits_and_undefined_instructions_decode_as_perf_decodes_them() {
         simulate(&dir, &args);
         let home = testkit::scratch!("perf-exits", format!("home{seed}"));
         let d = dir.to_str().unwrap();
-        assert_same(d, &home, &["cpu,time,flags,ip,addr", "--ns"]);
-        // perf_oracle's fields but insn and insnlen (see below).
-        let lines = assert_same(d, &home, &["comm,tid,pid,cpu,flags,ip,sym,symoff,dso,addr"]);
+        assert_same(d, &home, false, &["cpu,time,flags,ip,addr", "--ns"]);
+        // perf_oracle's fields but insn and insnlen (see above).
+        let fields = "comm,tid,pid,cpu,flags,ip,sym,symoff,dso,addr";
+        let lines = assert_same(d, &home, false, &[fields]);
+        // The instruction that leaves is a trace end too, to its target.
+        let insns = assert_same(d, &home, true, &[fields, "--ns"]);
+        assert!(insns.iter().filter(|l| l.contains("tr end")).count() > 20);
         let count = |f: &dyn Fn(&str) -> bool| lines.iter().filter(|l| f(l)).count();
         // Calls and jumps out of the text, with the target (also where the
         // TIP.PGD had no IP), and the #UD traps.

@@ -121,6 +121,31 @@ impl<'a> Collector<'a> {
         matches!(insn.class, BranchClass::DirectCall | BranchClass::DirectJump).then_some(insn.target?)
     }
 
+    /// The instruction line `i` (the previous instruction's), now that a
+    /// TIP.PGD at `at` (its IP `to`) came after it: when its direct branch
+    /// left the filter's ranges, perf's instruction sample of it is a trace
+    /// end too, to the branch's target, at the TIP.PGD's time.
+    fn mark_end(&mut self, i: usize, at: Option<u64>, to: Option<u64>, time: u64) {
+        let target = match (at, to) {
+            (Some(at), Some(to)) if at == to && self.left_filter(at) => Some(at),
+            (None, None) if self.left_filter_unnamed() => self.prev.and_then(|p| self.direct_target(p.0, p.3)),
+            _ => return,
+        };
+        let line = &mut self.lines[i];
+        if let Kind::Insn { to, ends, .. } = &mut line.kind {
+            *to = target;
+            *ends = true;
+            line.time = time;
+        }
+    }
+
+    /// Whether the previous instruction is a direct branch that a TIP.PGD
+    /// without an IP ended tracing at (the decoder takes one so only when
+    /// the branch leaves the filter's ranges).
+    fn left_filter_unnamed(&self) -> bool {
+        self.filter.is_some() && matches!(self.prev, Some((_, _, BranchClass::DirectCall | BranchClass::DirectJump, _)))
+    }
+
     /// Whether a TIP.PGD at `at`, where the previous instruction went, took
     /// that branch's place: a direct branch out of the filter's ranges
     /// (perf's "unconditional branch leaving filter region", one `tr end`
@@ -202,8 +227,9 @@ impl FlowSink for Collector<'_> {
 
     fn event(&mut self, e: FlowEvent) {
         let (queue, cpu) = (self.queue, self.cpu);
+        let prev_line = self.prev_line.take();
         // Where the previous instruction's branch went, for its instruction line.
-        if let (Some(i), Some((from, len, class, _))) = (self.prev_line.take(), self.prev) {
+        if let (Some(i), Some((from, len, class, _))) = (prev_line, self.prev) {
             let next = match e {
                 FlowEvent::Insn { ip, .. } => Some(ip),
                 FlowEvent::Trap { from, .. } => Some(from),
@@ -220,7 +246,7 @@ impl FlowSink for Collector<'_> {
                 self.arrive(ip, lo);
                 if self.itrace.instructions && self.itrace.sampled(&mut self.insns_seen) {
                     self.prev_line = Some(self.lines.len());
-                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
+                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain, ends: false } });
                 }
                 self.prev = Some((ip, len, class, lo));
             }
@@ -237,6 +263,9 @@ impl FlowSink for Collector<'_> {
             // indirect branch's place goes from that branch. The end of the
             // data is no branch, and gets no line.
             FlowEvent::End { time, at, disabled, to } => {
+                if let (true, Some(i)) = (self.tracing && disabled, prev_line) {
+                    self.mark_end(i, at, to, time);
+                }
                 if self.itrace.branches && self.tracing && disabled {
                     let to = to.unwrap_or(0);
                     match at {
