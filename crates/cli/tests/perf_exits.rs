@@ -1,7 +1,8 @@
 //! Kernel traces that leave the traced code and trap on undefined
 //! instructions (`simulate --exits`: direct calls and jumps into code kcore
 //! does not hold, outside the trace's address filter, give TIP.PGD with the
-//! target's IP or without it, then TIP.PGE where the code comes back; UD2
+//! target's IP or without it, an indirect call there a TIP.PGD with its
+//! target, then TIP.PGE where the code comes back; UD2
 //! and an invalid opcode give FUP + TIP into the #UD handler): `poketrace
 //! decode` prints what `perf script` prints, line for line, with no errors.
 //!

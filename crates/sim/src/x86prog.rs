@@ -107,7 +107,8 @@ impl OutsideAsm {
 
 /// Builds `functions` functions (at least 4) and the dispatcher; with
 /// `exits`, functions also call and jump into code outside the text (and
-/// come back) and run undefined instructions, each in one of four kinds.
+/// come back) and run undefined instructions, each in one of four kinds,
+/// and some indirect calls may go outside too.
 pub fn generate(rng: &mut Rng, functions: usize, exits: bool) -> Program {
     let n = functions.max(4);
     let mut a = Asm { code: Vec::new() };
@@ -115,6 +116,8 @@ pub fn generate(rng: &mut Rng, functions: usize, exits: bool) -> Program {
     let mut symbols = Vec::new();
     let mut sites = Vec::new();
     let mut indirect: Vec<(u64, Vec<u64>)> = Vec::new();
+    // Indirect calls (index into `indirect`) that may also go outside the text, and where.
+    let mut indirect_out: Vec<(usize, u64)> = Vec::new();
 
     // The INT3 handler: a few instructions, then IRETQ back to the emulated target.
     a.align(16);
@@ -234,6 +237,9 @@ pub fn generate(rng: &mut Rng, functions: usize, exits: bool) -> Program {
         if i + 2 < n {
             let at = a.bytes(&[0xff, 0xd0]); // call rax
             indirect.push((at, ((i + 1)..n).take(3).collect::<Vec<usize>>().iter().map(|&j| j as u64).collect()));
+            if exits && i % 4 == 3 {
+                indirect_out.push((indirect.len() - 1, outside.function()));
+            }
         }
         // Jump label (2 bytes) over a 2-byte filler.
         let jl2 = a.bytes(&NOP2);
@@ -257,6 +263,9 @@ pub fn generate(rng: &mut Rng, functions: usize, exits: bool) -> Program {
         for t in targets.iter_mut() {
             *t = entries[*t as usize];
         }
+    }
+    for (k, out) in indirect_out {
+        indirect[k].1.push(out);
     }
     // The dispatcher: call a random function through RAX, forever.
     a.align(16);

@@ -122,13 +122,15 @@ impl<'a> Collector<'a> {
     }
 
     /// The instruction line `i` (the previous instruction's), now that a
-    /// TIP.PGD at `at` (its IP `to`) came after it: when its direct branch
-    /// left the filter's ranges, perf's instruction sample of it is a trace
+    /// TIP.PGD at `at` (its IP `to`) came after it: when the TIP.PGD took
+    /// its branch's place (an indirect branch's TIP, or a direct branch out
+    /// of the filter's ranges), perf's instruction sample of it is a trace
     /// end too, to the branch's target, at the TIP.PGD's time.
     fn mark_end(&mut self, i: usize, at: Option<u64>, to: Option<u64>, time: u64) {
         let target = match (at, to) {
             (Some(at), Some(to)) if at == to && self.left_filter(at) => Some(at),
-            (None, None) if self.left_filter_unnamed() => self.prev.and_then(|p| self.direct_target(p.0, p.3)),
+            (None, Some(to)) => Some(to),
+            (None, None) => self.prev.and_then(|p| self.direct_target(p.0, p.3)),
             _ => return,
         };
         let line = &mut self.lines[i];
@@ -137,13 +139,6 @@ impl<'a> Collector<'a> {
             *ends = true;
             line.time = time;
         }
-    }
-
-    /// Whether the previous instruction is a direct branch that a TIP.PGD
-    /// without an IP ended tracing at (the decoder takes one so only when
-    /// the branch leaves the filter's ranges).
-    fn left_filter_unnamed(&self) -> bool {
-        self.filter.is_some() && matches!(self.prev, Some((_, _, BranchClass::DirectCall | BranchClass::DirectJump, _)))
     }
 
     /// Whether a TIP.PGD at `at`, where the previous instruction went, took
