@@ -84,8 +84,9 @@ pub struct Symbolizer {
     /// The last kallsyms symbol looked up: the addresses it covers and its
     /// index (one line after another mostly falls in the same function).
     last_kernel: Cell<(Range<u64>, usize)>,
-    /// The kernel code the input holds (kcore's segments), sorted; empty
-    /// when unknown. perf has no map for a kernel address outside them.
+    /// The kernel code the input holds (kcore's segments) and the code its
+    /// KSYMBOL records announce at any time, sorted and merged; empty when unknown.
+    /// perf has no map for a kernel address outside them.
     kernel_code: Vec<Range<u64>>,
 }
 
@@ -137,12 +138,29 @@ impl Symbolizer {
         }
     }
 
-    /// The kernel code the input holds, as perf maps it from kcore: a
-    /// kernel address outside these ranges (and outside KSYMBOL code) has
-    /// no symbol and dso `[unknown]`.
-    pub fn set_kernel_code(&mut self, ranges: impl IntoIterator<Item = Range<u64>>) {
+    /// The kernel code `file` holds, `ranges` (as perf maps it from kcore),
+    /// and what its KSYMBOL records announce: a kernel address outside all
+    /// of them has no symbol and dso `[unknown]`.
+    pub fn set_kernel_code(&mut self, ranges: impl IntoIterator<Item = Range<u64>>, file: &PerfFile) {
         self.kernel_code = ranges.into_iter().filter(|r| r.start >> 63 == 1).collect();
+        if self.kernel_code.is_empty() {
+            return;
+        }
+        for r in file.records().flatten() {
+            if let RecordBody::Ksymbol(k) = r.body {
+                self.kernel_code.push(k.addr..k.addr.saturating_add(k.len as u64));
+            }
+        }
+        // Merged, so that one binary search finds the range holding an address.
         self.kernel_code.sort_by_key(|r| r.start);
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(self.kernel_code.len());
+        for r in self.kernel_code.drain(..) {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        self.kernel_code = merged;
     }
 
     /// A kernel address in no code the input holds, when that is known.
@@ -264,7 +282,7 @@ mod tests {
         let mut s = Symbolizer { kallsyms, ..Default::default() };
         let outside = text + 0x1000_0000;
         assert_eq!((s.lookup(outside), s.dso(outside)), (Some(("_text", 0x1000_0000)), "[kernel.kallsyms]"), "code not known");
-        s.set_kernel_code([text..text + 0x4000, 0x400000..0x401000]);
+        s.kernel_code.push(text..text + 0x4000);
         assert_eq!((s.lookup(text + 0x3fff), s.dso(text + 0x3fff)), (Some(("_text", 0x3fff)), "[kernel.kallsyms]"));
         for a in [text - 1, text + 0x4000, outside] {
             assert_eq!((s.lookup(a), s.dso(a)), (None, "[unknown]"), "{a:#x}");

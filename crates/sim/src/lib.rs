@@ -88,7 +88,8 @@ pub struct SimConfig {
     /// x86_64: the code also leaves the traced text (direct calls and jumps
     /// into code kcore does not hold, outside the trace's address filter)
     /// and runs undefined instructions (UD2, an invalid opcode) that trap.
-    #[serde(default)]
+    /// Written to meta.json only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exits: bool,
 }
 
