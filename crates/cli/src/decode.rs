@@ -36,6 +36,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     // pokes, and on its own for `--image static`.
     let mut base = BaseImage::new();
     codeimage::add_base(&file, &mut base)?;
+    symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &file);
     let bare = (image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
     let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
     for e in &built.errors {

@@ -84,6 +84,10 @@ pub struct Symbolizer {
     /// The last kallsyms symbol looked up: the addresses it covers and its
     /// index (one line after another mostly falls in the same function).
     last_kernel: Cell<(Range<u64>, usize)>,
+    /// The kernel code the input holds (kcore's segments) and the code its
+    /// KSYMBOL records announce at any time, sorted and merged; empty when unknown.
+    /// perf has no map for a kernel address outside them.
+    kernel_code: Vec<Range<u64>>,
 }
 
 impl Symbolizer {
@@ -134,6 +138,41 @@ impl Symbolizer {
         }
     }
 
+    /// The kernel code `file` holds, `ranges` (as perf maps it from kcore),
+    /// and what its KSYMBOL records announce: a kernel address outside all
+    /// of them has no symbol and dso `[unknown]`.
+    pub fn set_kernel_code(&mut self, ranges: impl IntoIterator<Item = Range<u64>>, file: &PerfFile) {
+        self.kernel_code = ranges.into_iter().filter(|r| r.start >> 63 == 1).collect();
+        if self.kernel_code.is_empty() {
+            return;
+        }
+        for r in file.records().flatten() {
+            if let RecordBody::Ksymbol(k) = r.body {
+                self.kernel_code.push(k.addr..k.addr.saturating_add(k.len as u64));
+            }
+        }
+        // Merged, so that one binary search finds the range holding an address.
+        self.kernel_code.sort_by_key(|r| r.start);
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(self.kernel_code.len());
+        for r in self.kernel_code.drain(..) {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        self.kernel_code = merged;
+    }
+
+    /// A kernel address in no code the input holds, when that is known.
+    fn outside_kernel_code(&self, addr: u64) -> bool {
+        if addr >> 63 == 0 || self.kernel_code.is_empty() {
+            return false;
+        }
+        let in_code = self.kernel_code.partition_point(|r| r.start <= addr).checked_sub(1).is_some_and(|i| addr < self.kernel_code[i].end);
+        let dynamic = self.dynamic.range(..=addr).next_back().is_some_and(|(_, (end, _))| addr < *end);
+        !in_code && !dynamic
+    }
+
     fn user_map(&self, addr: u64) -> Option<&UserMap> {
         let i = self.user.partition_point(|m| m.start <= addr).checked_sub(1)?;
         Some(&self.user[i]).filter(|m| addr < m.end)
@@ -143,7 +182,7 @@ impl Symbolizer {
     pub fn dso(&self, addr: u64) -> &str {
         match self.user_map(addr) {
             Some(m) => &self.files[m.file].path,
-            None if addr >> 63 == 1 => "[kernel.kallsyms]",
+            None if addr >> 63 == 1 && !self.outside_kernel_code(addr) => "[kernel.kallsyms]",
             None => "[unknown]",
         }
     }
@@ -167,6 +206,9 @@ impl Symbolizer {
             if addr < *end {
                 return Some((name, addr - start));
             }
+        }
+        if self.outside_kernel_code(addr) {
+            return None;
         }
         self.kernel_symbol(addr)
     }
@@ -228,5 +270,24 @@ mod tests {
             let want = kallsyms.lookup(a).map(|(sym, off)| (sym.name.as_str(), off));
             assert_eq!(s.lookup(a), want, "{a:#x}");
         }
+    }
+
+    /// With the kernel code known (kcore's segments), a kernel address
+    /// outside it has no symbol and dso `[unknown]`, as perf prints it,
+    /// unless KSYMBOL code covers it; inside it, kallsyms answers as before.
+    #[test]
+    fn kernel_addresses_outside_the_code_held_are_unknown() {
+        let text = 0xffff_ffff_8100_0000u64;
+        let kallsyms = Kallsyms::from_symbols(vec![Symbol { addr: text, kind: 't', name: "_text".into(), module: None }]);
+        let mut s = Symbolizer { kallsyms, ..Default::default() };
+        let outside = text + 0x1000_0000;
+        assert_eq!((s.lookup(outside), s.dso(outside)), (Some(("_text", 0x1000_0000)), "[kernel.kallsyms]"), "code not known");
+        s.kernel_code.push(text..text + 0x4000);
+        assert_eq!((s.lookup(text + 0x3fff), s.dso(text + 0x3fff)), (Some(("_text", 0x3fff)), "[kernel.kallsyms]"));
+        for a in [text - 1, text + 0x4000, outside] {
+            assert_eq!((s.lookup(a), s.dso(a)), (None, "[unknown]"), "{a:#x}");
+        }
+        s.apply(&Ksymbol { addr: outside, len: 0x100, ksym_type: 1, flags: 0, name: b"bpf_prog" });
+        assert_eq!((s.lookup(outside + 1), s.dso(outside + 1)), (Some(("bpf_prog", 1)), "[kernel.kallsyms]"));
     }
 }

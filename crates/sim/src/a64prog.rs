@@ -264,6 +264,8 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         entry,
         int3_handler: brk_handler,
         trampoline_code,
+        outside: None,
+        ud_handler: None,
     }
 }
 

@@ -38,6 +38,10 @@ pub struct Score {
     pub missing: u64,
     pub errors: u64,
     pub uncertain: u64,
+    /// Wrong instructions of runs with no uncertain choice or error flagged
+    /// at or before the run's first one since the timing packet before it:
+    /// wrong with no warning (a wrong one after a flag is honest).
+    pub silent_wrong: u64,
     pub first_divergence: Option<Divergence>,
 }
 
@@ -49,6 +53,7 @@ impl Score {
         self.missing += o.missing;
         self.errors += o.errors;
         self.uncertain += o.uncertain;
+        self.silent_wrong += o.silent_wrong;
         // Keep the earliest divergence of all CPUs.
         if let Some(e) = &o.first_divergence {
             if self.first_divergence.as_ref().is_none_or(|d| e.time < d.time) {
@@ -191,11 +196,51 @@ struct Matcher {
     tried: usize,
     s: Score,
     cpu: u32,
+    /// The start of the current timing window (the `lo` of the decoded
+    /// instructions since the last timing packet).
+    window: Time,
+    /// An uncertain choice or an error was reported in the current window.
+    window_flagged: bool,
+    /// The current run out of step began with a flag in its window.
+    run_flagged: bool,
 }
 
 impl Matcher {
     fn new(truth: TruthReader, cpu: u32) -> Matcher {
-        Matcher { truth: Truth::new(truth), synced: true, pending: VecDeque::new(), tried: 0, s: Score::default(), cpu }
+        Matcher {
+            truth: Truth::new(truth),
+            synced: true,
+            pending: VecDeque::new(),
+            tried: 0,
+            s: Score::default(),
+            cpu,
+            window: 0,
+            window_flagged: false,
+            run_flagged: false,
+        }
+    }
+
+    /// The decoder's next event ran from `lo` on: a later `lo` is a new
+    /// timing window, with no flag yet.
+    fn at(&mut self, lo: Time) {
+        if lo != self.window {
+            self.window = lo;
+            self.window_flagged = false;
+        }
+    }
+
+    /// Decode and truth part here.
+    fn part(&mut self) {
+        self.synced = false;
+        self.run_flagged = self.window_flagged;
+    }
+
+    /// `n` decoded instructions are wrong: silently so unless their run was flagged.
+    fn wrong(&mut self, n: u64, flagged: bool) {
+        self.s.wrong += n;
+        if !flagged {
+            self.s.silent_wrong += n;
+        }
     }
 
     /// One decoded instruction at `ip`, run within `[lo, hi]`.
@@ -213,11 +258,11 @@ impl Matcher {
             }
             Some((t, a)) => {
                 self.s.first_divergence.get_or_insert(Divergence { cpu: self.cpu, time: t, expected: a, decoded: ip });
-                self.synced = false;
+                self.part();
                 self.pending.push_back((ip, lo, hi));
             }
             // Decoded past the truth's end.
-            None => self.s.wrong += 1,
+            None => self.wrong(1, self.window_flagged),
         }
     }
 
@@ -227,19 +272,21 @@ impl Matcher {
     /// where the certain ones meet it again missing.
     fn uncertain_insn(&mut self, ip: u64, lo: Time, hi: Time) {
         self.s.uncertain += 1;
+        self.window_flagged = true;
         if !self.synced {
             return;
         }
         match self.truth.get(0) {
             Some((_, a)) if a == ip => self.insn(ip, lo, hi),
-            _ => self.synced = false,
+            _ => self.part(),
         }
     }
 
     /// A decode error: what follows is out of step until it meets the truth.
     fn error(&mut self) {
         self.s.errors += 1;
-        self.synced = false;
+        self.window_flagged = true;
+        self.part();
     }
 
     /// Tries the untried starts in `pending` with `len` decoded instructions
@@ -257,7 +304,7 @@ impl Matcher {
         }
         if self.pending.len() > PENDING {
             self.pending.pop_front();
-            self.s.wrong += 1;
+            self.wrong(1, self.run_flagged);
             self.tried = self.tried.saturating_sub(1);
         }
     }
@@ -281,7 +328,7 @@ impl Matcher {
     /// instructions not decoded: each of the first one for one a wrong
     /// instruction in place of one of the second, the rest of the second missing.
     fn skip(&mut self, a: usize, b: usize) {
-        self.s.wrong += a as u64;
+        self.wrong(a as u64, self.run_flagged);
         self.s.instructions += b as u64;
         self.s.missing += b.saturating_sub(a) as u64;
     }
@@ -312,15 +359,27 @@ fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, setup: &PtSetup, recove
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
     let mut m = Matcher::new(TruthReader::open(truth).map_err(io)?, cpu);
     let mut last_hi = 0;
-    FlowDecoder::new(trace, code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_recovery(recovery).run(|e| match e {
+    let mut decoder = FlowDecoder::new(trace, code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_recovery(recovery);
+    if let Some(f) = setup.filter {
+        decoder = decoder.with_addr_filter(f);
+    }
+    decoder.run(|e| match e {
         FlowEvent::Insn { ip, lo, hi, uncertain, .. } => {
-            m.s.uncertain += uncertain as u64;
+            m.at(lo);
+            if uncertain {
+                // Counted, and a flag; the instruction is placed as a certain one.
+                m.s.uncertain += 1;
+                m.window_flagged = true;
+            }
             last_hi = hi;
             m.insn(ip, lo, hi);
         }
-        // The simulated kernel traps only on INT3, which runs: it counts as
-        // the instruction at the FUP's address.
-        FlowEvent::Trap { from, time, .. } => m.insn(from, time, last_hi.max(time)),
+        // The simulated kernel traps on INT3 and on undefined instructions,
+        // which run: each counts as the instruction at the FUP's address.
+        FlowEvent::Trap { from, time, .. } => {
+            m.at(time);
+            m.insn(from, time, last_hi.max(time))
+        }
         FlowEvent::Error { .. } => m.error(),
         // (Not asked for: no state events.)
         FlowEvent::End { .. } | FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
@@ -342,7 +401,12 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
     let trace = aux.get(cpu).ok_or_else(|| SimError::Config(format!("cpu {cpu}: the run has {} CPUs", aux.len())))?;
     let full = poked_image(&file, &summary, base_image(&file)?)?;
     let mut out = Vec::new();
-    FlowDecoder::new(trace, &Interval(&full), setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc).run(|e| out.push(e));
+    let code = Interval(&full);
+    let mut decoder = FlowDecoder::new(trace, &code, setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc);
+    if let Some(f) = setup.filter {
+        decoder = decoder.with_addr_filter(f);
+    }
+    decoder.run(|e| out.push(e));
     Ok(out)
 }
 
@@ -476,6 +540,7 @@ fn match_etm<C: CodeSource>(
                 // before it is no match.
                 lo = value.saturating_add(1);
                 hi = next_stamp(value);
+                m.at(lo);
             }
             ElemKind::InstrRange(r) => {
                 for ip in (r.start..r.end).step_by(4) {
@@ -544,6 +609,41 @@ mod tests {
         let s = score_of("offpath", &truth, &decoded);
         assert_eq!((s.instructions, s.correct, s.wrong, s.missing), (truth.len() as u64, 2 + body.len() as u64, 6, 0), "{s:?}");
         assert_eq!(s.first_divergence.map(|d| (d.expected, d.decoded)), Some((t, w)));
+    }
+
+    /// Wrong instructions are silent unless an uncertain choice or an error
+    /// came first in their timing window; a flag in an earlier window does
+    /// not cover them.
+    #[test]
+    fn silent_wrong_needs_no_flag_in_the_window() {
+        let path = std::env::temp_dir().join(format!("poketrace-check-{}-silent.bin", std::process::id()));
+        let mut w = TruthWriter::create(&path).unwrap();
+        for t in 0..40u64 {
+            w.push(1000 + t, 1 + t).unwrap();
+        }
+        w.finish().unwrap();
+        // Instructions 1..=10, then 3 off the path (0x90..) in place of 11..=13, then 14..=40.
+        let run = |flag_at: Option<u64>| {
+            let mut m = Matcher::new(TruthReader::open(&path).unwrap(), 0);
+            let decoded = (1..=10u64).chain(0x90..0x93).chain(14..=40);
+            for (i, ip) in decoded.enumerate() {
+                let lo = if i < 5 { 1000 } else { 1005 };
+                m.at(lo);
+                if flag_at == Some(i as u64) {
+                    m.uncertain_insn(ip, lo, 1100);
+                } else {
+                    m.insn(ip, lo, 1100);
+                }
+            }
+            m.finish().unwrap()
+        };
+        let silent = run(None);
+        assert_eq!((silent.wrong, silent.silent_wrong), (3, 3), "{silent:?}");
+        let flagged = run(Some(7));
+        assert_eq!((flagged.wrong, flagged.silent_wrong, flagged.uncertain), (3, 0, 1), "{flagged:?}");
+        let earlier_window = run(Some(2));
+        assert_eq!((earlier_window.wrong, earlier_window.silent_wrong), (3, 3), "{earlier_window:?}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// What the decode skips is missing; what it has beyond the truth is wrong.

@@ -27,6 +27,7 @@
 mod a64prog;
 pub mod check;
 mod etm;
+mod filter;
 mod machine;
 mod program;
 mod pt;
@@ -84,6 +85,12 @@ pub struct SimConfig {
     pub psb_period: usize,
     /// ns between the steps of one change.
     pub sync_ns: u64,
+    /// x86_64: the code also leaves the traced text (direct calls and jumps
+    /// into code kcore does not hold, outside the trace's address filter)
+    /// and runs undefined instructions (UD2, an invalid opcode) that trap.
+    /// Written to meta.json only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exits: bool,
 }
 
 fn default_arch() -> isa::Arch {
@@ -105,6 +112,7 @@ impl Default for SimConfig {
             cyc_thresh: None,
             psb_period: 4096,
             sync_ns: 50,
+            exits: false,
         }
     }
 }
@@ -187,13 +195,17 @@ struct Collect<E> {
     pokes: Vec<machine::PokeEvent>,
     ksyms: Vec<machine::KsymEvent>,
     error: Option<std::io::Error>,
+    /// The truth holds only what is traced: the code this filter lets through.
+    filter: Option<filter::AddrFilter>,
 }
 
 impl<E: Emitter> machine::Sink for Collect<E> {
     fn instruction(&mut self, cpu: u32, time: u64, addr: u64, flow: Flow, next: u64) {
         let c = cpu as usize;
-        if let Err(e) = self.truth[c].push(time, addr) {
-            self.error.get_or_insert(e);
+        if self.filter.as_ref().is_none_or(|f| f.traces(addr)) {
+            if let Err(e) = self.truth[c].push(time, addr) {
+                self.error.get_or_insert(e);
+            }
         }
         let e = &mut self.emitters[c];
         e.instruction(time, addr, flow, next);
@@ -233,9 +245,11 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     let arch = cfg.arch;
     let mut rng = rng::Rng::new(cfg.seed);
     let prog = match arch {
-        isa::Arch::X86_64 => x86prog::generate(&mut rng, cfg.functions),
+        isa::Arch::X86_64 => x86prog::generate(&mut rng, cfg.functions, cfg.exits),
+        isa::Arch::Aarch64 if cfg.exits => return Err(SimError::Config("--exits: x86_64 (Intel PT) only".into())),
         isa::Arch::Aarch64 => a64prog::generate(&mut rng, cfg.functions),
     };
+    let filter = prog.outside.as_ref().map(|_| filter::AddrFilter::new(prog.traced_ranges()));
     let run = machine::RunConfig {
         cpus: cfg.cpus,
         protocol: cfg.protocol,
@@ -247,8 +261,10 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
     };
     let (traces, counts) = match arch {
         isa::Arch::X86_64 => {
-            let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh)).collect();
-            record_run(cfg, dir, emitters, |sink| {
+            let emitters = (0..cfg.cpus)
+                .map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh).with_filter(filter.clone()))
+                .collect();
+            record_run(cfg, dir, emitters, filter.clone(), |sink| {
                 machine::run(&prog, &run, &mut rng, sink);
             })?
         }
@@ -257,24 +273,31 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
                 return Err(SimError::Config(format!("--cpus {} (ETMv4 trace IDs allow 1 to {MAX_ETM_CPUS})", cfg.cpus)));
             }
             let emitters = (0..cfg.cpus).map(|c| etm::EtmEmitter::new(c, cfg.tsc_period, cfg.psb_period)).collect();
-            record_run(cfg, dir, emitters, |sink| {
+            record_run(cfg, dir, emitters, None, |sink| {
                 machine::run(&prog, &run, &mut rng, sink);
             })?
         }
     };
-    let result = write_outputs(cfg, dir, arch, &prog, &traces);
+    let result = write_outputs(cfg, dir, arch, &prog, filter.as_ref(), &traces);
     traces.remove_spools();
     result?;
     finish_summary(cfg, dir, &traces, counts)
 }
 
 /// perf.data, kcore_dir and (aarch64) the snapshot of a generated-kernel run.
-fn write_outputs(cfg: &SimConfig, dir: &Path, arch: isa::Arch, prog: &program::Program, traces: &Traces) -> Result<(), SimError> {
+fn write_outputs(
+    cfg: &SimConfig,
+    dir: &Path,
+    arch: isa::Arch,
+    prog: &program::Program,
+    filter: Option<&filter::AddrFilter>,
+    traces: &Traces,
+) -> Result<(), SimError> {
     let aux = match arch {
         isa::Arch::X86_64 => Aux::IntelPt,
         isa::Arch::Aarch64 => Aux::CsEtm,
     };
-    write_perf_data(cfg, dir, &Space::Kernel(prog), aux, traces)?;
+    write_perf_data(cfg, dir, &Space::Kernel(prog), aux, filter, traces)?;
     // kcore_dir: the code as it was before any change, and its symbols.
     let kallsyms: String = prog.symbols.iter().map(|(a, n)| format!("{a:016x} T {n}\n")).collect();
     let machine = if arch == isa::Arch::X86_64 { Machine::X86_64 } else { Machine::Aarch64 };
@@ -298,10 +321,10 @@ pub fn simulate_elf(cfg: &SimConfig, elf: &Path, dir: &Path) -> Result<Summary, 
     let code = walk::RealCode::load(elf, PIE_BASE)?;
     let mut rng = rng::Rng::new(cfg.seed);
     let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh)).collect();
-    let (traces, counts) = record_run(cfg, dir, emitters, |sink| {
+    let (traces, counts) = record_run(cfg, dir, emitters, None, |sink| {
         walk::walk(&code, cfg.cpus, cfg.instructions, TIME_ZERO, &mut rng, sink);
     })?;
-    let result = write_perf_data(cfg, dir, &Space::User(&code), Aux::IntelPt, &traces);
+    let result = write_perf_data(cfg, dir, &Space::User(&code), Aux::IntelPt, None, &traces);
     traces.remove_spools();
     result?;
     finish_summary(cfg, dir, &traces, counts)
@@ -324,11 +347,13 @@ enum Aux {
 const USER_PID: u32 = 4242;
 
 /// Runs `execute` with truth and trace streamed to files (`DIR/truth/cpuN.bin`,
-/// `DIR/.trace-cpuN`); returns the trace files and the instruction counts.
+/// `DIR/.trace-cpuN`; the truth without what `filter` leaves out); returns
+/// the trace files and the instruction counts.
 fn record_run<E: Emitter>(
     cfg: &SimConfig,
     dir: &Path,
     emitters: Vec<E>,
+    filter: Option<filter::AddrFilter>,
     execute: impl FnOnce(&mut Collect<E>),
 ) -> Result<(Traces, Vec<u64>), SimError> {
     if cfg.cpus == 0 || cfg.cpus > 256 {
@@ -340,7 +365,7 @@ fn record_run<E: Emitter>(
     };
     let truth_dir = dir.join("truth");
     std::fs::create_dir_all(&truth_dir).map_err(io(&truth_dir))?;
-    let mut sink = Collect { truth: Vec::new(), emitters, spools: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None };
+    let mut sink = Collect { truth: Vec::new(), emitters, spools: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None, filter };
     for c in 0..cfg.cpus {
         let p = truth_dir.join(format!("cpu{c}.bin"));
         sink.truth.push(truth::TruthWriter::create(&p).map_err(io(&p))?);
@@ -397,7 +422,14 @@ fn pid_tid(cpu: u32, user: bool) -> (u32, u32) {
     }
 }
 
-fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, traces: &Traces) -> Result<(), SimError> {
+fn write_perf_data(
+    cfg: &SimConfig,
+    dir: &Path,
+    space: &Space<'_>,
+    aux: Aux,
+    filter: Option<&filter::AddrFilter>,
+    traces: &Traces,
+) -> Result<(), SimError> {
     let user = matches!(space, Space::User(_));
     let n = cfg.cpus as u64;
     let sample_type = st::IP | st::TID | st::TIME | st::CPU | st::IDENTIFIER;
@@ -442,7 +474,8 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
     w.features.cmdline = Some(vec!["poketrace".into(), "simulate".into(), format!("--seed={}", cfg.seed)]);
     let pmu = if aux == Aux::CsEtm { "cs_etm" } else { "intel_pt" };
     w.features.event_names = Some(if user { vec![format!("{pmu}//u"), "dummy:u".into()] } else { vec![format!("{pmu}//k"), "dummy:k".into()] });
-    let pt_info = IntelPtInfo {
+    let filter_bytes = filter.map(|f| (f.perf_string().len() as u64, f.perf_bytes()));
+    let mut pt_info = IntelPtInfo {
         pmu_type: PT_PMU_TYPE as u64,
         time_shift: 0,
         time_mult: 1,
@@ -457,9 +490,14 @@ fn write_perf_data(cfg: &SimConfig, dir: &Path, space: &Space<'_>, aux: Aux, tra
         tsc_ctc_ratio_d: 1,
         cyc_bit: 0x2,
         max_nonturbo_ratio: pt::MAX_NON_TURBO_RATIO,
+        filter_str_len: filter_bytes.as_ref().map_or(0, |f| f.0),
         ..IntelPtInfo::default()
     }
     .to_priv_bytes();
+    // The address filter's string follows the words.
+    if let Some((_, bytes)) = &filter_bytes {
+        pt_info.extend_from_slice(bytes);
+    }
     let (auxtrace_type, info) = match aux {
         Aux::IntelPt => (perfdata::abi::auxtrace_type::INTEL_PT, pt_info),
         Aux::CsEtm => (perfdata::abi::auxtrace_type::CS_ETM, cs_etm_info(cfg.cpus).to_priv_bytes()),

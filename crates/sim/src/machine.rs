@@ -118,6 +118,8 @@ pub(crate) enum Kind {
     IndJmp,
     Ret,
     Int3,
+    /// UD2 or bytes that are no instruction: a #UD.
+    Undefined,
     Iret,
     /// Not code the walker can follow (invalid bytes, system calls, far transfers).
     Stop,
@@ -209,6 +211,9 @@ pub struct RunConfig {
 /// Runs the program; returns how many instructions were executed.
 pub fn run(prog: &Program, cfg: &RunConfig, rng: &mut Rng, sink: &mut impl Sink) -> u64 {
     let mut image = Image { text_base: prog.text_base, text: prog.text.clone(), ool: BTreeMap::new() };
+    if let Some(o) = &prog.outside {
+        image.ool.insert(o.base, o.code.clone());
+    }
     let indirect: HashMap<u64, &Vec<u64>> = prog.indirect.iter().map(|(a, t)| (*a, t)).collect();
     let mut cache: HashMap<u64, Decoded> = HashMap::new();
     let mut cpus: Vec<Cpu> = (0..cfg.cpus).map(|_| Cpu { pc: prog.entry, stack: Vec::new(), resume: None, rng: rng.fork() }).collect();
@@ -321,7 +326,13 @@ fn step(
                 cpu.pc = to;
                 Flow::Indirect { to }
             }
-            Kind::Ret | Kind::Stop => {
+            Kind::Undefined if prog.ud_handler.is_some() => {
+                let handler = prog.ud_handler.unwrap_or(prog.entry);
+                cpu.resume = Some(next);
+                cpu.pc = handler;
+                Flow::Trap { from: pc, to: handler }
+            }
+            Kind::Ret | Kind::Stop | Kind::Undefined => {
                 let to = cpu.stack.pop().unwrap_or(prog.entry);
                 cpu.pc = to;
                 Flow::Indirect { to }
@@ -394,7 +405,7 @@ pub(crate) fn decode(bytes: &[u8], pc: u64) -> Decoded {
     let mut insn = Instruction::default();
     dec.decode_out(&mut insn);
     if insn.is_invalid() {
-        return Decoded { len: 1, kind: Kind::Stop };
+        return Decoded { len: 1, kind: Kind::Undefined };
     }
     let kind = match insn.flow_control() {
         FlowControl::Next => Kind::Next,
@@ -408,6 +419,7 @@ pub(crate) fn decode(bytes: &[u8], pc: u64) -> Decoded {
         FlowControl::Return if insn.code() == Code::Iretq => Kind::Iret,
         FlowControl::Return => Kind::Ret,
         FlowControl::Interrupt if insn.code() == Code::Int3 => Kind::Int3,
+        FlowControl::Exception if insn.code() == Code::Ud2 => Kind::Undefined,
         FlowControl::Interrupt | FlowControl::Exception | FlowControl::XbeginXabortXend => Kind::Stop,
     };
     Decoded { len: insn.len() as u8, kind }

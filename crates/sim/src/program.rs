@@ -47,4 +47,30 @@ pub struct Program {
     pub int3_handler: u64,
     /// The code of a trampoline that replaces ftrace_caller at run time.
     pub trampoline_code: Vec<u8>,
+    /// Code the CPUs run that kcore does not hold and the trace's address
+    /// filter leaves out (a module's, say): direct calls and jumps into it
+    /// stop tracing, which resumes where it returns.
+    pub outside: Option<Outside>,
+    /// Where an undefined instruction (UD2, an invalid opcode) traps to; its
+    /// handler skips it, as the kernel's BUG() and WARN() handling does.
+    /// `None`: such bytes end the walk as any other code it cannot follow.
+    pub ud_handler: Option<u64>,
+}
+
+/// Code at `base` that is not the traced kernel text.
+#[derive(Clone, Debug)]
+pub struct Outside {
+    pub base: u64,
+    pub code: Vec<u8>,
+}
+
+/// The size of the run-time trampoline's page (its KSYMBOL's length).
+pub const OOL_PAGE: u64 = 0x1000;
+
+impl Program {
+    /// The ranges (start, size) a run with code [`Program::outside`] traces:
+    /// the kernel text and the trampoline's page.
+    pub fn traced_ranges(&self) -> Vec<(u64, u64)> {
+        vec![(self.text_base, self.text.len() as u64), (self.ool_base, OOL_PAGE)]
+    }
 }

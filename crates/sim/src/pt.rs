@@ -18,13 +18,20 @@
 //! branch, before a TIP or FUP at its instruction. With a threshold N > 0 a
 //! CYC is sent only once 2^(N-1) cycles have passed since the last.
 //!
+//! With an address filter, packet generation stops when execution leaves
+//! the filter's ranges and resumes where it comes back: a direct branch out
+//! gives a TIP.PGD, with the target's IP and without it by turns (both are
+//! what processors send: SKL014), an indirect one a TIP.PGD in place of its
+//! TIP; the first instruction back a TIP.PGE. No packet is sent meanwhile.
+//!
 //! The stream is cut into AUXTRACE buffers of at most [`AUX_CHUNK`] bytes,
 //! each beginning at a PSB (longer only when no PSB falls in one).
 
 use std::collections::VecDeque;
 
-use intel_pt::{Encoder, Packet, Tnt};
+use intel_pt::{Encoder, Ip, IpCompression, Packet, Tnt};
 
+use crate::filter::AddrFilter;
 use crate::machine::Flow;
 use crate::spool::Pending;
 
@@ -87,6 +94,12 @@ pub struct PtEmitter {
     last_cyc: u64,
     /// The time of the first branch in the pending TNT bits.
     tnt_time: u64,
+    /// Code outside it is not traced.
+    filter: Option<AddrFilter>,
+    /// Packets are generated (not in code the filter leaves out).
+    tracing: bool,
+    /// TIP.PGDs sent after a direct branch out of the filter's ranges.
+    exits: u64,
 }
 
 impl PtEmitter {
@@ -109,7 +122,31 @@ impl PtEmitter {
             cyc_min: None,
             last_cyc: 0,
             tnt_time: 0,
+            filter: None,
+            tracing: false,
+            exits: 0,
         }
+    }
+
+    /// Traces only the code `filter` lets through (`None`: all of it).
+    pub fn with_filter(mut self, filter: Option<AddrFilter>) -> PtEmitter {
+        self.filter = filter;
+        self
+    }
+
+    fn traces(&self, ip: u64) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.traces(ip))
+    }
+
+    /// A direct branch at `time` to `to`, outside the filter's ranges:
+    /// TIP.PGD, with the target's IP or, every other time, without.
+    fn leave_direct(&mut self, time: u64, to: u64) {
+        self.flush_tnt();
+        self.cyc(time);
+        self.exits += 1;
+        let ip = if self.exits % 2 == 1 { self.ip(to) } else { Ip { compression: IpCompression::Suppressed, payload: 0, ip: None } };
+        self.put(Packet::TipPgd(ip));
+        self.tracing = false;
     }
 
     /// Cycle-accurate mode with perf's `cyc_thresh` (`None`: off): a CYC
@@ -210,9 +247,21 @@ impl PtEmitter {
             self.put(Packet::TipPge(ip));
             // The cycle counter starts with tracing.
             self.last_cyc = time * CYCLES_PER_TSC;
+            self.tracing = true;
+        }
+        if !self.tracing {
+            // Outside the filter's ranges: packets resume where execution comes back.
+            if self.traces(next) {
+                let ip = self.ip(next);
+                self.put(Packet::TipPge(ip));
+                self.tracing = true;
+            }
+            return;
         }
         match flow {
-            Flow::Quiet | Flow::Direct => return,
+            Flow::Quiet => return,
+            Flow::Direct if self.traces(next) => return,
+            Flow::Direct => self.leave_direct(time, next),
             Flow::Cond { taken } => {
                 if self.tnt_count == 0 {
                     self.tnt_time = time;
@@ -227,7 +276,12 @@ impl PtEmitter {
                 self.flush_tnt();
                 self.cyc(time);
                 let ip = self.ip(to);
-                self.put(Packet::Tip(ip));
+                if self.traces(to) {
+                    self.put(Packet::Tip(ip));
+                } else {
+                    self.put(Packet::TipPgd(ip));
+                    self.tracing = false;
+                }
             }
             Flow::Trap { from, to } => {
                 self.flush_tnt();
@@ -237,6 +291,9 @@ impl PtEmitter {
                 let t = self.ip(to);
                 self.put(Packet::Tip(t));
             }
+        }
+        if !self.tracing {
+            return;
         }
         let due = match self.timing {
             Timing::Tsc { period } => time >= self.last_tsc + period,
@@ -264,7 +321,7 @@ impl PtEmitter {
 
     /// Tracing stops before the next instruction.
     pub fn finish(&mut self) {
-        if self.started {
+        if self.started && self.tracing {
             self.flush_tnt();
             // An asynchronous stop: FUP (where the CPU was) then TIP.PGD.
             // A TIP.PGD alone means "the next branch was indirect and

@@ -129,7 +129,7 @@ pub fn walk(code: &RealCode, cpus: u32, instructions: u64, time_zero: u64, rng: 
                 let to = stack.pop().unwrap_or_else(|| pick(rng));
                 (to, Flow::Indirect { to })
             }
-            Kind::Int3 | Kind::Iret | Kind::Stop => {
+            Kind::Int3 | Kind::Iret | Kind::Stop | Kind::Undefined => {
                 let to = pick(rng);
                 stack.clear();
                 (to, Flow::Trap { from: pc, to })

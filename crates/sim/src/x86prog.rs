@@ -2,12 +2,18 @@
 //! branch, call directly, indirectly and through static calls, and carry
 //! patch sites of every kind the kernel pokes.
 
-use crate::program::{Program, Site, SiteKind};
+use crate::program::{Outside, Program, Site, SiteKind};
 use crate::rng::Rng;
 
 pub const TEXT_BASE: u64 = 0xffff_ffff_8100_0000;
 /// Where out-of-line code (ftrace trampolines) is created at run time.
 pub const OOL_BASE: u64 = 0xffff_ffff_a000_0000;
+/// Where code outside the traced text lives (module space), with `exits`.
+pub const OUTSIDE_BASE: u64 = 0xffff_ffff_c000_0000;
+/// UD2, which the kernel's BUG() and WARN() plant; and a byte that is no
+/// instruction in 64-bit mode (PUSH ES in 32-bit code).
+pub const UD2: [u8; 2] = [0x0f, 0x0b];
+pub const INVALID: u8 = 0x06;
 
 pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 pub const NOP2: [u8; 2] = [0x66, 0x90];
@@ -74,13 +80,44 @@ pub fn call32(at: u64, target: u64) -> Vec<u8> {
     v
 }
 
-/// Builds `functions` functions (at least 4) and the dispatcher.
-pub fn generate(rng: &mut Rng, functions: usize) -> Program {
+/// Code outside the traced text, built beside it.
+struct OutsideAsm {
+    code: Vec<u8>,
+}
+
+impl OutsideAsm {
+    fn here(&self) -> u64 {
+        OUTSIDE_BASE + self.code.len() as u64
+    }
+    /// A function there: a little work, then RET.
+    fn function(&mut self) -> u64 {
+        let at = self.here();
+        self.code.extend_from_slice(&[0x48, 0x89, 0xc3, 0x90, 0xc3]);
+        at
+    }
+    /// A block there that does a little work and jumps back to `back`.
+    fn block_back_to(&mut self, back: u64) -> u64 {
+        let at = self.here();
+        self.code.extend_from_slice(&[0x48, 0x83, 0xc0, 0x08]);
+        let jmp = self.here();
+        self.code.extend_from_slice(&jmp32(jmp, back));
+        at
+    }
+}
+
+/// Builds `functions` functions (at least 4) and the dispatcher; with
+/// `exits`, functions also call and jump into code outside the text (and
+/// come back) and run undefined instructions, each in one of four kinds,
+/// and some indirect calls may go outside too.
+pub fn generate(rng: &mut Rng, functions: usize, exits: bool) -> Program {
     let n = functions.max(4);
     let mut a = Asm { code: Vec::new() };
+    let mut outside = OutsideAsm { code: Vec::new() };
     let mut symbols = Vec::new();
     let mut sites = Vec::new();
     let mut indirect: Vec<(u64, Vec<u64>)> = Vec::new();
+    // Indirect calls (index into `indirect`) that may also go outside the text, and where.
+    let mut indirect_out: Vec<(usize, u64)> = Vec::new();
 
     // The INT3 handler: a few instructions, then IRETQ back to the emulated target.
     a.align(16);
@@ -89,6 +126,15 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
     a.bytes(&[0x50]); // push rax
     a.bytes(&[0x58]); // pop rax
     a.bytes(&[0x48, 0xcf]); // iretq
+
+    // The #UD handler: skips the undefined instruction (its IRET frame says where to).
+    let ud_handler = exits.then(|| {
+        a.align(16);
+        let at = a.here();
+        symbols.push((at, "asm_exc_invalid_op".to_string()));
+        a.bytes(&[0x50, 0x58, 0x48, 0xcf]); // push rax; pop rax; iretq
+        at
+    });
 
     // ftrace_caller: what an enabled ftrace site calls.
     a.align(16);
@@ -159,6 +205,25 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         a.bytes(&[0x74, 0]);
         let skip_from = a.here();
         a.filler(rng, 1, 2);
+        if exits {
+            // Skipped or not at run time: an exit of one of four kinds.
+            match i % 4 {
+                0 => {
+                    let at = a.here();
+                    a.bytes(&call32(at, outside.function()));
+                }
+                1 => {
+                    let at = a.here();
+                    a.bytes(&jmp32(at, outside.block_back_to(at + 5)));
+                }
+                2 => {
+                    a.bytes(&UD2);
+                }
+                _ => {
+                    a.bytes(&[INVALID]);
+                }
+            }
+        }
         let skip_len = (a.here() - skip_from) as u8;
         a.patch(skip_at, &[0x74, skip_len]);
         // Calls: direct to a later function, through a static call, or indirect.
@@ -172,6 +237,9 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         if i + 2 < n {
             let at = a.bytes(&[0xff, 0xd0]); // call rax
             indirect.push((at, ((i + 1)..n).take(3).collect::<Vec<usize>>().iter().map(|&j| j as u64).collect()));
+            if exits && i % 4 == 3 {
+                indirect_out.push((indirect.len() - 1, outside.function()));
+            }
         }
         // Jump label (2 bytes) over a 2-byte filler.
         let jl2 = a.bytes(&NOP2);
@@ -195,6 +263,9 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         for t in targets.iter_mut() {
             *t = entries[*t as usize];
         }
+    }
+    for (k, out) in indirect_out {
+        indirect[k].1.push(out);
     }
     // The dispatcher: call a random function through RAX, forever.
     a.align(16);
@@ -223,5 +294,7 @@ pub fn generate(rng: &mut Rng, functions: usize) -> Program {
         entry,
         int3_handler,
         trampoline_code,
+        outside: exits.then_some(Outside { base: OUTSIDE_BASE, code: outside.code }),
+        ud_handler,
     }
 }

@@ -127,7 +127,7 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
                     clock.code.read_into(ip, &mut word, f.time);
                     let class = isa::classify_aarch64(ip, u32::from_le_bytes(word)).class;
                     // The last instruction's taken branch goes where the next range starts: not known yet.
-                    out.push(line(f.time, Kind::Insn { ip, len: 4, class, to: None, uncertain: r.uncertain }));
+                    out.push(line(f.time, Kind::Insn { ip, len: 4, class, to: None, uncertain: r.uncertain, ends: false }));
                 }
             }
             f.tracing = true;

@@ -7,7 +7,8 @@ use isa::BranchClass;
 pub fn end_flags(class: BranchClass) -> &'static str {
     match class {
         BranchClass::CondBranch => "tr end  jcc",
-        BranchClass::DirectJump | BranchClass::IndirectJump => "tr end  jmp",
+        // A jump's flags are the branch alone: perf prints them as "tr end".
+        BranchClass::DirectJump | BranchClass::IndirectJump => "tr end",
         BranchClass::DirectCall | BranchClass::IndirectCall => "tr end  call",
         BranchClass::Return => "tr end  return",
         BranchClass::FarTransfer => "tr end  far",

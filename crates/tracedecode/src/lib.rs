@@ -7,6 +7,7 @@
 //! all queues' lines in time order on a bounded pool of threads.
 
 pub mod cs;
+pub mod filter;
 pub mod flags;
 mod input;
 mod itrace;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use codeimage::window::{Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
-use intel_pt::flow::{FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, SharedBlocks};
+use intel_pt::flow::{AddrFilter, CodeSource, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, SharedBlocks};
 use isa::BranchClass;
 
 use crate::flags::{branch_flags, end_flags};
@@ -39,19 +39,21 @@ pub fn decode<E: From<Error>>(
     let decode_one = |queue: usize, lanes: &Lanes| {
         let q = &queues[queue];
         let (cfg, mtc, cyc, blocks) = (setup.cfg.clone(), setup.mtc, setup.cyc, blocks.clone());
-        let sink = &mut Collector::new(queue, q.cpu, itrace, tl, lanes);
+        let sink = &mut Collector::new(queue, q.cpu, itrace, tl, lanes, setup.filter);
         match image {
-            ImageMode::Timeline => {
-                FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink)
-            }
+            ImageMode::Timeline => with_filter(FlowDecoder::new(&q.trace, &Interval(tl), cfg), setup.filter)
+                .with_mtc(mtc)
+                .with_cyc(cyc)
+                .with_shared_blocks(blocks)
+                .run_with(sink),
             // The lines show no instruction's latest time: none is worked out.
-            ImageMode::PerfStyle => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
+            ImageMode::PerfStyle => with_filter(FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg), setup.filter)
                 .with_mtc(mtc)
                 .with_cyc(cyc)
                 .with_upper_bounds(false)
                 .with_shared_blocks(blocks)
                 .run_with(sink),
-            ImageMode::Static => FlowDecoder::new(&q.trace, &Static(code), cfg)
+            ImageMode::Static => with_filter(FlowDecoder::new(&q.trace, &Static(code), cfg), setup.filter)
                 .with_mtc(mtc)
                 .with_cyc(cyc)
                 .with_upper_bounds(false)
@@ -61,6 +63,14 @@ pub fn decode<E: From<Error>>(
         sink.finish();
     };
     crate::pool::decode_merged(queues.len(), decode_one, emit)
+}
+
+/// `d` with the trace's address filter, when it had one.
+fn with_filter<C: CodeSource>(d: FlowDecoder<'_, C>, filter: Option<AddrFilter>) -> FlowDecoder<'_, C> {
+    match filter {
+        Some(f) => d.with_addr_filter(f),
+        None => d,
+    }
 }
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
@@ -81,11 +91,64 @@ struct Collector<'a> {
     prev_line: Option<usize>,
     /// Instructions since the last that got a line (`Itrace::period`).
     insns_seen: u64,
+    /// The trace's address filter: a direct branch out of it ends tracing.
+    filter: Option<AddrFilter>,
 }
 
 impl<'a> Collector<'a> {
-    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lanes: &'a Lanes) -> Self {
-        Collector { queue, cpu, itrace, tl, lines: Vec::with_capacity(BATCH), lanes, prev: None, tracing: false, prev_line: None, insns_seen: 0 }
+    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lanes: &'a Lanes, filter: Option<AddrFilter>) -> Self {
+        Collector {
+            queue,
+            cpu,
+            itrace,
+            tl,
+            lines: Vec::with_capacity(BATCH),
+            lanes,
+            prev: None,
+            tracing: false,
+            prev_line: None,
+            insns_seen: 0,
+            filter,
+        }
+    }
+
+    /// Where the direct branch at `ip` goes (code read at `time`); `None` for other instructions.
+    #[cold]
+    fn direct_target(&self, ip: u64, time: u64) -> Option<u64> {
+        let mut b = [0u8; 16];
+        self.tl.read_into(ip, &mut b, time);
+        let insn = isa::classify_x86_64(ip, &b, &isa::KernelIdioms::default()).ok()?;
+        matches!(insn.class, BranchClass::DirectCall | BranchClass::DirectJump).then_some(insn.target?)
+    }
+
+    /// The instruction line `i` (the previous instruction's), now that a
+    /// TIP.PGD at `at` (its IP `to`) came after it: when the TIP.PGD took
+    /// its branch's place (an indirect branch's TIP, or a direct branch out
+    /// of the filter's ranges), perf's instruction sample of it is a trace
+    /// end too, to the branch's target, at the TIP.PGD's time.
+    fn mark_end(&mut self, i: usize, at: Option<u64>, to: Option<u64>, time: u64) {
+        let target = match (at, to) {
+            (Some(at), Some(to)) if at == to && self.left_filter(at) => Some(at),
+            (None, Some(to)) => Some(to),
+            (None, None) => self.prev.and_then(|p| self.direct_target(p.0, p.3)),
+            _ => return,
+        };
+        let line = &mut self.lines[i];
+        if let Kind::Insn { to, ends, .. } = &mut line.kind {
+            *to = target;
+            *ends = true;
+            line.time = time;
+        }
+    }
+
+    /// Whether a TIP.PGD at `at`, where the previous instruction went, took
+    /// that branch's place: a direct branch out of the filter's ranges
+    /// (perf's "unconditional branch leaving filter region", one `tr end`
+    /// line from the branch; an asynchronous stop there has a FUP first,
+    /// and the code at `at` is traced).
+    fn left_filter(&self, at: u64) -> bool {
+        let direct = matches!(self.prev, Some((_, _, BranchClass::DirectCall | BranchClass::DirectJump, _)));
+        direct && self.filter.is_some_and(|f| !f.traces(at))
     }
 
     /// Hands a full batch on; only between events, when no line waits to
@@ -159,8 +222,9 @@ impl FlowSink for Collector<'_> {
 
     fn event(&mut self, e: FlowEvent) {
         let (queue, cpu) = (self.queue, self.cpu);
+        let prev_line = self.prev_line.take();
         // Where the previous instruction's branch went, for its instruction line.
-        if let (Some(i), Some((from, len, class, _))) = (self.prev_line.take(), self.prev) {
+        if let (Some(i), Some((from, len, class, _))) = (prev_line, self.prev) {
             let next = match e {
                 FlowEvent::Insn { ip, .. } => Some(ip),
                 FlowEvent::Trap { from, .. } => Some(from),
@@ -177,7 +241,7 @@ impl FlowSink for Collector<'_> {
                 self.arrive(ip, lo);
                 if self.itrace.instructions && self.itrace.sampled(&mut self.insns_seen) {
                     self.prev_line = Some(self.lines.len());
-                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain } });
+                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain, ends: false } });
                 }
                 self.prev = Some((ip, len, class, lo));
             }
@@ -194,9 +258,16 @@ impl FlowSink for Collector<'_> {
             // indirect branch's place goes from that branch. The end of the
             // data is no branch, and gets no line.
             FlowEvent::End { time, at, disabled, to } => {
+                if let (true, Some(i)) = (self.tracing && disabled, prev_line) {
+                    self.mark_end(i, at, to, time);
+                }
                 if self.itrace.branches && self.tracing && disabled {
                     let to = to.unwrap_or(0);
                     match at {
+                        Some(at) if to == at && self.left_filter(at) => {
+                            let (from, len, class, _) = self.prev.unwrap_or((0, 0, BranchClass::None, time));
+                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: Some(len) } });
+                        }
                         Some(at) => {
                             let b = self.taken(at);
                             self.lines.extend(b);
@@ -205,6 +276,8 @@ impl FlowSink for Collector<'_> {
                         }
                         None => {
                             let (from, len, class) = self.prev.map_or((0, None, BranchClass::None), |p| (p.0, Some(p.1), p.2));
+                            // Without the TIP.PGD's IP a direct branch still says where it went.
+                            let to = if to == 0 && len.is_some() { self.direct_target(from, time).unwrap_or(0) } else { to };
                             self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: len } });
                         }
                     }

@@ -1,7 +1,7 @@
 //! Decoder set-up from AUXTRACE_INFO and the trace event's config, for
 //! Intel PT and for CoreSight ETMv4.
 
-use intel_pt::flow::{CycConv, FlowConfig, MtcConv, TimeConv};
+use intel_pt::flow::{AddrFilter, CycConv, FlowConfig, MtcConv, TimeConv};
 use isa::KernelIdioms;
 use perfdata::auxtrace::CsEtmInfo;
 use perfdata::PerfFile;
@@ -20,11 +20,13 @@ pub struct PtSetup {
     pub cfg: FlowConfig,
     pub mtc: Option<MtcConv>,
     pub cyc: Option<CycConv>,
+    /// The address filter the trace was made with (from AUXTRACE_INFO).
+    pub filter: Option<AddrFilter>,
 }
 
 impl PtSetup {
     /// From AUXTRACE_INFO and the PT event's config (time conversion,
-    /// return compression, MTC and CYC timing), decoding with `idioms`.
+    /// return compression, MTC and CYC timing, address filter), decoding with `idioms`.
     pub fn new(file: &PerfFile, info: &perfdata::auxtrace::IntelPtInfo, idioms: KernelIdioms) -> PtSetup {
         let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
         let cfg = FlowConfig {
@@ -39,7 +41,7 @@ impl PtSetup {
             pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
         // CYC packets (cycle-accurate mode), converted by the trace's CBR and the max non-turbo ratio.
         let cyc = pt_attr.and_then(|a| CycConv::from_perf(a.attr.config, info.cyc_bit, info.max_nonturbo_ratio));
-        PtSetup { cfg, mtc, cyc }
+        PtSetup { cfg, mtc, cyc, filter: crate::filter::of_file(file) }
     }
 }
 

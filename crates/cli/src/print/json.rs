@@ -106,7 +106,7 @@ mod tests {
         let line = |time, kind| Out { time, queue: 0, cpu: 3, kind };
         let lines = [
             line(1_000_000_123, Kind::Branch { from: u64::MAX, to: 0x1234, flags: "tr end  call", from_len: Some(5) }),
-            line(7, Kind::Insn { ip: 0xffff_ffff_8100_0000, len: 3, class: BranchClass::None, to: None, uncertain: true }),
+            line(7, Kind::Insn { ip: 0xffff_ffff_8100_0000, len: 3, class: BranchClass::None, to: None, uncertain: true, ends: false }),
             line(0, Kind::Error { offset: 99, ip: None, code: 6, reason: "no \"TIP\"\there".into() }),
             line(u64::MAX, Kind::Error { offset: 0, ip: Some(1), code: 3, reason: String::new() }),
         ];

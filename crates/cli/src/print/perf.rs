@@ -3,7 +3,7 @@
 use anyhow::{bail, Result};
 use codeimage::CodeTimeline;
 use isa::KernelIdioms;
-use tracedecode::flags::branch_flags;
+use tracedecode::flags::{branch_flags, end_flags};
 use tracedecode::{Kind, Out};
 
 use crate::print::columns::{put_cpu, put_seconds};
@@ -139,6 +139,7 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
     };
     let (ip, len, flags, addr, branch) = match &l.kind {
         Kind::Branch { from, to, flags, from_len } => (*from, *from_len, *flags, *to, true),
+        Kind::Insn { ip, len, class, to, ends: true, .. } => (*ip, Some(*len), end_flags(*class), to.unwrap_or(0), false),
         Kind::Insn { ip, len, class, to, .. } => (*ip, Some(*len), branch_flags(*class, *ip, l.time, tl), to.unwrap_or(0), false),
         Kind::Error { .. } => unreachable!("written above"),
     };

@@ -245,11 +245,18 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         let mut buf = [0u8; 16];
         let (insn, uncertain) = match self.code.fetch(ip, st.clock.lo, st.clock.hi, 0, &mut buf) {
             Fetch::Unmapped => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::Unmapped }),
-            Fetch::Exact(n) => (self.classify(ip, &buf[..n], st)?, false),
+            Fetch::Exact(n) => match self.classify(ip, &buf[..n], st) {
+                Ok(insn) => (insn, false),
+                Err(f) => return self.undecodable(st, ip, f, sink, trial),
+            },
             Fetch::Candidate { count, .. } => {
                 // Contents may differ beyond this instruction (a read covers
                 // 16 bytes): only distinct instructions make a choice.
-                let options = self.options(st, ip, count)?;
+                let options = match self.options(st, ip, count) {
+                    Ok(o) => o,
+                    Err(f) if matches!(f.kind, FlowErrorKind::BadInsn) => return self.undecodable(st, ip, f, sink, trial),
+                    Err(f) => return Err(f),
+                };
                 let ((insn, from), uncertain) = match options.as_slice() {
                     [only] => (*only, false),
                     [first, ..] if trial => (*first, true),
@@ -366,6 +373,20 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
         }
         Ok(true)
+    }
+
+    /// The code at `ip` is no instruction: when the trace's next flow
+    /// packet is a FUP at `ip`, an event there (a #UD on an invalid opcode:
+    /// FUP, then the handler's TIP) ran instead, as libipt and perf take
+    /// it; else the decode error `f`.
+    #[cold]
+    fn undecodable(&self, st: &mut State<'a>, ip: u64, f: Failure, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
+        if st.tnt_count != 0 || !matches!(self.peek_flow(st)?, Some((_, Flow::Fup(Some(at)))) if at == ip) {
+            return Err(f);
+        }
+        st.take_peeked();
+        let unknown = Insn { len: 0, class: BranchClass::None, target: None };
+        self.async_event(st, ip, unknown, false, sink, trial)
     }
 
     pub(super) fn classify(&self, ip: u64, bytes: &[u8], st: &State<'a>) -> Result<Insn, Failure> {
