@@ -20,6 +20,7 @@ mod ptxed;
 mod record;
 mod symbols;
 mod text;
+mod timeline;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -98,6 +99,26 @@ enum Command {
         /// Times in nanoseconds with -F (perf's default is microseconds).
         #[arg(long)]
         ns: bool,
+    },
+    /// A call-stack timeline of an Intel PT or CoreSight trace in the Trace Event Format (Perfetto, speedscope), with code changes and decode problems.
+    Timeline {
+        /// perf.data directory (kcore_dir gives the base code and symbols) or file.
+        input: PathBuf,
+        /// The JSON file to write; gzipped when it ends in .gz.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Only these CPUs (perf's list: 0-2,5).
+        #[arg(long)]
+        cpu: Option<String>,
+        /// Only these threads (comma-separated ids).
+        #[arg(long)]
+        tid: Option<String>,
+        /// Only START,END (perf's syntax: seconds, either end may be empty).
+        #[arg(long)]
+        time: Option<String>,
+        /// Only kernel code: user code is shown as a gap.
+        #[arg(long)]
+        kernel_only: bool,
     },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
     /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
@@ -203,6 +224,9 @@ fn main() {
             let opts = decode::Options { itrace, image, layout };
             decode::run(&input, &opts, &mut out)
         })(),
+        Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
+            timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
+        }
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),

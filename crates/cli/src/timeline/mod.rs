@@ -1,0 +1,123 @@
+//! `poketrace timeline`: Intel PT or CoreSight ETMv4 in a perf.data
+//! directory as a call-stack timeline in the Trace Event Format (Perfetto,
+//! chrome://tracing, speedscope), with the code changes and the decode's
+//! problems on tracks of their own. Problems with the input go on the
+//! decode track too: the file is written whatever the input.
+
+mod builder;
+mod cpu;
+mod filter;
+mod names;
+mod sideband;
+mod stack;
+mod tef;
+mod tracks;
+
+use std::path::Path;
+
+use anyhow::Result;
+use codeimage::{BaseImage, PokeEvents};
+use perfdata::PerfFile;
+use serde_json::json;
+use tracedecode::setup::{self, PtSetup};
+use tracedecode::{ImageMode, Input, Itrace, Out, Trace};
+
+pub use filter::Filter;
+
+use builder::Builder;
+use tef::TefWriter;
+
+/// Writes the timeline of `input` to `output`. Exit status: 0, or 1 when
+/// the timeline is incomplete (decode errors, lost data, no trace, no
+/// TIME_CONV where the trace's times need it), or 2 when the input could
+/// not be read at all (the file then holds only that).
+pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
+    let mut w = TefWriter::create(output)?;
+    w.name_track(tracks::INPUT, Some("input"), Some("decode"), Some(-2))?;
+    let file = match PerfFile::open(input) {
+        Ok(f) => f,
+        Err(e) => {
+            let what = format!("cannot read {}: {e}", input.display());
+            w.instant(tracks::INPUT, 0, &what, "input", &json!({}))?;
+            w.finish()?;
+            eprintln!("poketrace timeline: {what}; {} holds only this", output.display());
+            return Ok(2);
+        }
+    };
+    let mut problems: Vec<String> = Vec::new();
+    let mut symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
+    let sb = sideband::read(&file, &mut symbols, &mut w)?;
+    let t0 = sb.first_time.unwrap_or(0);
+    let mut decode_symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
+    decode_symbols.add_user_mappings(&file);
+    let Input { trace, time_conv, queues, threads } = Input::read(&file)?;
+    let queues: Vec<_> = queues.into_iter().filter(|q| q.cpu == u32::MAX || filter.cpu(q.cpu)).collect();
+    if sb.bad_records > 0 {
+        problems.push(format!("{} records could not be read", sb.bad_records));
+    }
+    if sb.lost_records > 0 || sb.aux_damaged > 0 {
+        problems.push(format!("{} records lost, {} AUX records damaged (see the lost data tracks)", sb.lost_records, sb.aux_damaged));
+    }
+    match &trace {
+        None => problems.push("no Intel PT or CoreSight AUXTRACE_INFO: nothing to decode".into()),
+        Some(_) if queues.iter().all(|q| q.trace.is_empty()) => problems.push("no AUX trace data (no AUXTRACE records)".into()),
+        Some(Trace::CoreSight(info)) if time_conv.is_none() && info.cpus.iter().any(|c| c.etmv4().and_then(|r| r.ts_source) == Some(1)) => {
+            problems.push("no TIME_CONV record: CoreSight timestamps are not converted to perf time, so times are the trace's own".into())
+        }
+        Some(_) => {}
+    }
+    for p in &problems {
+        w.instant(tracks::INPUT, t0, p, "input", &json!({}))?;
+    }
+    let mut b = Builder::new(w, filter, &threads, &queues, decode_symbols, sb.ksymbols);
+    if let Some(trace) = &trace {
+        let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1 };
+        let mut base = BaseImage::new();
+        codeimage::add_base(&file, &mut base)?;
+        let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
+        for e in &built.errors {
+            problems.push(format!("code image: {e}"));
+        }
+        let tl = &built.timeline;
+        let mut emit = |l: &Out| b.line(l);
+        let decoded = match trace {
+            Trace::IntelPt(info) => {
+                let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
+                tracedecode::pt::decode(&setup, &queues, &itrace, ImageMode::Timeline, tl, tl, &mut emit)
+            }
+            Trace::CoreSight(info) => {
+                tracedecode::cs::lines(info, time_conv.as_ref(), &queues, &itrace, tl).map_err(anyhow::Error::from).and_then(|q| {
+                    let mut all: Vec<Out> = q.into_iter().flatten().collect();
+                    all.sort_by_key(|l| (l.time, l.queue));
+                    all.iter().try_for_each(&mut emit)
+                })
+            }
+        };
+        if let Err(e) = decoded {
+            problems.push(format!("decode stopped: {e:#}"));
+        }
+    }
+    let (w, counts, restarts) = b.finish()?;
+    if counts.errors > 0 {
+        problems.push(format!("{} decode errors ({} overflows)", counts.errors, counts.overflows));
+    }
+    eprintln!(
+        "poketrace timeline: {} lines, {} threads, {} pokes, {} decode errors, {} uncertain instructions, {} stack restarts, {} events written to {}",
+        counts.lines,
+        counts.threads,
+        sb.pokes,
+        counts.errors,
+        counts.uncertain,
+        restarts,
+        w.events,
+        output.display()
+    );
+    if w.clamped > 0 {
+        eprintln!("poketrace timeline: {} events came before their track's last and were moved to its time", w.clamped);
+    }
+    for p in &problems {
+        eprintln!("poketrace timeline: {p}");
+    }
+    w.finish()?;
+    Ok(if problems.is_empty() { 0 } else { 1 })
+}
