@@ -157,3 +157,102 @@ fn write(track: Track, ev: &Ev, w: &mut TefWriter, names: &Names) -> Result<()> 
         Ev::End(t, name) => w.end(track, t, names.get(name)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The (phase, time, name) lines a stack writes for `steps`.
+    fn run(steps: impl FnOnce(&mut Stack, &mut TefWriter, &mut Names)) -> Vec<(String, u64, String)> {
+        let path = std::env::temp_dir().join(format!("poketrace-stack-test-{}-{:?}.json", std::process::id(), std::thread::current().id()));
+        let mut w = TefWriter::create(&path).unwrap();
+        let mut names = Names::default();
+        let mut s = Stack::new(Track { pid: 1, tid: 1 });
+        steps(&mut s, &mut w, &mut names);
+        w.finish().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap().iter();
+        ev.map(|e| (e["ph"].as_str().unwrap().into(), (e["ts"].as_f64().unwrap() * 1000.0) as u64, e["name"].as_str().unwrap().into())).collect()
+    }
+
+    fn ev(ph: &str, t: u64, name: &str) -> (String, u64, String) {
+        (ph.into(), t, name.into())
+    }
+
+    /// Returns out of the frame the trace started in put the callers under it, from the start.
+    #[test]
+    fn callers_open_at_the_start_are_inferred() {
+        let got = run(|s, w, n| {
+            let (f, g, h, k) = (n.intern("f"), n.intern("g"), n.intern("h"), n.intern("k"));
+            s.start(10, f, w, n).unwrap();
+            s.push(20, k, Some(0x105), Cat::Call, w, n).unwrap();
+            s.ret(30, 0x105, f, w, n).unwrap();
+            s.ret(40, 0x900, g, w, n).unwrap();
+            s.ret(50, 0xa00, h, w, n).unwrap();
+            s.close(60, w, n).unwrap();
+        });
+        let want = [
+            ev("B", 10, "h"),
+            ev("B", 10, "g"),
+            ev("B", 10, "f"),
+            ev("B", 20, "k"),
+            ev("E", 30, "k"),
+            ev("E", 40, "f"),
+            ev("E", 50, "g"),
+            ev("E", 60, "h"),
+        ];
+        assert_eq!(got, want);
+    }
+
+    /// A return to no return address on the stack goes to the frame of its
+    /// function, or, if none, unwinds all: never one pop too few or too many.
+    #[test]
+    fn mismatched_returns_never_nest_wrongly() {
+        let got = run(|s, w, n| {
+            let (f, a, b, x) = (n.intern("f"), n.intern("a"), n.intern("b"), n.intern("x"));
+            s.start(0, f, w, n).unwrap();
+            s.push(1, a, Some(0x10), Cat::Call, w, n).unwrap();
+            s.push(2, b, Some(0x20), Cat::Call, w, n).unwrap();
+            // b returns into f, past a (a return address changed under it).
+            s.ret(3, 0x77, f, w, n).unwrap();
+            s.push(4, a, Some(0x10), Cat::Call, w, n).unwrap();
+            // Back into a function nowhere on the stack.
+            s.ret(5, 0x99, x, w, n).unwrap();
+            s.close(6, w, n).unwrap();
+        });
+        let want = [
+            ev("B", 0, "x"),
+            ev("B", 0, "f"),
+            ev("B", 1, "a"),
+            ev("B", 2, "b"),
+            ev("E", 3, "b"),
+            ev("E", 3, "a"),
+            ev("B", 4, "a"),
+            ev("E", 5, "a"),
+            ev("E", 5, "f"),
+            ev("E", 6, "x"),
+        ];
+        assert_eq!(got, want);
+    }
+
+    /// Once a run's first events are written, an unknown caller restarts the stack at the return.
+    #[test]
+    fn after_the_first_events_are_written_the_stack_restarts() {
+        let mut restarts = 0;
+        let got = run(|s, w, n| {
+            let (f, g, c) = (n.intern("f"), n.intern("g"), n.intern("c"));
+            s.start(0, f, w, n).unwrap();
+            for i in 0..PENDING_MAX as u64 {
+                s.push(1 + 2 * i, c, Some(1), Cat::Call, w, n).unwrap();
+                s.ret(2 + 2 * i, 1, f, w, n).unwrap();
+            }
+            s.ret(5000, 0x50, g, w, n).unwrap();
+            s.close(5001, w, n).unwrap();
+            restarts = s.restarts;
+        });
+        assert_eq!(restarts, 1);
+        assert_eq!(got[0], ev("B", 0, "f"));
+        assert_eq!(got[got.len() - 3..], [ev("E", 5000, "f"), ev("B", 5000, "g"), ev("E", 5001, "g")]);
+    }
+}
