@@ -10,7 +10,8 @@ set -euo pipefail
 # python3: scripts/mkperf.py.
 # qemu-system-x86, busybox-static, cpio: the guest kernel of the `poketrace record`
 # test (scripts/qemu-guest/); bpftool: its JIT length and tag, beside the recorder's.
-packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3 qemu-system-x86 busybox-static cpio bpftool cmake libclang-dev qemu-utils)
+# chromium: the headless browser of the timeline test (speedscope, below).
+packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3 qemu-system-x86 busybox-static cpio bpftool cmake libclang-dev qemu-utils chromium)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,3 +28,11 @@ if ((${#missing[@]})); then
 		-o Dpkg::Use-Pty=0 --no-install-recommends install "${missing[@]}" >/dev/null
 fi
 
+# speedscope from the npm registry, for the timeline's browser test
+# (crates/cli/tests/timeline/browser.rs reads it from here).
+speedscope="${POKETRACE_CACHE:-$HOME/.cache/poketrace}/speedscope"
+if [[ ! -f "$speedscope/node_modules/speedscope/dist/release/index.html" ]]; then
+	echo ".ci/run: installing speedscope into $speedscope" >&2
+	mkdir -p "$speedscope"
+	npm install --prefix "$speedscope" --no-audit --no-fund --silent speedscope@1.25.0 >/dev/null
+fi

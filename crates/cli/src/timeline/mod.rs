@@ -32,9 +32,10 @@ use tef::TefWriter;
 /// TIME_CONV where the trace's times need it), or 2 when the input could
 /// not be read at all (the file then holds only that).
 pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
-    let mut w = TefWriter::create(output)?;
+    let file = PerfFile::open(input);
+    let mut w = TefWriter::create(output, file.as_ref().map_or(0, base_time))?;
     w.name_track(tracks::INPUT, Some("input"), Some("decode"), Some(-2))?;
-    let file = match PerfFile::open(input) {
+    let file = match file {
         Ok(f) => f,
         Err(e) => {
             let what = format!("cannot read {}: {e}", input.display());
@@ -120,4 +121,10 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
     }
     w.finish()?;
     Ok(if problems.is_empty() { 0 } else { 1 })
+}
+
+/// Where the file's times start: the whole second before the first record's time.
+fn base_time(file: &PerfFile) -> u64 {
+    let first = file.records().filter_map(|r| r.ok()?.sample_id.time).min().unwrap_or(0);
+    first / 1_000_000_000 * 1_000_000_000
 }

@@ -77,7 +77,7 @@ pub fn read(file: &PerfFile, symbols: &mut Symbolizer, w: &mut TefWriter) -> Res
                 let kind = isa::classify_poke(arch, p.addr, p.old, p.new, symbols.name(p.addr).as_deref());
                 let (old_insn, new_insn) = (disasm(arch, p.addr, p.old), disasm(arch, p.addr, p.new));
                 let args = json!({
-                    "addr": format!("{:#x}", p.addr), "sym": sym, "kind": kind.name(), "cpu": cpu, "tid": r.sample_id.tid,
+                    "addr": format!("{:#x}", p.addr), "time": time, "sym": sym, "kind": kind.name(), "cpu": cpu, "tid": r.sample_id.tid,
                     "old": plain(p.old), "new": plain(p.new), "old_insn": old_insn, "new_insn": new_insn,
                 });
                 let site = if sym.is_empty() { format!("{:#x}", p.addr) } else { sym };

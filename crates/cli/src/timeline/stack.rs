@@ -165,7 +165,7 @@ mod tests {
     /// The (phase, time, name) lines a stack writes for `steps`.
     fn run(steps: impl FnOnce(&mut Stack, &mut TefWriter, &mut Names)) -> Vec<(String, u64, String)> {
         let path = std::env::temp_dir().join(format!("poketrace-stack-test-{}-{:?}.json", std::process::id(), std::thread::current().id()));
-        let mut w = TefWriter::create(&path).unwrap();
+        let mut w = TefWriter::create(&path, 0).unwrap();
         let mut names = Names::default();
         let mut s = Stack::new(Track { pid: 1, tid: 1 });
         steps(&mut s, &mut w, &mut names);
@@ -173,7 +173,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         std::fs::remove_file(&path).unwrap();
         let ev = v["traceEvents"].as_array().unwrap().iter();
-        ev.map(|e| (e["ph"].as_str().unwrap().into(), (e["ts"].as_f64().unwrap() * 1000.0) as u64, e["name"].as_str().unwrap().into())).collect()
+        ev.map(|e| {
+            (e["ph"].as_str().unwrap().into(), (e["ts"].as_f64().unwrap() * 1000.0 + 0.0005).floor() as u64, e["name"].as_str().unwrap().into())
+        })
+        .collect()
     }
 
     fn ev(ph: &str, t: u64, name: &str) -> (String, u64, String) {

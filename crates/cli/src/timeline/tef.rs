@@ -38,40 +38,44 @@ impl Write for Sink {
     }
 }
 
-/// Writes `{"traceEvents":[...]}` one event a line; times are perf
-/// nanoseconds, written as the format's microseconds with three decimals.
+/// Writes `{"traceEvents":[...]}` one event a line. Times are perf
+/// nanoseconds since `base`, written as the format's microseconds with six
+/// decimals: three for the nanoseconds, three for the event's rank among
+/// those of its track in the same nanosecond, so that viewers that sort by
+/// time (speedscope) keep the order of calls and returns.
 pub struct TefWriter {
     out: Sink,
     first: bool,
-    /// The last time written per track: a later event never goes before it.
-    last: HashMap<Track, u64>,
+    base: u64,
+    /// The last time written per track and its rank: a later event never goes before it.
+    last: HashMap<Track, (u64, u16)>,
     /// Events whose time was raised to their track's last time.
     pub clamped: u64,
     pub events: u64,
 }
 
 impl TefWriter {
-    /// Creates `path`; gzip when it ends in `.gz`.
-    pub fn create(path: &Path) -> Result<TefWriter> {
+    /// Creates `path`; gzip when it ends in `.gz`. Times are written from
+    /// `base` (perf ns), which the file names as `otherData.perf_time_base_ns`.
+    pub fn create(path: &Path, base: u64) -> Result<TefWriter> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let buf = BufWriter::with_capacity(1 << 16, file);
         let mut out = match path.extension().is_some_and(|e| e == "gz") {
             true => Sink::Gzip(GzEncoder::new(buf, flate2::Compression::fast())),
             false => Sink::Plain(buf),
         };
-        out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
-        Ok(TefWriter { out, first: true, last: HashMap::new(), clamped: 0, events: 0 })
+        write!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"perf_time_base_ns\":{base}}},\"traceEvents\":[\n")?;
+        Ok(TefWriter { out, first: true, base, last: HashMap::new(), clamped: 0, events: 0 })
     }
 
-    /// The time an event on `track` at `t` is written at: never before the track's last.
-    fn at(&mut self, track: Track, t: u64) -> u64 {
-        let last = self.last.entry(track).or_insert(t);
-        if t < *last {
+    /// The time and rank an event on `track` at `t` is written at: never before the track's last.
+    fn at(&mut self, track: Track, t: u64) -> (u64, u16) {
+        let last = self.last.entry(track).or_insert((t, 0));
+        if t < last.0 {
             self.clamped += 1;
-            return *last;
         }
-        *last = t;
-        t
+        *last = if t > last.0 { (t, 0) } else { (last.0, (last.1 + 1).min(999)) };
+        *last
     }
 
     fn open(&mut self, ph: &str, track: Track) -> Result<()> {
@@ -84,8 +88,9 @@ impl TefWriter {
         Ok(())
     }
 
-    fn ts(&mut self, t: u64) -> Result<()> {
-        write!(self.out, ",\"ts\":{}.{:03}", t / 1000, t % 1000)?;
+    fn ts(&mut self, (t, rank): (u64, u16)) -> Result<()> {
+        let t = t.saturating_sub(self.base);
+        write!(self.out, ",\"ts\":{}.{:03}{rank:03}", t / 1000, t % 1000)?;
         Ok(())
     }
 

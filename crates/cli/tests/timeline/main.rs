@@ -74,7 +74,9 @@ fn structure_of_simulated_runs() {
             .map(|(ts_ns, a)| {
                 let s = |k: &str| a[k].as_str().unwrap().to_string();
                 let addr = u64::from_str_radix(s("addr").trim_start_matches("0x"), 16).unwrap();
-                (addr, ts_ns, a["cpu"].clone(), s("kind"), s("old"), s("new"), s("old_insn"), s("new_insn"))
+                let time = a["time"].as_u64().unwrap();
+                assert_eq!(ts_ns, time, "the instant is at the poke's time");
+                (addr, time, a["cpu"].clone(), s("kind"), s("old"), s("new"), s("old_insn"), s("new_insn"))
             })
             .collect();
         assert_eq!(got, want, "{arch}");

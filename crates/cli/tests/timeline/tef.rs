@@ -8,11 +8,14 @@ use serde_json::Value;
 
 pub struct Timeline {
     pub events: Vec<Value>,
+    /// perf time of the file's time 0.
+    base: u64,
 }
 
-/// An event's time in nanoseconds (the file has microseconds, three decimals).
+/// An event's time in nanoseconds since the base (the file has
+/// microseconds: three decimals of nanoseconds, three of rank).
 fn ts_ns(e: &Value) -> u64 {
-    (e["ts"].as_f64().unwrap() * 1000.0).round() as u64
+    (e["ts"].as_f64().unwrap() * 1000.0 + 0.0005).floor() as u64
 }
 
 fn track(e: &Value) -> (u64, u64) {
@@ -31,21 +34,22 @@ impl Timeline {
             String::from_utf8(raw).unwrap()
         };
         let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        Timeline { events: v["traceEvents"].as_array().unwrap().clone() }
+        let base = v["otherData"]["perf_time_base_ns"].as_u64().unwrap();
+        Timeline { events: v["traceEvents"].as_array().unwrap().clone(), base }
     }
 
     /// Every E ends the innermost open B of its track, with its name; times
     /// never go back on a track; nothing stays open at the end.
     pub fn check_structure(&self) {
         let mut open: HashMap<(u64, u64), Vec<&str>> = HashMap::new();
-        let mut last: HashMap<(u64, u64), u64> = HashMap::new();
+        let mut last: HashMap<(u64, u64), f64> = HashMap::new();
         for (i, e) in self.events.iter().enumerate() {
             let ph = e["ph"].as_str().unwrap();
             if ph == "M" {
                 continue;
             }
-            let (k, t) = (track(e), ts_ns(e));
-            let prev = last.insert(k, t).unwrap_or(0);
+            let (k, t) = (track(e), e["ts"].as_f64().unwrap());
+            let prev = last.insert(k, t).unwrap_or(0.0);
             assert!(t >= prev, "event {i} {e}: time goes back from {prev}");
             let name = e["name"].as_str().unwrap();
             match ph {
@@ -88,9 +92,9 @@ impl Timeline {
         self.slices(|p, _| p == pid).count()
     }
 
-    /// (time, args) of the instants of process `pid`, in file order.
+    /// (perf time, args) of the instants of process `pid`, in file order.
     pub fn instants(&self, pid: u64) -> impl Iterator<Item = (u64, &Value)> {
-        self.events.iter().filter(move |e| e["ph"] == "i" && track(e).0 == pid).map(|e| (ts_ns(e), &e["args"]))
+        self.events.iter().filter(move |e| e["ph"] == "i" && track(e).0 == pid).map(|e| (self.base + ts_ns(e), &e["args"]))
     }
 
     /// The names of the instants on the decode track's "input" thread.
@@ -104,9 +108,9 @@ impl Timeline {
         set.into_iter().collect()
     }
 
-    /// First and last slice times under `pid`.
+    /// First and last slice times (perf ns) under `pid`.
     pub fn span_ns(&self, pid: u64) -> (u64, u64) {
-        let ts = self.events.iter().filter(|e| (e["ph"] == "B" || e["ph"] == "E") && track(e).0 == pid).map(ts_ns);
+        let ts = self.events.iter().filter(|e| (e["ph"] == "B" || e["ph"] == "E") && track(e).0 == pid).map(|e| self.base + ts_ns(e));
         ts.fold((u64::MAX, 0), |(lo, hi), t| (lo.min(t), hi.max(t)))
     }
 }
