@@ -64,7 +64,7 @@ impl TefWriter {
             true => Sink::Gzip(GzEncoder::new(buf, flate2::Compression::fast())),
             false => Sink::Plain(buf),
         };
-        write!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"perf_time_base_ns\":{base}}},\"traceEvents\":[\n")?;
+        writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"perf_time_base_ns\":{base}}},\"traceEvents\":[")?;
         Ok(TefWriter { out, first: true, base, last: HashMap::new(), clamped: 0, events: 0 })
     }
 
