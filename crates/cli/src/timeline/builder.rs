@@ -130,8 +130,9 @@ impl<'a> Builder<'a> {
             "syscall" => stack.push(t, name, ret_to, Cat::Syscall, w, names)?,
             "int" => stack.push(t, name, ret_to, Cat::Interrupt, w, names)?,
             "hw int" => stack.push(t, name, Some(from), Cat::Interrupt, w, names)?,
+            "return" => stack.ret(t, to, name, w, names)?,
             // perf gives an exception return (ERET) no flags.
-            "return" | "iret" | "sysret" | "" => stack.ret(t, to, name, w, names)?,
+            "iret" | "sysret" | "" => stack.exception_return(t, to, name, w, names)?,
             _ => stack.jump(t, name, w, names)?,
         }
         let interrupts = stack.interrupts();

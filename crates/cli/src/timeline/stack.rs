@@ -133,6 +133,25 @@ impl Stack {
         Ok(())
     }
 
+    /// An exception return (IRET, SYSRET, ERET) to `to`: leaves the innermost
+    /// interrupt or system call. Where it returns into another function than
+    /// the interrupted one (an int3 handler emulating a call or a jump), that
+    /// function goes on top, and a later return pops it with the frame under
+    /// it whose return address or function it reaches.
+    pub fn exception_return(&mut self, t: u64, to: u64, name: Name, w: &mut TefWriter, names: &Names) -> Result<()> {
+        let Some(i) = self.frames.iter().rposition(|f| matches!(f.cat, Cat::Interrupt | Cat::Syscall)) else {
+            return self.ret(t, to, name, w, names);
+        };
+        let entered_from = self.frames[i].ret;
+        self.pop_to(i, t, w, names)?;
+        match (entered_from, self.frames.last()) {
+            (Some(ret), _) if ret == to => Ok(()),
+            (_, None) => self.ret(t, to, name, w, names),
+            (_, Some(top)) if top.name == name => Ok(()),
+            _ => self.push(t, name, None, Cat::Call, w, names),
+        }
+    }
+
     /// A jump to another function (a tail call): the top frame becomes it.
     pub fn jump(&mut self, t: u64, name: Name, w: &mut TefWriter, names: &Names) -> Result<()> {
         let Some(top) = self.frames.last() else { return Ok(()) };
@@ -257,5 +276,32 @@ mod tests {
         assert_eq!(restarts, 1);
         assert_eq!(got[0], ev("B", 0, "f"));
         assert_eq!(got[got.len() - 3..], [ev("E", 5000, "f"), ev("B", 5000, "g"), ev("E", 5001, "g")]);
+    }
+
+    /// An int3 handler that returns elsewhere (emulating a jump or a call)
+    /// leaves the interrupt; the function it returns into goes on top until
+    /// a return reaches a frame below.
+    #[test]
+    fn an_emulating_exception_return_leaves_the_interrupt() {
+        let got = run(|s, w, n| {
+            let (f, hook, int3, leaf) = (n.intern("f"), n.intern("hook"), n.intern("int3"), n.intern("leaf"));
+            s.start(0, f, w, n).unwrap();
+            s.push(1, hook, Some(0x105), Cat::Call, w, n).unwrap();
+            s.push(2, int3, Some(0x200), Cat::Interrupt, w, n).unwrap();
+            s.exception_return(3, 0x300, leaf, w, n).unwrap();
+            s.ret(4, 0x105, f, w, n).unwrap();
+            s.close(5, w, n).unwrap();
+        });
+        let want = [
+            ev("B", 0, "f"),
+            ev("B", 1, "hook"),
+            ev("B", 2, "int3"),
+            ev("E", 3, "int3"),
+            ev("B", 3, "leaf"),
+            ev("E", 4, "leaf"),
+            ev("E", 4, "hook"),
+            ev("E", 5, "f"),
+        ];
+        assert_eq!(got, want);
     }
 }

@@ -53,6 +53,8 @@ fn structure_of_simulated_runs() {
         for out in [&plain, &gz] {
             let (code, err) = timeline(&run, out, &[]);
             assert_eq!(code, 0, "{arch}: {err}");
+            // Every return reaches a frame on the stack or one open since the start.
+            assert!(err.contains(" 0 stack restarts"), "{arch}: {err}");
         }
         let t = Timeline::read(&plain);
         assert_eq!(t.events, Timeline::read(&gz).events, "{arch}: the .gz file holds the same events");
