@@ -13,11 +13,13 @@ mod dump;
 mod etm_cmd;
 mod hex;
 mod image;
+mod lines;
 mod pokes;
 mod print;
 mod ptdump;
 mod ptxed;
 mod record;
+mod report;
 mod symbols;
 mod text;
 mod timeline;
@@ -119,6 +121,14 @@ enum Command {
         /// Only kernel code: user code is shown as a gap.
         #[arg(long)]
         kernel_only: bool,
+    },
+    /// One self-contained HTML page: poke history per site and trace coverage per CPU on a time axis, summary tables.
+    Report {
+        /// perf.data directory (or file); with a simulation's ground truth, `check`'s table too.
+        input: PathBuf,
+        /// The HTML file to write.
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
     /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
@@ -227,6 +237,7 @@ fn main() {
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
         }
+        Command::Report { input, output } => report::run(&input, &output),
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),

@@ -16,11 +16,9 @@ mod tracks;
 use std::path::Path;
 
 use anyhow::Result;
-use codeimage::{BaseImage, PokeEvents};
 use perfdata::PerfFile;
 use serde_json::json;
-use tracedecode::setup::{self, PtSetup};
-use tracedecode::{ImageMode, Input, Itrace, Out, Trace};
+use tracedecode::{Input, Out};
 
 pub use filter::Filter;
 
@@ -59,44 +57,14 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
     if sb.lost_records > 0 || sb.aux_damaged > 0 {
         problems.push(format!("{} records lost, {} AUX records damaged (see the lost data tracks)", sb.lost_records, sb.aux_damaged));
     }
-    match &trace {
-        None => problems.push("no Intel PT or CoreSight AUXTRACE_INFO: nothing to decode".into()),
-        Some(_) if queues.iter().all(|q| q.trace.is_empty()) => problems.push("no AUX trace data (no AUXTRACE records)".into()),
-        Some(Trace::CoreSight(info)) if time_conv.is_none() && info.cpus.iter().any(|c| c.etmv4().and_then(|r| r.ts_source) == Some(1)) => {
-            problems.push("no TIME_CONV record: CoreSight timestamps are not converted to perf time, so times are the trace's own".into())
-        }
-        Some(_) => {}
-    }
+    problems.extend(crate::lines::input_problems(trace.as_ref(), time_conv.as_ref(), &queues));
     for p in &problems {
         w.instant(tracks::INPUT, t0, p, "input", &json!({}))?;
     }
     let mut b = Builder::new(w, filter, &threads, &queues, decode_symbols, sb.ksymbols);
     if let Some(trace) = &trace {
-        let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1 };
-        let mut base = BaseImage::new();
-        codeimage::add_base(&file, &mut base)?;
-        let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
-        for e in &built.errors {
-            problems.push(format!("code image: {e}"));
-        }
-        let tl = &built.timeline;
         let mut emit = |l: &Out| b.line(l);
-        let decoded = match trace {
-            Trace::IntelPt(info) => {
-                let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-                tracedecode::pt::decode(&setup, &queues, &itrace, ImageMode::Timeline, tl, tl, &mut emit)
-            }
-            Trace::CoreSight(info) => {
-                tracedecode::cs::lines(info, time_conv.as_ref(), &queues, &itrace, tl).map_err(anyhow::Error::from).and_then(|q| {
-                    let mut all: Vec<Out> = q.into_iter().flatten().collect();
-                    all.sort_by_key(|l| (l.time, l.queue));
-                    all.iter().try_for_each(&mut emit)
-                })
-            }
-        };
-        if let Err(e) = decoded {
-            problems.push(format!("decode stopped: {e:#}"));
-        }
+        problems.extend(crate::lines::decode_all(&file, trace, time_conv.as_ref(), &queues, &mut emit)?);
     }
     let (w, counts, restarts) = b.finish()?;
     if counts.errors > 0 {
