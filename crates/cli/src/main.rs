@@ -237,7 +237,7 @@ fn main() {
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
         }
-        Command::Report { input, output } => report::run(&input, &output),
+        Command::Report { input, output } => report::run(&input, &output, None),
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, &format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),
@@ -374,8 +374,11 @@ fn demo(out: &mut impl Write) -> Result<i32> {
         let cfg = sim::SimConfig { arch, protocol, instructions: 200_000, pokes: 400, tsc_period, ..sim::SimConfig::default() };
         sim::simulate(&cfg, &dir)?;
         writeln!(out, "== {what}\n   {}", dir.display())?;
-        print_table(&sim::check::check(&dir)?, out)?;
-        writeln!(out)?;
+        let reports = sim::check::check(&dir)?;
+        print_table(&reports, out)?;
+        let page = dir.join("report.html");
+        report::run(&dir, &page, Some(&reports))?;
+        writeln!(out, "   report: {}\n", page.display())?;
     }
     writeln!(
         out,

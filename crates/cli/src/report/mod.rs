@@ -18,9 +18,10 @@ use tracedecode::{Input, Out};
 use crate::symbols::Symbolizer;
 use coverage::Coverage;
 
-/// Writes the report of `input` to `output`. Exit status: 0, or 1 when the
+/// Writes the report of `input` to `output`, with `check`'s reports when
+/// given (else computed for a simulated run). Exit status: 0, or 1 when the
 /// report is incomplete (decode errors, lost data, no trace).
-pub fn run(input: &Path, output: &Path) -> Result<i32> {
+pub fn run(input: &Path, output: &Path, check: Option<&[sim::check::ModeReport]>) -> Result<i32> {
     let file = PerfFile::open(input)?;
     let mut symbols = Symbolizer::for_input(&file, None)?;
     let pokes = pokes::read(&file, &mut symbols);
@@ -50,7 +51,11 @@ pub fn run(input: &Path, output: &Path) -> Result<i32> {
     if errors > 0 {
         problems.push(format!("{errors} decode errors"));
     }
-    let check = check_rows(input)?;
+    let check = match check {
+        Some(reports) => Some(check_rows(reports)),
+        None if input.join("truth").is_dir() => Some(check_rows(&sim::check::check(input)?)),
+        None => None,
+    };
     let mut out = std::io::BufWriter::new(std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?);
     html::write(&mut out, &input.display().to_string(), &pokes, &cov, check.as_ref(), &problems)?;
     out.flush()?;
@@ -67,19 +72,13 @@ pub fn run(input: &Path, output: &Path) -> Result<i32> {
     Ok(if problems.is_empty() { 0 } else { 1 })
 }
 
-/// `check`'s totals per mode for a directory `simulate` wrote (it has the ground truth).
-fn check_rows(input: &Path) -> Result<Option<html::CheckRows>> {
-    if !input.join("truth").is_dir() {
-        return Ok(None);
-    }
-    let reports = sim::check::check(input)?;
-    Ok(Some(
-        reports
-            .iter()
-            .map(|r| {
-                let t = &r.total;
-                (r.mode.name().to_string(), [t.instructions, t.correct, t.wrong, t.missing, t.errors, t.uncertain])
-            })
-            .collect(),
-    ))
+/// `check`'s totals per mode.
+fn check_rows(reports: &[sim::check::ModeReport]) -> html::CheckRows {
+    reports
+        .iter()
+        .map(|r| {
+            let t = &r.total;
+            (r.mode.name().to_string(), [t.instructions, t.correct, t.wrong, t.missing, t.errors, t.uncertain])
+        })
+        .collect()
 }

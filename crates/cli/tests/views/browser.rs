@@ -6,9 +6,8 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use super::chromium::{dump_dom, texts};
 use super::tef::Timeline;
 use super::{simulated, timeline};
 
@@ -69,60 +68,11 @@ fn answer(mut stream: TcpStream, site: &Path, profiles: &Path) -> std::io::Resul
     }
 }
 
-/// Chromium's DOM of `url` after its scripts ran, and its console (stderr).
-fn dump_dom(url: &str, profile_dir: &Path) -> (String, String) {
-    let user_dir = testkit::fresh_dir(profile_dir);
-    let mut child = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"])
-        .args(["--disable-component-update", "--disable-sync", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000"])
-        .arg(format!("--user-data-dir={}", user_dir.display()))
-        .args(["--dump-dom", url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out = std::thread::spawn(move || std::io::read_to_string(&mut out).unwrap_or_default());
-    let err = std::thread::spawn(move || std::io::read_to_string(&mut err).unwrap_or_default());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish in 120 s on {url}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (out.join().unwrap(), err.join().unwrap())
-}
-
-/// The DOM's text, one piece per element.
-fn texts(dom: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = dom;
-    while let Some(open) = rest.find('<') {
-        let text = rest[..open].trim();
-        if !text.is_empty() {
-            out.push(text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"));
-        }
-        let close = rest[open..].find('>').map_or(rest.len(), |c| open + c + 1);
-        let tag = &rest[open..close];
-        rest = &rest[close..];
-        // Skip script and style bodies.
-        for skip in ["<script", "<style"] {
-            if tag.starts_with(skip) {
-                let end = format!("</{}", &skip[1..]);
-                rest = rest.find(&end).map_or("", |e| &rest[e..]);
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn speedscope_imports_the_timeline_in_chromium() {
     let site = speedscope_dir();
     if !testkit::have(site.join("index.html").is_file(), &format!("speedscope not installed in {} (scripts/setup.sh installs it)", site.display()))
-        || !testkit::have(testkit::runs("chromium", "--version"), "chromium not installed (scripts/setup.sh installs it)")
+        || !super::chromium::available()
     {
         return;
     }

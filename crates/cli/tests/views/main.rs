@@ -1,9 +1,11 @@
-//! `poketrace timeline`: the file's structure on simulated runs with pokes,
-//! its options, bad input, and speedscope in a real browser.
+//! `poketrace timeline` and `report`: the timeline's structure on simulated
+//! runs with pokes, its options, bad input, and both in a real browser.
 
 mod browser;
+mod chromium;
 #[path = "../common/mod.rs"]
 mod common;
+mod report;
 mod tef;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +23,7 @@ fn timeline(dir: &Path, out: &Path, args: &[&str]) -> (i32, String) {
 
 /// A simulated run with pokes, made once per name.
 fn simulated(name: &str, args: &[&str]) -> PathBuf {
-    let dir = testkit::scratch!("timeline", name);
+    let dir = testkit::scratch!("views", name);
     common::simulate(&dir.join("run"), args);
     dir
 }
