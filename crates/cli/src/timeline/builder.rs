@@ -110,13 +110,13 @@ impl<'a> Builder<'a> {
         let track = tracks::thread(who.map(|w| (w.0, w.1)), lane);
         let starts = flags == "tr strt" || from == 0 || (kernel_only && Mode::of(from) == Mode::User);
         if self.cpus[&lane].thread.as_ref().map(|(tr, _)| *tr) != Some(track) {
-            let label = match who {
-                Some((_, 0, _)) => format!("swapper/{}", lane & 0xffff),
-                Some((_, tid, comm)) if !comm.is_empty() => format!("{comm} {tid}"),
-                Some((_, tid, _)) => format!(":{tid}"),
-                None => format!("unknown thread on {}", tracks::lane_name(lane)),
+            let (label, process) = match who {
+                Some((_, 0, _)) => (format!("swapper/{}", lane & 0xffff), "swapper".to_string()),
+                Some((_, tid, comm)) if !comm.is_empty() => (format!("{comm} {tid}"), comm.to_string()),
+                Some((pid, tid, _)) => (format!(":{tid}"), format!("pid {pid}")),
+                None => (format!("unknown thread on {}", tracks::lane_name(lane)), "unknown threads".to_string()),
             };
-            self.switch(lane, track, label, t, if starts { to } else { from })?;
+            self.switch(lane, track, (label, process), t, if starts { to } else { from })?;
         }
         if starts {
             return Ok(());
@@ -139,8 +139,8 @@ impl<'a> Builder<'a> {
         lane_cpu(&mut self.cpus, lane).update_mode(t, to, interrupts, &mut self.w)
     }
 
-    /// `track` runs on `lane` from `t`, at `ip`; the thread there before stops.
-    fn switch(&mut self, lane: u32, track: Track, label: String, t: u64, ip: u64) -> Result<()> {
+    /// `track` (named: thread, process) runs on `lane` from `t`, at `ip`; the thread there before stops.
+    fn switch(&mut self, lane: u32, track: Track, (label, process): (String, String), t: u64, ip: u64) -> Result<()> {
         if let Some((old, _)) = self.cpus[&lane].thread {
             if let Some(s) = self.stacks.get_mut(&old) {
                 s.flush(&mut self.w, &self.names)?;
@@ -148,7 +148,6 @@ impl<'a> Builder<'a> {
         }
         if !self.stacks.contains_key(&track) {
             self.counts.threads += 1;
-            let process = if track.pid == 0 { "swapper".to_string() } else { format!("pid {}", track.pid) };
             self.w.name_track(track, Some(&label), Some(&process), None)?;
             self.stacks.insert(track, Stack::new(track));
         }

@@ -87,6 +87,32 @@ fn structure_of_simulated_runs() {
     }
 }
 
+/// A user program (random walks through an ELF file's code): its threads'
+/// stacks named by the file's symbols, user-mode slices on the CPU tracks,
+/// and nothing of it with --kernel-only.
+#[test]
+fn user_code_by_elf_symbols_and_kernel_only() {
+    let dir = testkit::scratch!("views", "user");
+    common::simulate(&dir.join("run"), &["--elf", env!("CARGO_BIN_EXE_poketrace"), "--cpus", "2", "--instructions", "5000"]);
+    let out = dir.join("user.json");
+    let (code, err) = timeline(&dir.join("run"), &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    let t = Timeline::read(&out);
+    t.check_structure();
+    let threads = t.thread_names(|pid| pid < 0x7fff_0000);
+    assert_eq!(threads.len(), 2, "{threads:?}");
+    assert!(threads.iter().all(|n| n.starts_with("poketrace ")), "{threads:?}");
+    let frames = t.slice_names(|pid, _| pid < 0x7fff_0000);
+    assert!(frames.len() > 5 && frames.iter().all(|f| !f.starts_with("[unknown]")), "{frames:?}");
+    let modes = t.slice_names(|pid, _| pid == 0x7fff_0001);
+    assert!(modes.contains("user") && !modes.contains("kernel"), "{modes:?}");
+    let (code, err) = timeline(&dir.join("run"), &out, &["--kernel-only"]);
+    assert_eq!(code, 0, "{err}");
+    let t = Timeline::read(&out);
+    t.check_structure();
+    assert_eq!(t.slices(|pid, _| pid < 0x7fff_0002).count(), 0);
+}
+
 /// --cpu, --time, --tid and --kernel-only keep what they name.
 #[test]
 fn options_select_cpus_times_threads() {
