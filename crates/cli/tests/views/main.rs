@@ -113,6 +113,23 @@ fn user_code_by_elf_symbols_and_kernel_only() {
     assert_eq!(t.slices(|pid, _| pid < 0x7fff_0002).count(), 0);
 }
 
+/// Times come from the trace: with CYC packets each call has its own,
+/// without them the calls between two timing packets share one.
+#[test]
+fn cycle_accurate_times_reach_each_call() {
+    let mut distinct = Vec::new();
+    for (name, cyc) in [("mtc", &[][..]), ("cyc", &["--cyc"][..])] {
+        let dir = simulated(name, &[&["--cpus", "2", "--pokes", "10", "--instructions", "5000", "--mtc-freq", "3"][..], cyc].concat());
+        let out = dir.join("t.json");
+        assert_eq!(timeline(&dir.join("run"), &out, &[]).0, 0);
+        let t = Timeline::read(&out);
+        t.check_structure();
+        distinct.push((t.distinct_begin_times(0), t.slice_count(0)));
+    }
+    let [(mtc, _), (cyc, slices)] = distinct[..] else { unreachable!() };
+    assert!(cyc > 5 * mtc && cyc * 2 > slices, "distinct slice times: {mtc} with MTC only, {cyc} of {slices} with CYC");
+}
+
 /// --cpu, --time, --tid and --kernel-only keep what they name.
 #[test]
 fn options_select_cpus_times_threads() {

@@ -113,4 +113,10 @@ impl Timeline {
         let ts = self.events.iter().filter(|e| (e["ph"] == "B" || e["ph"] == "E") && track(e).0 == pid).map(|e| self.base + ts_ns(e));
         ts.fold((u64::MAX, 0), |(lo, hi), t| (lo.min(t), hi.max(t)))
     }
+
+    /// How many distinct nanoseconds the slices under `pid` begin at.
+    pub fn distinct_begin_times(&self, pid: u64) -> usize {
+        let ts: BTreeSet<u64> = self.events.iter().filter(|e| e["ph"] == "B" && track(e).0 == pid).map(ts_ns).collect();
+        ts.len()
+    }
 }
