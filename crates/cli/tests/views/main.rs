@@ -8,6 +8,7 @@ mod common;
 mod report;
 mod tef;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -70,6 +71,12 @@ fn structure_of_simulated_runs() {
         // Each CPU track has its thread and kernel slices.
         let cpu_slices = t.slice_names(|pid, _| pid == 0x7fff_0001);
         assert!(cpu_slices.contains("kernel") && cpu_slices.iter().any(|s| s.starts_with("swapper/")), "{arch}: {cpu_slices:?}");
+        // int3 traps while code is patched: interrupt slices, and their handler's frames.
+        if arch == "x86_64" {
+            assert!(cpu_slices.contains("interrupt"), "{cpu_slices:?}");
+            let handlers: BTreeSet<String> = t.slices(|pid, _| pid == 0).filter(|(cat, _)| cat == "interrupt").map(|(_, n)| n).collect();
+            assert_eq!(handlers, BTreeSet::from(["asm_exc_int3".to_string()]));
+        }
         // The code-changes track: exactly the TEXT_POKE records.
         let want = pokes_json(&run);
         assert_eq!(want.len(), 40);
