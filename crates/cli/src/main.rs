@@ -106,7 +106,7 @@ enum Command {
     Timeline {
         /// perf.data directory (kcore_dir gives the base code and symbols) or file.
         input: PathBuf,
-        /// The JSON file to write; gzipped when it ends in .gz.
+        /// The file to write: Trace Event Format JSON, or Perfetto's protobuf when it ends in .pftrace; gzipped when it ends in .gz.
         #[arg(short, long)]
         output: PathBuf,
         /// Only these CPUs (perf's list: 0-2,5).

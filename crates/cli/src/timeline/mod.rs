@@ -8,6 +8,7 @@ mod builder;
 mod cpu;
 mod filter;
 mod names;
+mod proto;
 mod sideband;
 mod stack;
 mod tef;

@@ -1,6 +1,7 @@
 //! A streaming writer of the Trace Event Format (the JSON that Perfetto,
-//! chrome://tracing and speedscope open), gzipped when asked: events go out
-//! as they come, so memory does not grow with the trace.
+//! chrome://tracing and speedscope open) or of Perfetto's protobuf
+//! ([`super::proto`]), gzipped when asked: events go out as they come, so
+//! memory does not grow with the trace.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -9,6 +10,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use flate2::write::GzEncoder;
+
+use super::proto::{Event, EventType, ProtoWriter};
 
 /// A track: the (pid, tid) pair the format groups events by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,6 +48,8 @@ impl Write for Sink {
 /// time (speedscope) keep the order of calls and returns.
 pub struct TefWriter {
     out: Sink,
+    /// Perfetto's protobuf instead of JSON (files named .pftrace).
+    proto: Option<ProtoWriter>,
     first: bool,
     base: u64,
     /// The last time written per track and its rank: a later event never goes before it.
@@ -55,8 +60,10 @@ pub struct TefWriter {
 }
 
 impl TefWriter {
-    /// Creates `path`; gzip when it ends in `.gz`. Times are written from
-    /// `base` (perf ns), which the file names as `otherData.perf_time_base_ns`.
+    /// Creates `path`; gzip when it ends in `.gz`, Perfetto's protobuf when
+    /// it ends in `.pftrace` (or `.pftrace.gz`). JSON times are written from
+    /// `base` (perf ns), which the file names as `otherData.perf_time_base_ns`;
+    /// protobuf times are perf nanoseconds.
     pub fn create(path: &Path, base: u64) -> Result<TefWriter> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let buf = BufWriter::with_capacity(1 << 16, file);
@@ -64,8 +71,12 @@ impl TefWriter {
             true => Sink::Gzip(GzEncoder::new(buf, flate2::Compression::fast())),
             false => Sink::Plain(buf),
         };
-        writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"perf_time_base_ns\":{base}}},\"traceEvents\":[")?;
-        Ok(TefWriter { out, first: true, base, last: HashMap::new(), clamped: 0, events: 0 })
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let proto = (name.ends_with(".pftrace") || name.ends_with(".pftrace.gz")).then(ProtoWriter::new);
+        if proto.is_none() {
+            writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"perf_time_base_ns\":{base}}},\"traceEvents\":[")?;
+        }
+        Ok(TefWriter { out, proto, first: true, base, last: HashMap::new(), clamped: 0, events: 0 })
     }
 
     /// The time and rank an event on `track` at `t` is written at: never before the track's last.
@@ -103,6 +114,10 @@ impl TefWriter {
     /// A slice begins; `cat` is the format's category.
     pub fn begin(&mut self, track: Track, t: u64, name: &str, cat: &str) -> Result<()> {
         let t = self.at(track, t);
+        if let Some(p) = &mut self.proto {
+            self.events += 1;
+            return p.event(&mut self.out, Event { kind: EventType::SliceBegin, track, t: t.0, name, cat: Some(cat), args: None });
+        }
         self.open("B", track)?;
         self.ts(t)?;
         self.name(name)?;
@@ -113,6 +128,10 @@ impl TefWriter {
     /// A slice with arguments begins (shown by Perfetto on selection).
     pub fn begin_with(&mut self, track: Track, t: u64, name: &str, cat: &str, args: &serde_json::Value) -> Result<()> {
         let t = self.at(track, t);
+        if let Some(p) = &mut self.proto {
+            self.events += 1;
+            return p.event(&mut self.out, Event { kind: EventType::SliceBegin, track, t: t.0, name, cat: Some(cat), args: Some(args) });
+        }
         self.open("B", track)?;
         self.ts(t)?;
         self.name(name)?;
@@ -125,6 +144,10 @@ impl TefWriter {
     /// The innermost open slice of `track`, named `name`, ends.
     pub fn end(&mut self, track: Track, t: u64, name: &str) -> Result<()> {
         let t = self.at(track, t);
+        if let Some(p) = &mut self.proto {
+            self.events += 1;
+            return p.event(&mut self.out, Event { kind: EventType::SliceEnd, track, t: t.0, name, cat: None, args: None });
+        }
         self.open("E", track)?;
         self.ts(t)?;
         self.name(name)?;
@@ -135,6 +158,10 @@ impl TefWriter {
     /// An instant event on `track` with its arguments.
     pub fn instant(&mut self, track: Track, t: u64, name: &str, cat: &str, args: &serde_json::Value) -> Result<()> {
         let t = self.at(track, t);
+        if let Some(p) = &mut self.proto {
+            self.events += 1;
+            return p.event(&mut self.out, Event { kind: EventType::Instant, track, t: t.0, name, cat: Some(cat), args: Some(args) });
+        }
         self.open("i", track)?;
         self.ts(t)?;
         self.name(name)?;
@@ -146,6 +173,9 @@ impl TefWriter {
 
     /// Names a process (`thread` None) or a thread; `order` sorts tracks in viewers.
     pub fn name_track(&mut self, track: Track, thread: Option<&str>, process: Option<&str>, order: Option<i64>) -> Result<()> {
+        if let Some(p) = &mut self.proto {
+            return p.describe(&mut self.out, track, thread, process);
+        }
         for (what, name) in [("process_name", process), ("thread_name", thread)] {
             if let Some(name) = name {
                 self.open("M", track)?;
@@ -163,7 +193,9 @@ impl TefWriter {
 
     /// Closes the JSON (and the gzip stream) and flushes to disk.
     pub fn finish(mut self) -> Result<()> {
-        self.out.write_all(b"\n]}\n")?;
+        if self.proto.is_none() {
+            self.out.write_all(b"\n]}\n")?;
+        }
         match self.out {
             Sink::Plain(mut w) => w.flush()?,
             Sink::Gzip(w) => w.finish()?.flush()?,

@@ -5,6 +5,7 @@ mod browser;
 mod chromium;
 #[path = "../common/mod.rs"]
 mod common;
+mod perfetto;
 mod report;
 mod tef;
 

@@ -119,4 +119,16 @@ impl Timeline {
         let ts: BTreeSet<u64> = self.events.iter().filter(|e| e["ph"] == "B" && track(e).0 == pid).map(ts_ns).collect();
         ts.len()
     }
+
+    /// (phase, pid, tid, perf time, name) of every event but metadata, in file order.
+    pub fn events_with_perf_times(&self) -> Vec<(String, u64, u64, u64, String)> {
+        let events = self.events.iter().filter(|e| e["ph"] != "M");
+        events.map(|e| (e["ph"].as_str().unwrap().into(), track(e).0, track(e).1, self.base + ts_ns(e), e["name"].as_str().unwrap().into())).collect()
+    }
+
+    /// (pid, tid, name) of each thread_name metadata event, in file order.
+    pub fn thread_tracks(&self) -> Vec<(u64, u64, String)> {
+        let named = self.events.iter().filter(|e| e["ph"] == "M" && e["name"] == "thread_name");
+        named.map(|e| (track(e).0, track(e).1, e["args"]["name"].as_str().unwrap().into())).collect()
+    }
 }
