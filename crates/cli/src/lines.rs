@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use codeimage::{BaseImage, PokeEvents};
-use perfdata::{PerfFile, TimeConv};
+use perfdata::{PerfFile, Record, RecordBody, TimeConv};
 use tracedecode::setup::{self, PtSetup};
 use tracedecode::{ImageMode, Itrace, Out, Queue, Trace};
 
@@ -50,4 +50,25 @@ pub fn input_problems(trace: Option<&Trace>, time_conv: Option<&TimeConv>, queue
         }
         Some(_) => None,
     }
+}
+
+/// Whether `r` happens during the session (trace starts, AUX data, pokes,
+/// ksymbols, losses, switches): not the records perf synthesizes at time 0.
+pub fn in_session(r: &Record<'_>) -> bool {
+    matches!(
+        r.body,
+        RecordBody::ItraceStart(_)
+            | RecordBody::Aux(_)
+            | RecordBody::TextPoke(_)
+            | RecordBody::Ksymbol(_)
+            | RecordBody::Lost(_)
+            | RecordBody::Switch
+            | RecordBody::SwitchCpuWide(_)
+    )
+}
+
+/// First and last times of the session's records.
+pub fn session_span(file: &PerfFile) -> Option<(u64, u64)> {
+    let times = file.records().filter_map(|r| r.ok().filter(in_session)?.sample_id.time);
+    times.fold(None, |span, t| Some(span.map_or((t, t), |(a, b): (u64, u64)| (a.min(t), b.max(t)))))
 }

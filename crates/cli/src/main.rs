@@ -16,6 +16,7 @@ mod image;
 mod lines;
 mod pokes;
 mod print;
+mod progress;
 mod ptdump;
 mod ptxed;
 mod record;

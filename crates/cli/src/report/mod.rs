@@ -35,11 +35,14 @@ pub fn run(input: &Path, output: &Path, check: Option<&[sim::check::ModeReport]>
     }
     problems.extend(crate::lines::input_problems(trace.as_ref(), time_conv.as_ref(), &queues));
     if let Some(trace) = &trace {
+        let mut progress = crate::progress::Progress::over("report", first, last);
         let mut emit = |l: &Out| {
+            progress.line(l.time);
             cov.line(l);
             Ok(())
         };
         problems.extend(crate::lines::decode_all(&file, trace, time_conv.as_ref(), &queues, &mut emit)?);
+        progress.finish();
     }
     for l in &pokes.losses {
         cov.loss(l.cpu, l.from, l.at);

@@ -68,17 +68,7 @@ pub fn read(file: &PerfFile, symbols: &mut Symbolizer) -> Pokes {
             continue;
         };
         let (cpu, time) = (r.sample_id.cpu, r.sample_id.time);
-        let session = matches!(
-            r.body,
-            RecordBody::ItraceStart(_)
-                | RecordBody::Aux(_)
-                | RecordBody::TextPoke(_)
-                | RecordBody::Ksymbol(_)
-                | RecordBody::Lost(_)
-                | RecordBody::Switch
-                | RecordBody::SwitchCpuWide(_)
-        );
-        if let (true, Some(t)) = (session, time) {
+        if let (true, Some(t)) = (crate::lines::in_session(&r), time) {
             p.span = Some(p.span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
         }
         let t = time.unwrap_or(0);

@@ -32,7 +32,10 @@ use tef::TefWriter;
 /// not be read at all (the file then holds only that).
 pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
     let file = PerfFile::open(input);
-    let mut w = TefWriter::create(output, file.as_ref().map_or(0, base_time))?;
+    let span = file.as_ref().ok().and_then(crate::lines::session_span);
+    // Times start at the whole second before the session's first record.
+    let base = span.map_or(0, |(first, _)| first / 1_000_000_000 * 1_000_000_000);
+    let mut w = TefWriter::create(output, base)?;
     w.name_track(tracks::INPUT, Some("input"), Some("decode"), Some(-2))?;
     let file = match file {
         Ok(f) => f,
@@ -47,7 +50,7 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
     let mut problems: Vec<String> = Vec::new();
     let mut symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
     let sb = sideband::read(&file, &mut symbols, &mut w)?;
-    let t0 = sb.first_time.unwrap_or(0);
+    let (t0, t1) = span.unwrap_or((base, base));
     let mut decode_symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
     decode_symbols.add_user_mappings(&file);
     let Input { trace, time_conv, queues, threads } = Input::read(&file)?;
@@ -63,10 +66,15 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
         w.instant(tracks::INPUT, t0, p, "input", &json!({}))?;
     }
     let mut b = Builder::new(w, filter, &threads, &queues, decode_symbols, sb.ksymbols);
+    let mut progress = crate::progress::Progress::over("timeline", t0, t1);
     if let Some(trace) = &trace {
-        let mut emit = |l: &Out| b.line(l);
+        let mut emit = |l: &Out| {
+            progress.line(l.time);
+            b.line(l)
+        };
         problems.extend(crate::lines::decode_all(&file, trace, time_conv.as_ref(), &queues, &mut emit)?);
     }
+    progress.finish();
     let (w, counts, restarts) = b.finish()?;
     if counts.errors > 0 {
         problems.push(format!("{} decode errors ({} overflows)", counts.errors, counts.overflows));
@@ -90,10 +98,4 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
     }
     w.finish()?;
     Ok(if problems.is_empty() { 0 } else { 1 })
-}
-
-/// Where the file's times start: the whole second before the first record's time.
-fn base_time(file: &PerfFile) -> u64 {
-    let first = file.records().filter_map(|r| r.ok()?.sample_id.time).min().unwrap_or(0);
-    first / 1_000_000_000 * 1_000_000_000
 }

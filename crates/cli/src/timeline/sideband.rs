@@ -42,8 +42,6 @@ pub struct Sideband {
     pub aux_damaged: u64,
     /// Records that could not be read.
     pub bad_records: u64,
-    /// The first record's time: where problems of the whole input are shown.
-    pub first_time: Option<u64>,
 }
 
 /// A loss on a CPU's "lost data" track: a window, or an instant (`from` None).
@@ -69,7 +67,6 @@ pub fn read(file: &PerfFile, symbols: &mut Symbolizer, w: &mut TefWriter) -> Res
             continue;
         };
         let (cpu, time) = (r.sample_id.cpu, r.sample_id.time.unwrap_or(0));
-        sb.first_time = sb.first_time.or(r.sample_id.time);
         match &r.body {
             RecordBody::TextPoke(p) => {
                 sb.pokes += 1;
