@@ -113,7 +113,8 @@ impl<'a> Builder<'a> {
             let (label, process) = match who {
                 Some((_, 0, _)) => (format!("swapper/{}", lane & 0xffff), "swapper".to_string()),
                 Some((_, tid, comm)) if !comm.is_empty() => (format!("{comm} {tid}"), comm.to_string()),
-                Some((pid, tid, _)) => (format!(":{tid}"), format!("pid {pid}")),
+                Some((pid, tid, _)) if pid >= 0 => (format!(":{tid}"), format!("pid {pid}")),
+                Some((_, tid, _)) => (format!(":{tid}"), "unknown process".to_string()),
                 None => (format!("unknown thread on {}", tracks::lane_name(lane)), "unknown threads".to_string()),
             };
             self.switch(lane, track, (label, process), t, if starts { to } else { from })?;

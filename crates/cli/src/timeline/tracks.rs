@@ -6,6 +6,8 @@ use super::tef::Track;
 const CPUS: u32 = 0x7fff_0001;
 const DECODE: u32 = 0x7fff_0002;
 const UNKNOWN: u32 = 0x7fff_0004;
+/// Threads whose process no record names (per-thread buffers without COMM).
+const UNKNOWN_PROCESS: u32 = 0x7fff_0005;
 /// Idle tasks (tid 0), one a CPU, under process 0.
 const IDLE_TID: u32 = 0x4000_0000;
 
@@ -34,7 +36,8 @@ pub fn lost(cpu: Option<u32>) -> Track {
 pub fn thread(who: Option<(i32, i32)>, lane: u32) -> Track {
     match who {
         Some((_, 0)) => Track { pid: 0, tid: IDLE_TID + (lane & 0xffff) },
-        Some((pid, tid)) => Track { pid: pid.max(0) as u32, tid: tid as u32 },
+        Some((pid, tid)) if pid >= 0 => Track { pid: pid as u32, tid: tid as u32 },
+        Some((_, tid)) => Track { pid: UNKNOWN_PROCESS, tid: tid as u32 },
         None => Track { pid: UNKNOWN, tid: lane },
     }
 }

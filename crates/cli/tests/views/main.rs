@@ -138,6 +138,37 @@ fn cycle_accurate_times_reach_each_call() {
     assert!(cyc > 5 * mtc && cyc * 2 > slices, "distinct slice times: {mtc} with MTC only, {cyc} of {slices} with CYC");
 }
 
+/// Per-thread buffers (AUXTRACE cpu -1, as `perf record --per-thread`
+/// makes them): a lane per buffer, a stack track per traced thread.
+#[test]
+fn per_thread_buffers() {
+    let dir = simulated("per-thread", &["--cpus", "2", "--pokes", "10", "--instructions", "5000"]);
+    let run = dir.join("per-thread");
+    copy_run(&dir.join("run"), &run);
+    let mut bytes = std::fs::read(run.join("data")).unwrap();
+    for r in perfdata::PerfFile::open(dir.join("run")).unwrap().records().map(Result::unwrap) {
+        if let perfdata::RecordBody::Auxtrace(a) = r.body {
+            // After the header, size, offset, reference and idx: tid, cpu.
+            let at = r.offset as usize + 36;
+            bytes[at..at + 4].copy_from_slice(&(100 + a.idx).to_le_bytes());
+            bytes[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        }
+    }
+    std::fs::write(run.join("data"), &bytes).unwrap();
+    let out = dir.join("t.json");
+    let (code, err) = timeline(&run, &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    let t = Timeline::read(&out);
+    t.check_structure();
+    let mut lanes = t.thread_names(|pid| pid == 0x7fff_0001);
+    lanes.sort();
+    assert_eq!(lanes, ["buffer 0", "buffer 1"]);
+    let mut threads = t.thread_names(|pid| pid < 0x7fff_0001 || pid == 0x7fff_0005);
+    threads.sort();
+    assert_eq!(threads, [":100", ":101"]);
+    assert!(t.slice_count(0x7fff_0005) > 100);
+}
+
 /// --cpu, --time, --tid and --kernel-only keep what they name.
 #[test]
 fn options_select_cpus_times_threads() {
