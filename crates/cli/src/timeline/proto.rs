@@ -1,7 +1,9 @@
 //! Perfetto's protobuf trace (TracePacket with TrackDescriptor and
 //! TrackEvent), the compact form of the timeline: each packet is encoded
-//! into one reused buffer and written as a `Trace.packet` field.
+//! into one reused buffer and written as a `Trace.packet` field; event
+//! names and categories are interned (sent once, then referred to by id).
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::Result;
@@ -14,13 +16,18 @@ mod field {
     pub const TIMESTAMP: u32 = 8;
     pub const SEQUENCE_ID: u32 = 10;
     pub const TRACK_EVENT: u32 = 11;
+    pub const INTERNED_DATA: u32 = 12;
+    pub const INTERNED_CATEGORIES: u32 = 1;
+    pub const INTERNED_NAMES: u32 = 2;
+    pub const INTERNED_IID: u32 = 1;
+    pub const INTERNED_NAME: u32 = 2;
+    pub const EVENT_CATEGORY_IIDS: u32 = 3;
+    pub const EVENT_NAME_IID: u32 = 10;
     pub const SEQUENCE_FLAGS: u32 = 13;
     pub const TRACK_DESCRIPTOR: u32 = 60;
     pub const EVENT_ANNOTATIONS: u32 = 4;
     pub const EVENT_TYPE: u32 = 9;
     pub const EVENT_TRACK: u32 = 11;
-    pub const EVENT_CATEGORIES: u32 = 22;
-    pub const EVENT_NAME: u32 = 23;
     pub const ANNOTATION_UINT: u32 = 3;
     pub const ANNOTATION_INT: u32 = 4;
     pub const ANNOTATION_STRING: u32 = 6;
@@ -97,20 +104,49 @@ fn nested(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
     buf.splice(at..at, prefix[..n].iter().copied());
 }
 
-/// A track's uuid: the thread's (pid, tid), never 0.
-pub fn track_uuid(t: Track) -> u64 {
-    ((t.pid as u64) << 32 | t.tid as u64) + 1
+/// Strings sent once on the sequence, by interning id.
+#[derive(Default)]
+struct Interned {
+    ids: HashMap<Box<str>, u64>,
+}
+
+impl Interned {
+    /// The id of `s`, and whether it is new (to be sent in this packet).
+    fn id(&mut self, s: &str) -> (u64, bool) {
+        if let Some(&id) = self.ids.get(s) {
+            return (id, false);
+        }
+        let id = self.ids.len() as u64 + 1;
+        self.ids.insert(s.into(), id);
+        (id, true)
+    }
 }
 
 /// Encodes packets into `out`.
 pub struct ProtoWriter {
     packet: Vec<u8>,
     first: bool,
+    names: Interned,
+    categories: Interned,
+    /// Track uuids, small numbers in order of first use (short varints).
+    uuids: HashMap<Track, u64>,
 }
 
 impl ProtoWriter {
     pub fn new() -> ProtoWriter {
-        ProtoWriter { packet: Vec::with_capacity(256), first: true }
+        ProtoWriter {
+            packet: Vec::with_capacity(256),
+            first: true,
+            names: Interned::default(),
+            categories: Interned::default(),
+            uuids: HashMap::new(),
+        }
+    }
+
+    /// The uuid of a thread track (processes get theirs past every thread's).
+    fn uuid(&mut self, t: Track) -> u64 {
+        let next = self.uuids.len() as u64 + 1;
+        *self.uuids.entry(t).or_insert(next)
     }
 
     fn flush(&mut self, out: &mut impl Write) -> Result<()> {
@@ -147,9 +183,10 @@ impl ProtoWriter {
             self.flush(out)?;
         }
         if let Some(name) = thread {
+            let uuid = self.uuid(track);
             self.start(None);
             nested(&mut self.packet, field::TRACK_DESCRIPTOR, |d| {
-                uint(d, field::TRACK_UUID, track_uuid(track));
+                uint(d, field::TRACK_UUID, uuid);
                 bytes(d, field::TRACK_NAME, name.as_bytes());
                 nested(d, field::TRACK_THREAD, |t| {
                     uint(t, field::THREAD_PID, track.pid as u64);
@@ -165,14 +202,33 @@ impl ProtoWriter {
     /// A TrackEvent; its arguments become debug annotations.
     pub fn event(&mut self, out: &mut impl Write, ev: Event<'_>) -> Result<()> {
         let Event { kind, track, t, name, cat, args } = ev;
+        let uuid = self.uuid(track);
+        let (name_id, new_name) = self.names.id(name);
+        let category = cat.map(|c| self.categories.id(c));
         self.start(Some(t));
+        if new_name || category.is_some_and(|c| c.1) {
+            nested(&mut self.packet, field::INTERNED_DATA, |d| {
+                if let (Some(c), Some((id, true))) = (cat, category) {
+                    nested(d, field::INTERNED_CATEGORIES, |e| {
+                        uint(e, field::INTERNED_IID, id);
+                        bytes(e, field::INTERNED_NAME, c.as_bytes());
+                    });
+                }
+                if new_name {
+                    nested(d, field::INTERNED_NAMES, |e| {
+                        uint(e, field::INTERNED_IID, name_id);
+                        bytes(e, field::INTERNED_NAME, name.as_bytes());
+                    });
+                }
+            });
+        }
         nested(&mut self.packet, field::TRACK_EVENT, |e| {
             uint(e, field::EVENT_TYPE, kind as u64);
-            uint(e, field::EVENT_TRACK, track_uuid(track));
-            if let Some(cat) = cat {
-                bytes(e, field::EVENT_CATEGORIES, cat.as_bytes());
+            uint(e, field::EVENT_TRACK, uuid);
+            if let Some((id, _)) = category {
+                uint(e, field::EVENT_CATEGORY_IIDS, id);
             }
-            bytes(e, field::EVENT_NAME, name.as_bytes());
+            uint(e, field::EVENT_NAME_IID, name_id);
             for (k, v) in args.and_then(|a| a.as_object()).into_iter().flatten() {
                 if v.is_null() {
                     continue;
