@@ -10,7 +10,9 @@ set -euo pipefail
 # python3: scripts/mkperf.py.
 # qemu-system-x86, busybox-static, cpio: the guest kernel of the `poketrace record`
 # test (scripts/qemu-guest/); bpftool: its JIT length and tag, beside the recorder's.
-packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3 qemu-system-x86 busybox-static cpio bpftool cmake libclang-dev qemu-utils)
+# chromium: the headless browser of the timeline test (speedscope, below);
+# python3-pip: perfetto's trace protos for the .pftrace test (below).
+packages=(linux-perf zstd libopencsd-bin gcc libc6-dev linux-libc-dev python3 qemu-system-x86 busybox-static cpio bpftool cmake libclang-dev qemu-utils chromium python3-pip)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,3 +29,19 @@ if ((${#missing[@]})); then
 		-o Dpkg::Use-Pty=0 --no-install-recommends install "${missing[@]}" >/dev/null
 fi
 
+# speedscope from the npm registry, for the timeline's browser test
+# (crates/cli/tests/timeline/browser.rs reads it from here).
+speedscope="${POKETRACE_CACHE:-$HOME/.cache/poketrace}/speedscope"
+if [[ ! -f "$speedscope/node_modules/speedscope/dist/release/index.html" ]]; then
+	echo ".ci/run: installing speedscope into $speedscope" >&2
+	mkdir -p "$speedscope"
+	npm install --prefix "$speedscope" --no-audit --no-fund --silent speedscope@1.25.0 >/dev/null
+fi
+
+# perfetto (its compiled trace protos) and protobuf from PyPI, for the test
+# that reads timeline's .pftrace output (crates/cli/tests/views/perfetto.rs).
+pylib="${POKETRACE_CACHE:-$HOME/.cache/poketrace}/python"
+if [[ ! -f "$pylib/perfetto/protos/perfetto/trace/perfetto_trace_pb2.py" ]]; then
+	echo ".ci/run: installing perfetto's Python protos into $pylib" >&2
+	python3 -m pip install --quiet --disable-pip-version-check --target "$pylib" perfetto==0.59.1 protobuf >/dev/null
+fi

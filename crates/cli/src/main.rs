@@ -13,13 +13,17 @@ mod dump;
 mod etm_cmd;
 mod hex;
 mod image;
+mod lines;
 mod pokes;
 mod print;
+mod progress;
 mod ptdump;
 mod ptxed;
 mod record;
+mod report;
 mod symbols;
 mod text;
+mod timeline;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -98,6 +102,34 @@ enum Command {
         /// Times in nanoseconds with -F (perf's default is microseconds).
         #[arg(long)]
         ns: bool,
+    },
+    /// A call-stack timeline of an Intel PT or CoreSight trace in the Trace Event Format (Perfetto, speedscope), with code changes and decode problems.
+    Timeline {
+        /// perf.data directory (kcore_dir gives the base code and symbols) or file.
+        input: PathBuf,
+        /// The file to write: Trace Event Format JSON, or Perfetto's protobuf when it ends in .pftrace; gzipped when it ends in .gz.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Only these CPUs (perf's list: 0-2,5).
+        #[arg(long)]
+        cpu: Option<String>,
+        /// Only these threads (comma-separated ids).
+        #[arg(long)]
+        tid: Option<String>,
+        /// Only START,END (perf's syntax: seconds, either end may be empty).
+        #[arg(long)]
+        time: Option<String>,
+        /// Only kernel code: user code is shown as a gap.
+        #[arg(long)]
+        kernel_only: bool,
+    },
+    /// One self-contained HTML page: poke history per site and trace coverage per CPU on a time axis, summary tables.
+    Report {
+        /// perf.data directory (or file); with a simulation's ground truth, `check`'s table too.
+        input: PathBuf,
+        /// The HTML file to write.
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
     /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
@@ -219,6 +251,10 @@ fn main() {
             let opts = decode::Options { itrace, image, layout };
             decode::run(&input, &opts, &mut out)
         })(),
+        Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
+            timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
+        }
+        Command::Report { input, output } => report::run(&input, &output, None),
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),
@@ -360,8 +396,11 @@ fn demo(out: &mut impl Write) -> Result<i32> {
         let cfg = sim::SimConfig { arch, protocol, instructions: 200_000, pokes: 400, tsc_period, ..sim::SimConfig::default() };
         sim::simulate(&cfg, &dir)?;
         writeln!(out, "== {what}\n   {}", dir.display())?;
-        print_table(&sim::check::check(&dir)?, out)?;
-        writeln!(out)?;
+        let reports = sim::check::check(&dir)?;
+        print_table(&reports, out)?;
+        let page = dir.join("report.html");
+        report::run(&dir, &page, Some(&reports))?;
+        writeln!(out, "   report: {}\n", page.display())?;
     }
     writeln!(
         out,

@@ -232,7 +232,7 @@ fn time_text(t: Option<u64>) -> String {
     format!("{}.{:09}", t / 1_000_000_000, t % 1_000_000_000)
 }
 
-fn disasm(arch: Arch, addr: u64, bytes: &[u8]) -> String {
+pub(crate) fn disasm(arch: Arch, addr: u64, bytes: &[u8]) -> String {
     match arch {
         Arch::X86_64 => isa::disassemble_x86_64_text(addr, bytes),
         Arch::Aarch64 => isa::disassemble_aarch64_text(addr, bytes),
