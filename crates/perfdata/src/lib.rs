@@ -42,7 +42,7 @@ mod write;
 pub use attr::{AttrWithIds, EventAttr, ATTR_SIZE_KNOWN, ATTR_SIZE_VER0, ATTR_SIZE_VER7};
 pub use error::{Error, Result};
 pub use features::{feature_name, AuxtraceIndexEntry, BuildIdEntry, EventDesc, FeatureSection, Features, NrCpus};
-pub use file::{FileHeader, PerfFile, Records, FILE_HEADER_SIZE, MAGIC, PIPE_HEADER_SIZE};
+pub use file::{FileHeader, PerfFile, Records, Unfinished, FILE_HEADER_SIZE, MAGIC, PIPE_HEADER_SIZE};
 pub use loss::{Losses, LostWindow};
 pub use records::*;
 pub use sample::{Sample, SampleId};
