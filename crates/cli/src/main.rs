@@ -74,6 +74,9 @@ enum Command {
         /// More base code: ELF files (vmlinux) loaded at their addresses.
         #[arg(long, value_name = "ELF")]
         vmlinux: Vec<PathBuf>,
+        /// Look up the files of user mappings under this directory (as perf's --symfs).
+        #[arg(long, value_name = "DIR")]
+        symfs: Option<PathBuf>,
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -98,6 +101,9 @@ enum Command {
         /// Times in nanoseconds with -F (perf's default is microseconds).
         #[arg(long)]
         ns: bool,
+        /// Look up the files of user mappings under this directory (as perf's --symfs).
+        #[arg(long, value_name = "DIR")]
+        symfs: Option<PathBuf>,
     },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
     /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
@@ -182,8 +188,8 @@ fn main() {
     let result = match cli.command {
         Command::Dump { input, json } => dump::run(&input, json, &mut out),
         Command::Pokes { input, kallsyms, json } => pokes::run(&input, kallsyms.as_deref(), json, &mut out),
-        Command::Image { input, at, history, addr, len, vmlinux, json } => {
-            image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
+        Command::Image { input, at, history, addr, len, vmlinux, symfs, json } => {
+            image::run(&image::Args { input, at, history, addr, len, vmlinux, user: symbols::user_code(symfs), json }, &mut out)
         }
         Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc, cyc_thresh, elf, output } => {
             let cyc_thresh = cyc.then(|| cyc_thresh.unwrap_or(0));
@@ -192,7 +198,7 @@ fn main() {
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
-        Command::Decode { input, itrace, image, json, fields, ns } => (|| {
+        Command::Decode { input, itrace, image, json, fields, ns, symfs } => (|| {
             let itrace = tracedecode::Itrace::parse(&itrace)?;
             // -F takes precedence over --json.
             let layout = match (fields, json) {
@@ -200,7 +206,7 @@ fn main() {
                 (None, true) => print::Layout::Json,
                 (None, false) => print::Layout::Text,
             };
-            let opts = decode::Options { itrace, image, layout };
+            let opts = decode::Options { itrace, image, layout, user: symbols::user_code(symfs) };
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Record(args) => record::run(&args, &mut out),

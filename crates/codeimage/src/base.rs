@@ -191,7 +191,7 @@ impl BaseImage {
         Ok(())
     }
 
-    fn add_mapped(&mut self, map: Arc<memmap2::Mmap>, offset: usize, len: usize, start: u64, name: String) {
+    pub(crate) fn add_mapped(&mut self, map: Arc<memmap2::Mmap>, offset: usize, len: usize, start: u64, name: String) {
         self.insert(Region { start, name, backing: Backing::Map { map, offset, len } }, len);
     }
 
