@@ -219,6 +219,12 @@ fn main() {
         out.flush()?;
         Ok(code)
     });
+    // Files cut short while mapped read as zeros past the cut (perfdata::mapped).
+    let cut = perfdata::mapped::cut_short_files();
+    for path in &cut {
+        eprintln!("poketrace: {} was cut short while it was read: its bytes past the cut read as zeros, so the output may be wrong", path.display());
+    }
+    let result = result.map(|code| if cut.is_empty() { code } else { code.max(1) });
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

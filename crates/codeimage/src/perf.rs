@@ -1,10 +1,11 @@
 //! Building a timeline from a perf.data file or directory.
 
-use perfdata::abi::{ksymbol_type, misc};
-use perfdata::{Losses, PerfFile, RecordBody};
-
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use perfdata::abi::{ksymbol_type, misc};
+use perfdata::mapped::MappedFile;
+use perfdata::{Losses, PerfFile, RecordBody};
 
 use crate::base::BaseImage;
 use crate::error::Result;
@@ -134,7 +135,7 @@ type FileKey<'a> = (&'a [u8], Option<&'a [u8]>);
 /// [`BaseImage::overlaps`]).
 fn add_user_mappings(file: &PerfFile, base: &mut BaseImage, user: &UserCode) -> UserReport {
     let mut report = UserReport::default();
-    let mut opened: HashMap<FileKey<'_>, Option<Arc<memmap2::Mmap>>> = HashMap::new();
+    let mut opened: HashMap<FileKey<'_>, Option<Arc<MappedFile>>> = HashMap::new();
     for m in user_mappings(file) {
         let map = opened.entry((m.name, m.build_id)).or_insert_with(|| match user.open(m.name, m.build_id) {
             Ok(f) => Some(f.map),

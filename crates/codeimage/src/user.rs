@@ -13,6 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use object::{Object, ObjectKind};
+use perfdata::mapped::MappedFile;
 use perfdata::{Mmap2FileId, PerfFile, RecordBody};
 
 /// Where the files of user mappings are looked up.
@@ -105,7 +106,7 @@ impl UserReport {
 pub struct UserFile {
     /// The file read (under `symfs` or in the build-id cache, perhaps).
     pub path: PathBuf,
-    pub map: Arc<memmap2::Mmap>,
+    pub map: Arc<MappedFile>,
 }
 
 /// Why a mapping's file is not read.
@@ -179,9 +180,7 @@ fn open_checked(path: &Path, build_id: Option<&[u8]>) -> Result<UserFile, Refuse
     if !f.metadata().map_err(Refused::Io)?.is_file() {
         return Err(Refused::NotRegular);
     }
-    // SAFETY: a read-only map; a file cut short while mapped is perfdata's
-    // mapped-file concern (see `crate::base::map_file`).
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(Refused::Io)?;
+    let map = MappedFile::map(&f, path).map_err(Refused::Io)?;
     if !map.starts_with(b"\x7fELF") {
         return Err(Refused::NotElf);
     }

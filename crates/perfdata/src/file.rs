@@ -44,7 +44,7 @@ pub struct FileHeader {
 }
 
 enum Bytes {
-    Map(memmap2::Mmap),
+    Map(crate::mapped::MappedFile),
     Owned(Vec<u8>),
 }
 
@@ -94,12 +94,7 @@ impl PerfFile {
         let io_err = |source| Error::Io { path: data_path.clone(), source };
         let file = std::fs::File::open(&data_path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
-        let bytes = if len == 0 {
-            Bytes::Owned(Vec::new())
-        } else {
-            // SAFETY: the map is read-only; perf.data files are not modified while read.
-            Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?)
-        };
+        let bytes = if len == 0 { Bytes::Owned(Vec::new()) } else { Bytes::Map(crate::mapped::MappedFile::map(&file, &data_path).map_err(io_err)?) };
         Self::from_bytes(bytes, data_path, dir)
     }
 
@@ -174,6 +169,15 @@ impl PerfFile {
     /// `DIR/kcore_dir` when opened as a directory that has one.
     pub fn kcore_dir(&self) -> Option<PathBuf> {
         self.dir.as_ref().map(|d| d.join("kcore_dir")).filter(|k| k.is_dir())
+    }
+
+    /// Whether the data file was cut short while it was read: the bytes past
+    /// its new end read as zeros (see [`crate::mapped`]).
+    pub fn cut_short(&self) -> bool {
+        match &self.bytes {
+            Bytes::Map(m) => m.cut_short(),
+            Bytes::Owned(_) => false,
+        }
     }
 
     /// The whole data file.

@@ -34,6 +34,7 @@ mod features;
 mod file;
 pub mod kcore;
 mod loss;
+pub mod mapped;
 mod records;
 mod sample;
 mod sorted;
