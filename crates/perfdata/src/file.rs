@@ -139,7 +139,8 @@ impl PerfFile {
                 f.attrs = parse_attrs(&bytes, &h)?;
                 let len = bytes.len() as u64;
                 let table = h.data_offset.saturating_add(h.data_size);
-                f.unfinished = (h.data_size == 0 && len > h.data_offset).then_some(Unfinished { data_offset: h.data_offset, file_len: len });
+                let unfinished = h.data_size == 0 && len > h.data_offset && !feature_table_at(&bytes, &h, h.data_offset);
+                f.unfinished = unfinished.then_some(Unfinished { data_offset: h.data_offset, file_len: len });
                 // The feature sections of an unfinished file were never written:
                 // its bits (perf sets them at the start) would point into the records.
                 f.features = match f.unfinished {
@@ -255,6 +256,17 @@ impl PerfFile {
             None => (PIPE_HEADER_SIZE, self.bytes.len() as u64),
         }
     }
+}
+
+/// Whether a feature section table starts at `at`: its first entry points
+/// just past the table, where perf and [`crate::Writer`] put the first
+/// section. (A finished file with no records has its table at the data
+/// offset; a killed one has a record there, whose first eight bytes read as
+/// an offset far past any file.)
+fn feature_table_at(bytes: &[u8], h: &FileHeader, at: u64) -> bool {
+    let sections: u64 = h.features.iter().map(|b| b.count_ones() as u64).sum();
+    let first = usize::try_from(at).ok().and_then(|at| bytes.get(at..at.checked_add(8)?)).map(crate::cursor::u64_from_chunk);
+    sections > 0 && first == Some(at + 16 * sections)
 }
 
 /// The records inside COMPRESSED records, by the offset of each COMPRESSED record.

@@ -133,13 +133,22 @@ fn feature_bits_of_an_unfinished_file_are_not_followed() {
     assert_eq!(errors.len(), 1);
 }
 
-/// A header with a data size of 0 and nothing after it is an empty file,
-/// not an unfinished one; a finished file has its data size.
+/// A header with a data size of 0 and nothing after it, or only its feature
+/// sections, is a finished file without records, not an unfinished one; a
+/// finished file has its data size.
 #[test]
 fn finished_and_empty_files_are_not_unfinished() {
     let w = Writer::new(std::io::Cursor::new(Vec::new()), attrs()).unwrap();
     let empty = PerfFile::from_vec(w.finish().unwrap().into_inner()).unwrap();
     assert_eq!(empty.unfinished(), None);
+    let (times, errors) = read(&empty);
+    assert!(times.is_empty() && errors.is_empty(), "{errors:?}");
+    let mut w = Writer::new(std::io::Cursor::new(Vec::new()), attrs()).unwrap();
+    w.features.hostname = Some("host".into());
+    w.features.cmdline = Some(vec!["poketrace".into(), "record".into()]);
+    let empty = PerfFile::from_vec(w.finish().unwrap().into_inner()).unwrap();
+    assert_eq!(empty.unfinished(), None);
+    assert_eq!(empty.features().hostname.as_deref(), Some("host"));
     let (times, errors) = read(&empty);
     assert!(times.is_empty() && errors.is_empty(), "{errors:?}");
     let mut w = Writer::new(std::io::Cursor::new(Vec::new()), attrs()).unwrap();
