@@ -69,4 +69,5 @@ fn symfs_roots_the_look_up_of_user_files() {
     let without = poketrace(&["image", data, "--at", "2", "100000", "8"]);
     let stdout = String::from_utf8_lossy(&without.stdout);
     assert!(stdout.contains("unmapped"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&d); // the copy of this test's executable
 }
