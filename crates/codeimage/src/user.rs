@@ -65,7 +65,8 @@ pub fn user_mappings(file: &PerfFile) -> Vec<UserMapping<'_>> {
 pub struct UserReport {
     /// Mappings whose bytes were added.
     pub added: usize,
-    /// Files that do not exist (here, or under `symfs`).
+    /// Files that do not exist (here, or under `symfs`), and names that are
+    /// not paths (`[vdso]`).
     pub missing: usize,
     /// Files refused, each once: the first [`REFUSED_LISTED`] (name, why).
     pub refused: Vec<(String, String)>,
@@ -131,10 +132,11 @@ pub enum Refused {
 }
 
 impl Refused {
-    /// Whether the file is missing, which is common (a file deleted since,
-    /// a recording from another machine) and not worth a word each time.
+    /// Whether there is no file to read, which is common and not worth a
+    /// word each time: a file deleted since or on another machine, or a name
+    /// that is not a path (`[vdso]`, `//anon`).
     pub fn is_missing(&self) -> bool {
-        matches!(self, Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound)
+        matches!(self, Refused::NotAbsolute) || matches!(self, Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound)
     }
 }
 
@@ -149,7 +151,7 @@ impl UserCode {
             return Err(Refused::DotDot);
         }
         if let (Some(dir), Some(id)) = (&self.build_id_dir, build_id) {
-            if let Some(cached) = cache_path(dir, id).filter(|p| p.is_file()) {
+            if let Some(cached) = cache_paths(dir, id).into_iter().find(|p| p.is_file()) {
                 return open_checked(&cached, build_id);
             }
         }
@@ -161,10 +163,15 @@ impl UserCode {
     }
 }
 
-/// perf's build-id cache entry: `DIR/.build-id/<2 hex digits>/<the rest>/elf`.
-fn cache_path(dir: &Path, id: &[u8]) -> Option<PathBuf> {
+/// perf's build-id cache entries for `id`: `DIR/.build-id/<2 hex digits>/<the
+/// rest>/elf`, and the older layout without `/elf`.
+fn cache_paths(dir: &Path, id: &[u8]) -> Vec<PathBuf> {
     let hex = hex(id);
-    (hex.len() > 2).then(|| dir.join(".build-id").join(&hex[..2]).join(&hex[2..]).join("elf"))
+    if hex.len() <= 2 {
+        return Vec::new();
+    }
+    let entry = dir.join(".build-id").join(&hex[..2]).join(&hex[2..]);
+    vec![entry.join("elf"), entry]
 }
 
 fn hex(bytes: &[u8]) -> String {
