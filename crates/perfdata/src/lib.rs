@@ -48,4 +48,4 @@ pub use loss::{Losses, LostWindow};
 pub use records::*;
 pub use sample::{Sample, SampleId};
 pub use sorted::SortedRecords;
-pub use write::{FeatureData, Writer};
+pub use write::{create_private, create_private_dir, FeatureData, Writer};

@@ -64,12 +64,22 @@ impl Writer<BufWriter<File>> {
 
 /// Creates (or truncates) a file readable by its owner only, as perf creates
 /// perf.data: it may hold kernel addresses and code.
-pub(crate) fn create_private(path: &Path) -> std::io::Result<File> {
+pub fn create_private(path: &Path) -> std::io::Result<File> {
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
     o.open(path)
+}
+
+/// Creates `dir` and its missing parents, mode 0700 (as perf makes
+/// kcore_dir); an existing directory is left as it is.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 impl<W: Write + Seek> Writer<W> {
