@@ -20,6 +20,8 @@ pub struct Options {
     pub itrace: Itrace,
     pub image: ImageMode,
     pub layout: Layout,
+    /// Where the files of user mappings are looked up.
+    pub user: codeimage::UserCode,
 }
 
 pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
@@ -31,11 +33,13 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
     }
     let mut symbols = Symbolizer::for_input(&file, None)?;
-    symbols.add_user_mappings(&file);
+    symbols.add_user_mappings(&file, &opts.user);
     // The code before any change, read from the input once: under the
     // pokes, and on its own for `--image static`.
     let mut base = BaseImage::new();
-    codeimage::add_base(&file, &mut base)?;
+    if let Some(refused) = codeimage::add_base_with(&file, &mut base, &opts.user)?.summary() {
+        eprintln!("poketrace decode: {refused}");
+    }
     symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &file);
     let bare = (image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
     let built = codeimage::over_base(&file, base, PokeEvents::Single)?;

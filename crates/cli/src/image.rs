@@ -19,6 +19,8 @@ pub struct Args {
     pub addr: Option<String>,
     pub len: usize,
     pub vmlinux: Vec<PathBuf>,
+    /// Where the files of user mappings are looked up.
+    pub user: codeimage::UserCode,
     pub json: bool,
 }
 
@@ -28,7 +30,10 @@ pub fn run(a: &Args, out: &mut impl Write) -> Result<i32> {
     for v in &a.vmlinux {
         extra.add_elf(v)?;
     }
-    let built = codeimage::from_perf_data(&file, extra)?;
+    if let Some(refused) = codeimage::add_base_with(&file, &mut extra, &a.user)?.summary() {
+        eprintln!("poketrace image: {refused}");
+    }
+    let built = codeimage::over_base(&file, extra, codeimage::PokeEvents::Single)?;
     for e in &built.errors {
         eprintln!("poketrace image: {e}");
     }

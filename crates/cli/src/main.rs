@@ -78,6 +78,9 @@ enum Command {
         /// More base code: ELF files (vmlinux) loaded at their addresses.
         #[arg(long, value_name = "ELF")]
         vmlinux: Vec<PathBuf>,
+        /// Look up the files of user mappings under this directory (as perf's --symfs).
+        #[arg(long, value_name = "DIR")]
+        symfs: Option<PathBuf>,
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -102,6 +105,9 @@ enum Command {
         /// Times in nanoseconds with -F (perf's default is microseconds).
         #[arg(long)]
         ns: bool,
+        /// Look up the files of user mappings under this directory (as perf's --symfs).
+        #[arg(long, value_name = "DIR")]
+        symfs: Option<PathBuf>,
     },
     /// A call-stack timeline of an Intel PT or CoreSight trace in the Trace Event Format (Perfetto, speedscope), with code changes and decode problems.
     Timeline {
@@ -219,8 +225,8 @@ fn main() {
     let result = match cli.command {
         Command::Dump { input, json } => dump::run(&input, json, &mut out),
         Command::Pokes { input, kallsyms, json } => pokes::run(&input, kallsyms.as_deref(), json, &mut out),
-        Command::Image { input, at, history, addr, len, vmlinux, json } => {
-            image::run(&image::Args { input, at, history, addr, len, vmlinux, json }, &mut out)
+        Command::Image { input, at, history, addr, len, vmlinux, symfs, json } => {
+            image::run(&image::Args { input, at, history, addr, len, vmlinux, user: symbols::user_code(symfs), json }, &mut out)
         }
         Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc, cyc_thresh, exits, elf, output } => {
             let cyc_thresh = cyc.then(|| cyc_thresh.unwrap_or(0));
@@ -240,7 +246,7 @@ fn main() {
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
-        Command::Decode { input, itrace, image, json, fields, ns } => (|| {
+        Command::Decode { input, itrace, image, json, fields, ns, symfs } => (|| {
             let itrace = tracedecode::Itrace::parse(&itrace)?;
             // -F takes precedence over --json.
             let layout = match (fields, json) {
@@ -248,7 +254,7 @@ fn main() {
                 (None, true) => print::Layout::Json,
                 (None, false) => print::Layout::Text,
             };
-            let opts = decode::Options { itrace, image, layout };
+            let opts = decode::Options { itrace, image, layout, user: symbols::user_code(symfs) };
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
@@ -265,6 +271,12 @@ fn main() {
         out.flush()?;
         Ok(code)
     });
+    // Files cut short while mapped read as zeros past the cut (perfdata::mapped).
+    let cut = perfdata::mapped::cut_short_files();
+    for path in &cut {
+        eprintln!("poketrace: {} was cut short while it was read: its bytes past the cut read as zeros, so the output may be wrong", path.display());
+    }
+    let result = result.map(|code| if cut.is_empty() { code } else { code.max(1) });
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

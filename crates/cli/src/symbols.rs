@@ -5,12 +5,20 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use codeimage::UserCode;
 use object::{Object, ObjectSegment, ObjectSymbol};
 use perfdata::kcore::Kallsyms;
-use perfdata::{Ksymbol, PerfFile, RecordBody};
+use perfdata::{Ksymbol, PerfFile};
+
+/// Where user files are looked up: under `symfs` when given, and first in
+/// perf's build-id cache (`$HOME/.debug`) for a recorded build-id.
+pub fn user_code(symfs: Option<PathBuf>) -> UserCode {
+    let build_id_dir = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".debug")).filter(|d| d.is_dir());
+    UserCode { symfs, build_id_dir }
+}
 
 /// One executable file mapping and the symbols of its file.
 struct UserMap {
@@ -32,9 +40,11 @@ struct UserFile {
 }
 
 impl UserFile {
-    fn load(path: &str) -> Option<UserFile> {
-        let data = std::fs::read(path).ok()?;
-        let elf = object::File::parse(&*data).ok()?;
+    /// The symbols of the file `user` opens for `path` (an ELF executable
+    /// or shared object, with the recorded build-id if there is one).
+    fn load(user: &UserCode, path: &str, build_id: Option<&[u8]>) -> Option<UserFile> {
+        let file = user.open(path.as_bytes(), build_id).ok()?;
+        let elf = object::File::parse(&file.map[..]).ok()?;
         let mut symbols: Vec<(u64, u64, String)> = elf
             .symbols()
             .chain(elf.dynamic_symbols())
@@ -110,26 +120,27 @@ impl Symbolizer {
     }
 
     /// Adds the symbols of every executable file the input mapped (MMAP2
-    /// with PROT_EXEC, MMAP without MAP_DATA) and that is on disk.
-    pub fn add_user_mappings(&mut self, file: &PerfFile) {
-        for r in file.records().flatten() {
-            let (start, len, pgoff, name) = match r.body {
-                RecordBody::Mmap2(m) if m.prot & 4 != 0 => (m.addr, m.len, m.pgoff, m.filename),
-                RecordBody::Mmap(m) if r.misc & perfdata::abi::misc::MMAP_DATA == 0 => (m.addr, m.len, m.pgoff, m.filename),
-                _ => continue,
-            };
-            let Ok(path) = std::str::from_utf8(name) else { continue };
-            if !path.starts_with('/') {
+    /// with PROT_EXEC, MMAP without MAP_DATA) whose file `user` finds and
+    /// accepts (see [`UserCode::open`]).
+    pub fn add_user_mappings(&mut self, file: &PerfFile, user: &UserCode) {
+        let mut refused = std::collections::HashSet::new();
+        for m in codeimage::user_mappings(file) {
+            let (start, len, pgoff) = (m.addr, m.len, m.pgoff);
+            let Ok(path) = std::str::from_utf8(m.name) else { continue };
+            if refused.contains(path) {
                 continue;
             }
             let file = match self.files.iter().position(|f| f.path == path) {
                 Some(i) => i,
-                None => match UserFile::load(path) {
+                None => match UserFile::load(user, path, m.build_id) {
                     Some(f) => {
                         self.files.push(f);
                         self.files.len() - 1
                     }
-                    None => continue,
+                    None => {
+                        refused.insert(path);
+                        continue;
+                    }
                 },
             };
             self.user.retain(|m| m.end <= start || m.start >= start.saturating_add(len));

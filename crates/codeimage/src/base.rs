@@ -9,13 +9,14 @@ use std::sync::{Arc, OnceLock};
 
 use object::read::elf::{FileHeader as _, ProgramHeader as _};
 use object::{elf, Endianness, Object, ObjectSection, SectionFlags};
+use perfdata::mapped::MappedFile;
 
 use crate::error::{io, Error, Result};
 
 /// Bytes of a region: a slice of a shared memory map, or owned.
 #[derive(Clone)]
 enum Backing {
-    Map { map: Arc<memmap2::Mmap>, offset: usize, len: usize },
+    Map { map: Arc<MappedFile>, offset: usize, len: usize },
     Owned(Arc<[u8]>),
 }
 
@@ -191,7 +192,7 @@ impl BaseImage {
         Ok(())
     }
 
-    fn add_mapped(&mut self, map: Arc<memmap2::Mmap>, offset: usize, len: usize, start: u64, name: String) {
+    pub(crate) fn add_mapped(&mut self, map: Arc<MappedFile>, offset: usize, len: usize, start: u64, name: String) {
         self.insert(Region { start, name, backing: Backing::Map { map, offset, len } }, len);
     }
 
@@ -273,8 +274,7 @@ impl BaseImage {
     }
 }
 
-fn map_file(path: &Path) -> Result<Arc<memmap2::Mmap>> {
+fn map_file(path: &Path) -> Result<Arc<MappedFile>> {
     let f = std::fs::File::open(path).map_err(io(path))?;
-    // SAFETY: read-only map of a file nobody is expected to modify while it is read.
-    Ok(Arc::new(unsafe { memmap2::Mmap::map(&f) }.map_err(io(path))?))
+    Ok(Arc::new(MappedFile::map(&f, path).map_err(io(path))?))
 }

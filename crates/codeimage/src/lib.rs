@@ -5,7 +5,9 @@
 //! needs a time. This crate answers it in three layers:
 //!
 //! - [`BaseImage`]: the code before any recorded change, from ELF files
-//!   (vmlinux, kcore, modules) and raw dumps, memory-mapped.
+//!   (vmlinux, kcore, modules) and raw dumps, memory-mapped; user code from
+//!   the files MMAP records name, only ELF executables and shared objects
+//!   with the recorded build-id ([`UserCode`], rooted like perf's `--symfs`).
 //! - [`CodeTimeline`]: the base plus the history of changes ([`Poke`]),
 //!   read at any moment, forwards or backwards; it says when the truth is
 //!   uncertain (a begin/end pair's window, or records that contradict each
@@ -29,9 +31,11 @@ mod base;
 mod error;
 mod perf;
 mod timeline;
+mod user;
 pub mod window;
 
 pub use base::{BaseImage, Region, OVERLAPS_LISTED};
 pub use error::{Error, Result};
-pub use perf::{add_base, from_perf_data, from_perf_data_with, over_base, PerfTimeline, PokeEvents};
+pub use perf::{add_base, add_base_with, from_perf_data, from_perf_data_with, over_base, PerfTimeline, PokeEvents};
 pub use timeline::{Anomaly, AnomalyKind, CodeTimeline, HistoryEntry, Nearby, Poke, PokeInfo, Read, ReadInfo, Time, TimelineBuilder};
+pub use user::{user_mappings, Refused, UserCode, UserFile, UserMapping, UserReport, REFUSED_LISTED};

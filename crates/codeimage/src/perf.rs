@@ -1,11 +1,16 @@
 //! Building a timeline from a perf.data file or directory.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use perfdata::abi::{ksymbol_type, misc};
+use perfdata::mapped::MappedFile;
 use perfdata::{Losses, PerfFile, RecordBody};
 
 use crate::base::BaseImage;
 use crate::error::Result;
 use crate::timeline::{CodeTimeline, Poke, TimelineBuilder};
+use crate::user::{user_mappings, UserCode, UserReport};
 
 /// Pair begins waiting for their end: (addr, old, new) -> (time, cpu).
 type OpenPairs = std::collections::HashMap<(u64, Vec<u8>, Vec<u8>), (u64, Option<u32>)>;
@@ -102,39 +107,51 @@ pub fn over_base(file: &PerfFile, base: BaseImage, events: PokeEvents) -> Result
 }
 
 /// The code of a perf.data before any change: `kcore_dir/kcore` and the
-/// executable file mappings of user programs, added to `base`.
+/// executable file mappings of user programs (looked up as
+/// [`UserCode::default`] does), added to `base`.
 pub fn add_base(file: &PerfFile, base: &mut BaseImage) -> Result<()> {
+    add_base_with(file, base, &UserCode::default()).map(drop)
+}
+
+/// [`add_base`] with user files looked up as `user` says; returns what
+/// became of the user mappings.
+pub fn add_base_with(file: &PerfFile, base: &mut BaseImage, user: &UserCode) -> Result<UserReport> {
     if let Some(dir) = file.kcore_dir() {
         let kcore = dir.join("kcore");
         if kcore.is_file() {
             base.add_elf(&kcore)?;
         }
     }
-    add_user_mappings(file, base);
-    Ok(())
+    Ok(add_user_mappings(file, base, user))
 }
 
-/// User code: every executable file mapping (MMAP2 with PROT_EXEC, MMAP
-/// without MAP_DATA) whose file is on disk is added as the kernel mapped it,
-/// file bytes from `pgoff` at `addr`. One address space for all processes:
-/// where mappings of different processes overlap, the first one wins (and
-/// is listed in [`BaseImage::overlaps`]).
-fn add_user_mappings(file: &PerfFile, base: &mut BaseImage) {
-    for r in file.records().flatten() {
-        let (addr, len, pgoff, name) = match r.body {
-            RecordBody::Mmap2(m) if m.prot & 4 != 0 => (m.addr, m.len, m.pgoff, m.filename),
-            RecordBody::Mmap(m) if r.misc & misc::MMAP_DATA == 0 => (m.addr, m.len, m.pgoff, m.filename),
-            _ => continue,
-        };
-        if !name.starts_with(b"/") {
-            continue;
-        }
-        let path = std::path::Path::new(std::str::from_utf8(name).unwrap_or(""));
-        let Ok(meta) = std::fs::metadata(path) else { continue };
-        let avail = meta.len().saturating_sub(pgoff);
+/// A user file as MMAP records name it: its path and recorded build-id.
+type FileKey<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// User code: every executable file mapping whose file passes
+/// [`UserCode::open`] is added as the kernel mapped it, file bytes from
+/// `pgoff` at `addr`. One address space for all processes: where mappings
+/// of different processes overlap, the first one wins (and is listed in
+/// [`BaseImage::overlaps`]).
+fn add_user_mappings(file: &PerfFile, base: &mut BaseImage, user: &UserCode) -> UserReport {
+    let mut report = UserReport::default();
+    let mut opened: HashMap<FileKey<'_>, Option<Arc<MappedFile>>> = HashMap::new();
+    for m in user_mappings(file) {
+        let map = opened.entry((m.name, m.build_id)).or_insert_with(|| match user.open(m.name, m.build_id) {
+            Ok(f) => Some(f.map),
+            Err(why) => {
+                report.refuse(m.name, why);
+                None
+            }
+        });
+        let Some(map) = map else { continue };
+        let avail = (map.len() as u64).saturating_sub(m.pgoff);
         if avail > 0 {
             // A mapping whose file changed since recording: skip what does not fit.
-            let _ = base.add_raw_file(path, pgoff, Some(len.min(avail)), addr);
+            let name = String::from_utf8_lossy(m.name).rsplit('/').next().unwrap_or_default().to_string();
+            base.add_mapped(map.clone(), m.pgoff as usize, m.len.min(avail) as usize, m.addr, name);
+            report.added += 1;
         }
     }
+    report
 }

@@ -24,6 +24,8 @@ pub enum Error {
     Truncated { what: &'static str, offset: u64, inner: Option<u64>, needed: u64, available: u64 },
     #[error("invalid {what} at offset {offset:#x}{}: {reason}", in_compressed(*inner))]
     Invalid { what: &'static str, offset: u64, inner: Option<u64>, reason: String },
+    #[error("unfinished perf.data at offset {offset:#x}: {reason}")]
+    Unfinished { offset: u64, reason: String },
     #[error("cannot decompress COMPRESSED record at offset {offset:#x}: {reason}")]
     Decompress { offset: u64, reason: String },
     #[error("cannot write {what}: {reason}")]
@@ -41,7 +43,9 @@ impl Error {
     /// File offset where the problem was found, when the error has one.
     pub fn offset(&self) -> Option<u64> {
         match self {
-            Error::Truncated { offset, .. } | Error::Invalid { offset, .. } | Error::Decompress { offset, .. } => Some(*offset),
+            Error::Truncated { offset, .. } | Error::Invalid { offset, .. } | Error::Decompress { offset, .. } | Error::Unfinished { offset, .. } => {
+                Some(*offset)
+            }
             _ => None,
         }
     }

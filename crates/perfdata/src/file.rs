@@ -18,6 +18,9 @@ pub const MAGIC: &[u8; 8] = b"PERFILE2";
 const MAGIC_BIG_ENDIAN: &[u8; 8] = b"2ELIFREP";
 /// Size of the file header in file mode.
 pub const FILE_HEADER_SIZE: u64 = 104;
+/// Where the header's data size is: after magic, size, attr_size, the
+/// attrs' offset and size, and the data offset.
+const DATA_SIZE_AT: u64 = 48;
 /// Size of the header in pipe mode.
 pub const PIPE_HEADER_SIZE: u64 = 16;
 /// Decompressed bytes allowed per COMPRESSED record (perf uses 64 KiB chunks).
@@ -41,7 +44,7 @@ pub struct FileHeader {
 }
 
 enum Bytes {
-    Map(memmap2::Mmap),
+    Map(crate::mapped::MappedFile),
     Owned(Vec<u8>),
 }
 
@@ -55,6 +58,20 @@ impl std::ops::Deref for Bytes {
     }
 }
 
+/// A file whose writer never finished (killed, or still writing): `perf
+/// record` and `poketrace record` write the header first with a data size
+/// of 0 and fix the sizes up at the end. perf warns of such a file ("data
+/// size field is 0 ... Was the 'perf record' command properly terminated?")
+/// and then reads none of its records; here they are read up to the end of
+/// the file, after an [`Error::Unfinished`] that says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unfinished {
+    /// Where the records start.
+    pub data_offset: u64,
+    /// Where the file ends.
+    pub file_len: u64,
+}
+
 /// An open perf.data. Records borrow from it; the data file is memory-mapped.
 pub struct PerfFile {
     data_path: PathBuf,
@@ -64,6 +81,7 @@ pub struct PerfFile {
     header: Option<FileHeader>,
     attrs: Vec<AttrWithIds>,
     features: Features,
+    unfinished: Option<Unfinished>,
     /// What the COMPRESSED records hold, made on first need.
     decompressed: OnceLock<Decompressed>,
 }
@@ -76,12 +94,7 @@ impl PerfFile {
         let io_err = |source| Error::Io { path: data_path.clone(), source };
         let file = std::fs::File::open(&data_path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
-        let bytes = if len == 0 {
-            Bytes::Owned(Vec::new())
-        } else {
-            // SAFETY: the map is read-only; perf.data files are not modified while read.
-            Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?)
-        };
+        let bytes = if len == 0 { Bytes::Owned(Vec::new()) } else { Bytes::Map(crate::mapped::MappedFile::map(&file, &data_path).map_err(io_err)?) };
         Self::from_bytes(bytes, data_path, dir)
     }
 
@@ -106,6 +119,7 @@ impl PerfFile {
             header: None,
             attrs: Vec::new(),
             features: Features::default(),
+            unfinished: None,
             decompressed: OnceLock::new(),
             bytes: Bytes::Owned(Vec::new()),
         };
@@ -123,10 +137,16 @@ impl PerfFile {
                     features: c.array()?,
                 };
                 f.attrs = parse_attrs(&bytes, &h)?;
+                let len = bytes.len() as u64;
                 let table = h.data_offset.saturating_add(h.data_size);
-                f.features = match Features::parse(&bytes, table, &h.features) {
-                    Ok(feat) => feat,
-                    Err(e) => Features { errors: vec![e.to_string()], ..Features::default() },
+                let unfinished = h.data_size == 0 && len > h.data_offset && !feature_table_at(&bytes, &h, h.data_offset);
+                f.unfinished = unfinished.then_some(Unfinished { data_offset: h.data_offset, file_len: len });
+                // The feature sections of an unfinished file were never written:
+                // its bits (perf sets them at the start) would point into the records.
+                f.features = match f.unfinished {
+                    Some(_) => Features::default(),
+                    None => Features::parse(&bytes, table, &h.features)
+                        .unwrap_or_else(|e| Features { errors: vec![e.to_string()], ..Features::default() }),
                 };
                 f.header = Some(h);
             }
@@ -152,6 +172,15 @@ impl PerfFile {
         self.dir.as_ref().map(|d| d.join("kcore_dir")).filter(|k| k.is_dir())
     }
 
+    /// Whether the data file was cut short while it was read: the bytes past
+    /// its new end read as zeros (see [`crate::mapped`]).
+    pub fn cut_short(&self) -> bool {
+        match &self.bytes {
+            Bytes::Map(m) => m.cut_short(),
+            Bytes::Owned(_) => false,
+        }
+    }
+
     /// The whole data file.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
@@ -164,6 +193,12 @@ impl PerfFile {
 
     pub fn is_pipe(&self) -> bool {
         self.header.is_none()
+    }
+
+    /// Whether the header shows that the file was never finished; then
+    /// [`PerfFile::records`] yields an [`Error::Unfinished`] first.
+    pub fn unfinished(&self) -> Option<Unfinished> {
+        self.unfinished
     }
 
     /// Event descriptions from the attrs section (pipe mode: none; they come as
@@ -179,13 +214,25 @@ impl PerfFile {
     /// Records in file order, COMPRESSED ones followed by what they hold.
     pub fn records(&self) -> Records<'_> {
         let (start, end) = self.data_range();
-        let declared_end = self.header.map(|h| h.data_offset.saturating_add(h.data_size));
+        let declared_end = match self.unfinished {
+            Some(_) => None,
+            None => self.header.map(|h| h.data_offset.saturating_add(h.data_size)),
+        };
+        let unfinished = self.unfinished.map(|u| Error::Unfinished {
+            offset: DATA_SIZE_AT,
+            reason: format!(
+                "the header's data size is 0, as a recording that was killed or is still running leaves it: the records from \
+                 {:#x} to the end of the file ({:#x}) are read, and there are no feature sections",
+                u.data_offset, u.file_len
+            ),
+        });
         Records {
             file: self,
             layout: Layout::new(self.attrs.clone()),
             outer: Frame { data: &self.bytes, pos: start as usize, end: end as usize, origin: Origin::file(0) },
             declared_end,
             inner: None,
+            unfinished,
             done: false,
         }
     }
@@ -197,9 +244,11 @@ impl PerfFile {
         })
     }
 
-    /// The data section's bytes, clamped to the file.
+    /// The data section's bytes, clamped to the file (to its end when the
+    /// data size was never written).
     fn data_range(&self) -> (u64, u64) {
         match &self.header {
+            Some(h) if self.unfinished.is_some() => (h.data_offset, self.bytes.len() as u64),
             Some(h) => {
                 let len = self.bytes.len() as u64;
                 (h.data_offset.min(len), h.data_offset.saturating_add(h.data_size).min(len))
@@ -207,6 +256,17 @@ impl PerfFile {
             None => (PIPE_HEADER_SIZE, self.bytes.len() as u64),
         }
     }
+}
+
+/// Whether a feature section table starts at `at`: its first entry points
+/// just past the table, where perf and [`crate::Writer`] put the first
+/// section. (A finished file with no records has its table at the data
+/// offset; a killed one has a record there, whose first eight bytes read as
+/// an offset far past any file.)
+fn feature_table_at(bytes: &[u8], h: &FileHeader, at: u64) -> bool {
+    let sections: u64 = h.features.iter().map(|b| b.count_ones() as u64).sum();
+    let first = usize::try_from(at).ok().and_then(|at| bytes.get(at..at.checked_add(8)?)).map(crate::cursor::u64_from_chunk);
+    sections > 0 && first == Some(at + 16 * sections)
 }
 
 /// The records inside COMPRESSED records, by the offset of each COMPRESSED record.
@@ -476,6 +536,8 @@ pub struct Records<'a> {
     declared_end: Option<u64>,
     /// The decompressed records of the COMPRESSED record being walked.
     inner: Option<Frame<'a>>,
+    /// Said before the first record: the file was never finished.
+    unfinished: Option<Error>,
     done: bool,
 }
 
@@ -571,6 +633,9 @@ impl<'a> Iterator for Records<'a> {
     type Item = Result<Record<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.unfinished.take() {
+            return Some(Err(e));
+        }
         if let Some(frame) = self.inner.take() {
             if frame.pos < frame.end {
                 return Some(match self.read_one(frame) {

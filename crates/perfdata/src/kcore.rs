@@ -79,19 +79,18 @@ pub fn read_kcore_segments(data: &[u8]) -> Result<Vec<(u64, std::ops::Range<usiz
 
 /// Writes `dir/kcore`, `dir/kallsyms` and `dir/modules` (the directory made 0700 and
 /// the files 0600 when created, as perf makes kcore_dir: they hold kernel addresses).
-/// `modules` may be empty but perf needs the file to exist.
+/// `modules` may be empty but perf needs the file to exist. Without segments
+/// there is no `kcore`: perf then reads `kallsyms` alone, which an empty
+/// kcore would hide.
 pub fn write_kcore_dir(dir: &Path, machine: Machine, segments: &[Segment], kallsyms: &str, modules: &str) -> Result<()> {
     let io = |p: &Path| {
         let p = p.to_path_buf();
         move |source| Error::Io { path: p, source }
     };
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(io(dir))?;
-    let kcore_bytes = kcore_elf(machine, segments)?;
-    for (name, bytes) in [("kcore", &kcore_bytes[..]), ("kallsyms", kallsyms.as_bytes()), ("modules", modules.as_bytes())] {
+    crate::write::create_private_dir(dir).map_err(io(dir))?;
+    let kcore_bytes = if segments.is_empty() { None } else { Some(kcore_elf(machine, segments)?) };
+    let files = [("kcore", kcore_bytes.as_deref()), ("kallsyms", Some(kallsyms.as_bytes())), ("modules", Some(modules.as_bytes()))];
+    for (name, bytes) in files.into_iter().filter_map(|(name, bytes)| Some((name, bytes?))) {
         let path = dir.join(name);
         crate::write::create_private(&path).and_then(|mut f| std::io::Write::write_all(&mut f, bytes)).map_err(io(&path))?;
     }

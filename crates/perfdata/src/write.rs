@@ -1,8 +1,12 @@
 //! Writing perf.data files that Linux perf reads.
 //!
 //! Layout written: header (104 bytes), attr id arrays, attrs, data section,
-//! feature section table, feature payloads. The header is rewritten by
-//! [`Writer::finish`] once the sizes are known.
+//! feature section table, feature payloads. As perf does, the header goes
+//! first with a data size of 0, and [`Writer::finish`] rewrites it with the
+//! sizes and the feature bits. Until then the file is one that readers know
+//! as unfinished ([`crate::Unfinished`]); [`Writer::flush`] (at the end of
+//! each round, see [`Writer::finish_round`]) puts the records so far into
+//! it, so a writer killed at any moment leaves them readable.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -52,18 +56,30 @@ impl Writer<BufWriter<File>> {
     pub fn create(path: impl AsRef<Path>, attrs: Vec<AttrWithIds>) -> Result<Self> {
         let path = path.as_ref();
         let f = create_private(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-        Writer::new(BufWriter::with_capacity(1 << 20, f), attrs)
+        let mut w = Writer::new(BufWriter::with_capacity(1 << 20, f), attrs)?;
+        w.flush()?;
+        Ok(w)
     }
 }
 
 /// Creates (or truncates) a file readable by its owner only, as perf creates
 /// perf.data: it may hold kernel addresses and code.
-pub(crate) fn create_private(path: &Path) -> std::io::Result<File> {
+pub fn create_private(path: &Path) -> std::io::Result<File> {
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
     o.open(path)
+}
+
+/// Creates `dir` and its missing parents, mode 0700 (as perf makes
+/// kcore_dir); an existing directory is left as it is.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 impl<W: Write + Seek> Writer<W> {
@@ -76,7 +92,8 @@ impl<W: Write + Seek> Writer<W> {
         if attrs.iter().any(|a| a.attr.size != attr_size) {
             return Err(Error::Unwritable { what: "attrs", reason: "all attrs must have the same size".into() });
         }
-        out.write_all(&[0u8; FILE_HEADER_SIZE as usize])?;
+        let attrs_size = attrs.len() as u64 * attr_entry_size(&attrs);
+        out.write_all(&file_header(&attrs, FILE_HEADER_SIZE + ids_size(&attrs) + attrs_size, 0, &[0; 32]))?;
         let mut pos = FILE_HEADER_SIZE;
         let mut by_id = HashMap::new();
         for (i, a) in attrs.iter().enumerate() {
@@ -100,6 +117,22 @@ impl<W: Write + Seek> Writer<W> {
     /// Where the next record goes.
     pub fn position(&self) -> u64 {
         self.pos
+    }
+
+    /// Writes out every buffered record: a reader of the file as it is now,
+    /// or after this process is killed, finds them all.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Ends a round as perf does (a FINISHED_ROUND record: readers may sort
+    /// what came before it by time) and [`Writer::flush`]es; returns the
+    /// record's offset.
+    pub fn finish_round(&mut self) -> Result<u64> {
+        let offset = self.write(0, &RecordBody::FinishedRound, &SampleId::default())?;
+        self.flush()?;
+        Ok(offset)
     }
 
     fn attr_for(&self, id: Option<u64>) -> &EventAttr {
@@ -264,21 +297,36 @@ impl<W: Write + Seek> Writer<W> {
         for (_, data) in &sections {
             self.out.write_all(data)?;
         }
-        let attr_entry = self.attrs[0].attr.to_bytes().len() as u64 + 16;
-        let ids_total: u64 = self.attrs.iter().map(|a| 8 * a.ids.len() as u64).sum();
-        let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
-        h.extend_from_slice(MAGIC);
-        for v in [FILE_HEADER_SIZE, attr_entry, FILE_HEADER_SIZE + ids_total, attr_entry * self.attrs.len() as u64, self.data_offset, data_size, 0, 0]
-        {
-            put64(&mut h, v);
-        }
-        h.extend_from_slice(&bitmap);
+        let h = file_header(&self.attrs, self.data_offset, data_size, &bitmap);
         self.out.seek(SeekFrom::Start(0))?;
         self.out.write_all(&h)?;
         self.out.seek(SeekFrom::End(0))?;
         self.out.flush()?;
         Ok(self.out)
     }
+}
+
+/// Bytes of the attr id arrays, which follow the header.
+fn ids_size(attrs: &[AttrWithIds]) -> u64 {
+    attrs.iter().map(|a| 8 * a.ids.len() as u64).sum()
+}
+
+/// Bytes of one attrs section entry: the attr and its id array's offset and size.
+fn attr_entry_size(attrs: &[AttrWithIds]) -> u64 {
+    attrs[0].attr.to_bytes().len() as u64 + 16
+}
+
+/// The 104-byte file header: the attrs follow the id arrays, the data the attrs.
+fn file_header(attrs: &[AttrWithIds], data_offset: u64, data_size: u64, features: &[u8; 32]) -> Vec<u8> {
+    let attr_entry = attr_entry_size(attrs);
+    let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
+    h.extend_from_slice(MAGIC);
+    let attrs_at = FILE_HEADER_SIZE + ids_size(attrs);
+    for v in [FILE_HEADER_SIZE, attr_entry, attrs_at, attr_entry * attrs.len() as u64, data_offset, data_size, 0, 0] {
+        put64(&mut h, v);
+    }
+    h.extend_from_slice(features);
+    h
 }
 
 fn pad8(n: usize) -> usize {

@@ -259,4 +259,11 @@ fn written_files_are_private() {
     for f in ["kcore", "kallsyms", "modules"] {
         assert_eq!(mode(&d.join("kcore_dir").join(f)), 0o600, "{f}");
     }
+    // Without kernel code: kallsyms and modules alone, as private.
+    kcore::write_kcore_dir(&d.join("no-code"), kcore::Machine::X86_64, &[], "ffffffff81000000 T _text\n", "").unwrap();
+    assert_eq!(mode(&d.join("no-code")), 0o700);
+    assert!(!d.join("no-code/kcore").exists(), "an empty kcore would hide kallsyms from perf");
+    for f in ["kallsyms", "modules"] {
+        assert_eq!(mode(&d.join("no-code").join(f)), 0o600, "{f}");
+    }
 }

@@ -246,9 +246,9 @@ pub(crate) struct BpfStore {
 
 impl BpfStore {
     pub fn create(dir: &Path) -> Result<BpfStore> {
-        std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+        perfdata::create_private_dir(dir).map_err(Error::io(dir))?;
         let path = dir.join("index.jsonl");
-        let index = BufWriter::new(File::create(&path).map_err(Error::io(&path))?);
+        let index = BufWriter::new(perfdata::create_private(&path).map_err(Error::io(&path))?);
         let machine = if cfg!(target_arch = "aarch64") { Machine::Aarch64 } else { Machine::X86_64 };
         Ok(BpfStore { dir: dir.to_path_buf(), index, machine, at_start: HashSet::new(), stats: BpfStats::default() })
     }
@@ -320,7 +320,8 @@ impl BpfStore {
             at += f.len as usize;
         }
         let path = self.dir.join(&file);
-        std::fs::write(&path, kcore_elf(self.machine, &segments)?).map_err(Error::io(&path))?;
+        let elf = kcore_elf(self.machine, &segments)?;
+        perfdata::create_private(&path).and_then(|mut f| f.write_all(&elf)).map_err(Error::io(&path))?;
         let funcs: Vec<_> = p.funcs.iter().map(|f| json!({"addr": f.addr, "len": f.len, "ksym": f.name})).collect();
         let line = json!({
             "id": p.id,
@@ -352,6 +353,20 @@ impl BpfStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// JIT code sits at kernel addresses: owner-only, as kcore_dir.
+    #[test]
+    fn the_store_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("poketrace-bpf-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let store = BpfStore::create(&d.join("bpf")).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&d.join("bpf")), 0o700);
+        assert_eq!(mode(&d.join("bpf/index.jsonl")), 0o600);
+        drop(store);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn prog_info_has_the_kernel_layout() {

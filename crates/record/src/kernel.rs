@@ -74,16 +74,7 @@ pub(crate) fn snapshot(kcore_dir: &Path, vmlinux: Option<&Path>, warnings: &mut 
              the kernel's ELF image"
         ));
     }
-    if segments.is_empty() {
-        // perf reads kcore_dir/kallsyms without a kcore; an empty kcore would hide it.
-        std::fs::create_dir_all(kcore_dir).map_err(Error::io(kcore_dir))?;
-        for (name, text) in [("kallsyms", &kallsyms_text), ("modules", &modules_text)] {
-            let path = kcore_dir.join(name);
-            std::fs::write(&path, text).map_err(Error::io(&path))?;
-        }
-    } else {
-        write_kcore_dir(kcore_dir, machine, &segments, &kallsyms_text, &modules_text)?;
-    }
+    write_kcore_dir(kcore_dir, machine, &segments, &kallsyms_text, &modules_text)?;
     Ok(KernelSnapshot { text, modules, code })
 }
 

@@ -14,7 +14,9 @@
 //! - `DIR/data`: the perf.data file (two attrs: `dummy:HG`, `dummy:bpf`);
 //!   kernel records as the kernel wrote them (PERF_RECORD_LOST included;
 //!   sizes the kernel grew are cut back, see `true_size`), one FINISHED_ROUND per pass
-//!   over the rings, and at the start the records perf synthesizes (kernel
+//!   over the rings, each round flushed to the file (the header, written
+//!   first, says data size 0 until the end, as perf's does: a recording that
+//!   is killed reads up to its last round), and at the start the records perf synthesizes (kernel
 //!   and module maps, thread names, KSYMBOL and BPF_EVENT for BPF programs
 //!   already loaded); header features hostname, osrelease, version, arch,
 //!   nrcpus, cpudesc, cmdline and the event's name.

@@ -12,7 +12,7 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use perfdata::abi::{attr_flag as flag, read_format, record_type as rt, sample_type as st};
-use perfdata::{AttrWithIds, EventAttr, FeatureData, NrCpus, RecordBody, SampleId, Writer, ATTR_SIZE_VER7};
+use perfdata::{AttrWithIds, EventAttr, FeatureData, NrCpus, Writer, ATTR_SIZE_VER7};
 
 use crate::bpf::{BpfStore, Load};
 use crate::error::{Error, Result};
@@ -116,6 +116,7 @@ pub fn record(opts: &Options) -> Result<Summary> {
     let started = Instant::now();
     let mut bpf = BpfStore::create(&opts.output.join("bpf"))?;
     synthesized += bpf.capture_loaded(&mut writer, &mut warnings)?;
+    writer.flush()?;
     let mut sink = Sink {
         writer,
         counts: [0; 64],
@@ -232,7 +233,8 @@ fn run(
 }
 
 /// One pass over the side-band rings, closed by FINISHED_ROUND as perf
-/// does, so readers may sort by time one round at a time.
+/// does, so readers may sort by time one round at a time, and flushed to
+/// the file, so a recording that is killed is readable up to its last round.
 fn round(events: &mut [Event], sink: &mut Sink, bpf: &mut BpfStore) -> Result<()> {
     for e in events.iter_mut() {
         let d = e.ring.drain(|r| sink.take(r))?;
@@ -245,7 +247,7 @@ fn round(events: &mut [Event], sink: &mut Sink, bpf: &mut BpfStore) -> Result<()
         }
     }
     if std::mem::take(&mut sink.any) {
-        sink.writer.write(0, &RecordBody::FinishedRound, &SampleId::default())?;
+        sink.writer.finish_round()?;
     }
     Ok(())
 }

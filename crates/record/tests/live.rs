@@ -125,8 +125,56 @@ fn helper() {
             drop(to_peer);
             peer.join().unwrap();
         }
+        // record into DIR for 5 seconds, unless killed first
+        ("record", dir) => {
+            let mut opts = Options::new(dir);
+            opts.command = vec!["sleep".into(), "5".into()];
+            record::record(&opts).unwrap();
+        }
         (other, _) => panic!("unknown helper {other}"),
     }
+}
+
+/// `record` killed by SIGKILL 1.5 s into the recording: its header and its
+/// rounds were written as it went, so the file reads up to its last round.
+#[test]
+fn a_recording_killed_by_sigkill_reads_up_to_its_last_round() {
+    if !ready() {
+        return;
+    }
+    let rec = scratch("killed").join("rec");
+    let mut recorder = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "helper", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("POKETRACE_HELPER", format!("record:{}", rec.display()))
+        .spawn()
+        .unwrap();
+    // The data file comes after the kernel's code is saved; then 1.5 s of recording.
+    let started = Instant::now();
+    while !rec.join("data").exists() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    recorder.kill().unwrap(); // SIGKILL
+    recorder.wait().unwrap();
+
+    let file = PerfFile::open(&rec).unwrap();
+    assert!(file.unfinished().is_some(), "the header is the one written first");
+    let mut records = file.records();
+    let first = records.next().unwrap().unwrap_err().to_string();
+    assert!(first.contains("data size is 0"), "{first}");
+    let (mut n, mut rounds, mut errors) = (BTreeMap::<u32, u64>::new(), 0, Vec::new());
+    for r in records {
+        match r {
+            Ok(r) => {
+                rounds += (r.record_type() == rt::FINISHED_ROUND) as u64;
+                *n.entry(r.record_type()).or_default() += 1;
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(n.get(&rt::MMAP).is_some_and(|&k| k > 0) && n.get(&rt::COMM).is_some_and(|&c| c > 0), "the synthesized maps and names: {n:?}");
+    assert!(rounds > 0, "rounds of the 1.5 s of recording: {n:?}");
 }
 
 #[test]
