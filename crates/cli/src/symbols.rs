@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use codeimage::UserCode;
 use object::{Object, ObjectSegment, ObjectSymbol};
 use perfdata::kcore::Kallsyms;
-use perfdata::{Ksymbol, PerfFile};
+use perfdata::{Ksymbol, PerfFile, RecordBody};
 
 /// Where user files are looked up: under `symfs` when given, and first in
 /// perf's build-id cache (`$HOME/.debug`) for a recorded build-id.
