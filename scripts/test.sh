@@ -3,7 +3,7 @@
 # tests that need a working Linux perf must fail instead of skipping.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-./scripts/setup.sh
+./scripts/setup.sh --tests
 if [[ -n "${CI:-}" ]]; then
 	export POKETRACE_REQUIRE_PERF=1
 fi

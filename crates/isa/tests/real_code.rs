@@ -136,7 +136,7 @@ fn compare(what: &str, isa: Isa, base: u64, code: &[u8], idioms: &KernelIdioms, 
 fn perf_text_x86_64() {
     let perf = Path::new("/usr/bin/perf");
     if !perf.exists() {
-        return missing("/usr/bin/perf does not exist (scripts/setup.sh installs linux-perf)");
+        return missing("/usr/bin/perf does not exist (scripts/setup.sh --tests installs linux-perf)");
     }
     let secs = sections(perf, &[".text"]);
     let (base, text) = &secs[".text"];

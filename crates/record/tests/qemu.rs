@@ -63,7 +63,7 @@ fn guest_kernel_pokes_recorded_and_read_back() {
     let tools = ["qemu-system-x86_64", "cpio", "perf", "cc"].into_iter().all(|t| command_works(t, "--version"));
     if !have(
         tools && Path::new("/bin/busybox").exists(),
-        "qemu-system-x86, busybox-static, cpio, perf or cc missing (scripts/setup.sh installs them)",
+        "qemu-system-x86, busybox-static, cpio, perf or cc missing (scripts/setup.sh --tests installs them)",
     ) {
         return;
     }

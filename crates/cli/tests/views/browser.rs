@@ -1,4 +1,4 @@
-//! speedscope (from the npm registry, installed by scripts/setup.sh) in
+//! speedscope (from the npm registry, installed by scripts/setup.sh --tests) in
 //! Debian's headless Chromium, served from 127.0.0.1 with a timeline: it
 //! must import it with the expected thread and frame names and no warning.
 
@@ -71,7 +71,7 @@ fn answer(mut stream: TcpStream, site: &Path, profiles: &Path) -> std::io::Resul
 #[test]
 fn speedscope_imports_the_timeline_in_chromium() {
     let site = speedscope_dir();
-    if !testkit::have(site.join("index.html").is_file(), &format!("speedscope not installed in {} (scripts/setup.sh installs it)", site.display()))
+    if !testkit::have(site.join("index.html").is_file(), &format!("speedscope not installed in {} (scripts/setup.sh --tests installs it)", site.display()))
         || !super::chromium::available()
     {
         return;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// Whether chromium is installed; a test without it skips, except in CI.
 pub fn available() -> bool {
-    testkit::have(testkit::runs("chromium", "--version"), "chromium not installed (scripts/setup.sh installs it)")
+    testkit::have(testkit::runs("chromium", "--version"), "chromium not installed (scripts/setup.sh --tests installs it)")
 }
 
 /// Runs chromium headless on `url` with `args` (e.g. --dump-dom): its stdout and stderr (the console).

@@ -1,5 +1,5 @@
 //! timeline's .pftrace, read with Perfetto's own compiled protos (the
-//! `perfetto` package from PyPI, installed by scripts/setup.sh): the same
+//! `perfetto` package from PyPI, installed by scripts/setup.sh --tests): the same
 //! tracks and events as the JSON of the same run.
 
 use std::path::PathBuf;
@@ -47,7 +47,7 @@ fn perfetto_protobuf_holds_the_json_events() {
     let lib = python_lib();
     if !testkit::have(
         lib.join("perfetto/protos/perfetto/trace/perfetto_trace_pb2.py").is_file(),
-        &format!("perfetto's Python protos not in {} (scripts/setup.sh)", lib.display()),
+        &format!("perfetto's Python protos not in {} (scripts/setup.sh --tests)", lib.display()),
     ) {
         return;
     }
