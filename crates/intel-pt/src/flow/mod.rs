@@ -68,6 +68,7 @@ mod cached;
 mod clock;
 mod config;
 mod event;
+mod loops;
 mod packets;
 mod psb;
 mod read;
