@@ -85,18 +85,32 @@ pub fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &
         .map(|(queue, q)| {
             let mut out = Vec::new();
             let mut flows = [Flow::default(); 128];
-            let mut reader = etm::PacketReader::new(&q.trace, framing, &configs, etm::ErrorRecovery::Resync);
-            let mut decoder = FlowDecoder::new(Interval(code), &configs);
-            if let Some(conv) = clock.conv {
-                decoder = decoder.with_perf_clock(conv);
+            // Each piece of the trace on its own: never across a gap in the AUX data.
+            for (base, piece) in q.pieces() {
+                for f in &mut flows {
+                    *f = Flow { time: f.time, insns_seen: f.insns_seen, ..Flow::default() };
+                }
+                let mut reader = etm::PacketReader::new(piece, framing, &configs, etm::ErrorRecovery::Resync);
+                let mut decoder = FlowDecoder::new(Interval(code), &configs);
+                if let Some(conv) = clock.conv {
+                    decoder = decoder.with_perf_clock(conv);
+                }
+                decoder.window_timestamps(reader.clone());
+                etm::flow::run(&mut reader, &mut decoder, |item| {
+                    let Item::Element(e) = item else { return };
+                    let id = (e.trace_id & 0x7f) as usize;
+                    let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
+                    let made = out.len();
+                    element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
+                    if base > 0 {
+                        for l in &mut out[made..] {
+                            if let Kind::Error { offset, .. } = &mut l.kind {
+                                *offset += base;
+                            }
+                        }
+                    }
+                });
             }
-            decoder.window_timestamps(reader.clone());
-            etm::flow::run(&mut reader, &mut decoder, |item| {
-                let Item::Element(e) = item else { return };
-                let id = (e.trace_id & 0x7f) as usize;
-                let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
-                element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
-            });
             out
         })
         .collect())
@@ -148,18 +162,15 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
             f.prev = None;
             f.exception = None;
         }
+        // Errors are made whether printed or not (`Itrace::errors`): they are counted.
         ElemKind::Error(err) => {
-            if itrace.errors {
-                out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: None, code: 3, reason: err.to_string() }));
-            }
+            out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: None, code: 3, reason: err.to_string() }));
             f.tracing = false;
             f.prev = None;
         }
         ElemKind::AddrNacc(addr) => {
-            if itrace.errors {
-                let reason = format!("no code at {addr:#x} in the image");
-                out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: Some(addr), code: 5, reason }));
-            }
+            let reason = format!("no code at {addr:#x} in the image");
+            out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: Some(addr), code: 5, reason }));
             f.tracing = false;
             f.prev = None;
         }

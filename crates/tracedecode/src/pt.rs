@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use codeimage::window::{Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
-use intel_pt::flow::{FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, SharedBlocks};
+use intel_pt::flow::{CodeSource, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, SharedBlocks};
 use isa::BranchClass;
 
 use crate::flags::{branch_flags, end_flags};
@@ -42,25 +42,32 @@ pub fn decode<E: From<Error>>(
         let sink = &mut Collector::new(queue, q.cpu, itrace, tl, lanes);
         match image {
             ImageMode::Timeline => {
-                FlowDecoder::new(&q.trace, &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks).run_with(sink)
+                run_pieces(FlowDecoder::new(&[], &Interval(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks), q, sink)
             }
             // The lines show no instruction's latest time: none is worked out.
-            ImageMode::PerfStyle => FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg)
-                .with_mtc(mtc)
-                .with_cyc(cyc)
-                .with_upper_bounds(false)
-                .with_shared_blocks(blocks)
-                .run_with(sink),
-            ImageMode::Static => FlowDecoder::new(&q.trace, &Static(code), cfg)
-                .with_mtc(mtc)
-                .with_cyc(cyc)
-                .with_upper_bounds(false)
-                .with_shared_blocks(blocks)
-                .run_with(sink),
+            ImageMode::PerfStyle => run_pieces(
+                FlowDecoder::new(&[], &PerfStyle(tl), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).with_shared_blocks(blocks),
+                q,
+                sink,
+            ),
+            ImageMode::Static => run_pieces(
+                FlowDecoder::new(&[], &Static(code), cfg).with_mtc(mtc).with_cyc(cyc).with_upper_bounds(false).with_shared_blocks(blocks),
+                q,
+                sink,
+            ),
         }
         sink.finish();
     };
     crate::pool::decode_merged(queues.len(), decode_one, emit)
+}
+
+/// Decodes each piece of `q`'s trace on its own: never across a gap in
+/// the AUX data (each starts at its first PSB).
+fn run_pieces<'a, C: CodeSource>(mut decoder: FlowDecoder<'a, C>, q: &'a Queue, sink: &mut Collector<'_>) {
+    for (base, piece) in q.pieces() {
+        decoder.reset_at(piece, base);
+        decoder.run_with(sink);
+    }
 }
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
@@ -212,15 +219,9 @@ impl FlowSink for Collector<'_> {
                 self.tracing = false;
                 self.prev = None;
             }
+            // Made whether printed or not (`Itrace::errors`): they are counted.
             FlowEvent::Error { offset, time, ip, kind } => {
-                if self.itrace.errors {
-                    self.lines.push(Out {
-                        time,
-                        queue,
-                        cpu,
-                        kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() },
-                    });
-                }
+                self.lines.push(Out { time, queue, cpu, kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() } });
                 self.tracing = false;
                 self.prev = None;
             }

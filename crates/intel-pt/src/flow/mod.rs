@@ -198,6 +198,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self.base = 0;
     }
 
+    /// Starts over on `buf`, found at `base` in the whole trace (where
+    /// error offsets count from): a piece of it that does not follow on
+    /// from the one before (a gap in the AUX data), decoded from its first PSB.
+    pub fn reset_at(&mut self, buf: &'a [u8], base: usize) {
+        self.reset(buf);
+        self.base = base;
+    }
+
     /// Starts over on one PSB segment of `whole`, `start..end` (`start` at a
     /// PSB, `end` at the next, or the end): the run stops where the walk
     /// would read the packet at `end`, and error offsets are `whole`'s.
