@@ -80,11 +80,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
             tracedecode::pt::decode(&setup, &aux, itrace, image, tl, code, &mut emit)?
         }
-        Trace::CoreSight(info) => {
-            let mut all: Vec<Out> = tracedecode::cs::lines(info, time_conv.as_ref(), &aux, itrace, code)?.into_iter().flatten().collect();
-            all.sort_by_key(|l| (l.time, l.queue));
-            all.iter().try_for_each(&mut emit)?;
-        }
+        Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv.as_ref(), &aux, itrace, code, &mut emit)?,
     }
     out.write_all(buf.as_bytes())?;
     report_damage(&breaks, &built.losses);

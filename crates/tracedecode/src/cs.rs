@@ -19,6 +19,7 @@ use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
 use crate::itrace::Itrace;
+use crate::lanes::Lanes;
 use crate::line::{Kind, Out};
 use crate::queue::Queue;
 use crate::setup::etm_configs;
@@ -65,8 +66,23 @@ struct Flow {
     insns_seen: u64,
 }
 
-/// Each queue's lines, decoded on the cores.
-pub fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &Itrace, code: &CodeTimeline) -> Result<Vec<Vec<Out>>, Error> {
+/// Lines a queue's decoder hands over at once (more when one instruction
+/// range has more instructions).
+const BATCH: usize = 4096;
+
+/// Decodes every queue over `code` and passes its lines to `emit` in
+/// (time, queue) order, a few batches per queue in memory at most, as
+/// [`crate::pt::decode`] does. (A queue's lines keep the queue's order: in
+/// time order when its timestamps only go up, as they do with one trace ID
+/// a buffer.)
+pub fn decode<E: From<Error>>(
+    info: &CsEtmInfo,
+    conv: Option<&TimeConv>,
+    aux: &[Queue],
+    itrace: &Itrace,
+    code: &CodeTimeline,
+    emit: &mut impl FnMut(&Out) -> Result<(), E>,
+) -> Result<(), E> {
     let mut configs = Vec::new();
     let mut cpu_of = [u32::MAX; 128];
     for (cpu, cfg) in etm_configs(info)? {
@@ -78,42 +94,45 @@ pub fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &
     let clock = PerfClock { code, conv: conv.copied().filter(|_| virtual_ts) };
     // perf separates AUX chunks with four FSYNCs: a discontinuity.
     let framing = etm::Framing::Aligned { reset_on_4x_fsync: true };
-    use rayon::prelude::*;
-    Ok(aux
-        .par_iter()
-        .enumerate()
-        .map(|(queue, q)| {
-            let mut out = Vec::new();
-            let mut flows = [Flow::default(); 128];
-            // Each piece of the trace on its own: never across a gap in the AUX data.
-            for (base, piece) in q.pieces() {
-                for f in &mut flows {
-                    *f = Flow { time: f.time, insns_seen: f.insns_seen, ..Flow::default() };
-                }
-                let mut reader = etm::PacketReader::new(piece, framing, &configs, etm::ErrorRecovery::Resync);
-                let mut decoder = FlowDecoder::new(Interval(code), &configs);
-                if let Some(conv) = clock.conv {
-                    decoder = decoder.with_perf_clock(conv);
-                }
-                decoder.window_timestamps(reader.clone());
-                etm::flow::run(&mut reader, &mut decoder, |item| {
-                    let Item::Element(e) = item else { return };
-                    let id = (e.trace_id & 0x7f) as usize;
-                    let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
-                    let made = out.len();
-                    element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
-                    if base > 0 {
-                        for l in &mut out[made..] {
-                            if let Kind::Error { offset, .. } = &mut l.kind {
-                                *offset += base;
-                            }
+    let decode_one = |queue: usize, lanes: &Lanes| {
+        let q = &aux[queue];
+        let mut out = Vec::with_capacity(BATCH);
+        let mut flows = [Flow::default(); 128];
+        // Each piece of the trace on its own: never across a gap in the AUX data.
+        for (base, piece) in q.pieces() {
+            for f in &mut flows {
+                *f = Flow { time: f.time, insns_seen: f.insns_seen, ..Flow::default() };
+            }
+            let mut reader = etm::PacketReader::new(piece, framing, &configs, etm::ErrorRecovery::Resync);
+            let mut decoder = FlowDecoder::new(Interval(code), &configs);
+            if let Some(conv) = clock.conv {
+                decoder = decoder.with_perf_clock(conv);
+            }
+            decoder.window_timestamps(reader.clone());
+            etm::flow::run(&mut reader, &mut decoder, |item| {
+                let Item::Element(e) = item else { return };
+                let id = (e.trace_id & 0x7f) as usize;
+                let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
+                let made = out.len();
+                element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
+                if base > 0 {
+                    for l in &mut out[made..] {
+                        if let Kind::Error { offset, .. } = &mut l.kind {
+                            *offset += base;
                         }
                     }
-                });
-            }
-            out
-        })
-        .collect())
+                }
+                if out.len() >= BATCH {
+                    lanes.send(queue, std::mem::replace(&mut out, Vec::with_capacity(BATCH)));
+                }
+            });
+        }
+        if !out.is_empty() {
+            out.shrink_to_fit();
+            lanes.send(queue, out);
+        }
+    };
+    crate::pool::decode_merged(aux.len(), decode_one, emit)
 }
 
 /// One element's lines.
