@@ -14,7 +14,8 @@ pub struct Summary {
     pub lines: u64,
     /// Decode errors, printed or not (`--itrace` without `e`).
     pub errors: u64,
-    /// Records that could not be read, skipped.
+    /// Records that could not be read or used (skipped), as codeimage and
+    /// [`crate::Input`] name them.
     pub bad_records: u64,
     /// Records the kernel says it lost (LOST records).
     pub lost: u64,
