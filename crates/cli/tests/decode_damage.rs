@@ -45,6 +45,8 @@ struct Extra {
     lost: u64,
     /// A record whose body is too short for its type, before the trace.
     bad_record: bool,
+    /// An AUX record with these flags, at time 6.
+    aux_flags: u64,
 }
 
 /// A perf.data in `dir` with Intel PT on CPU 0: the code of [`code`] (as
@@ -67,6 +69,9 @@ fn write_input(dir: &Path, chunks: &[(u64, Vec<u8>)], extra: Extra) {
     }
     if extra.lost > 0 {
         w.write(0, &RecordBody::Lost(Lost { id: 1, lost: extra.lost }), &at(5)).unwrap();
+    }
+    if extra.aux_flags != 0 {
+        w.write(0, &RecordBody::Aux(Aux { aux_offset: 0, aux_size: 64, flags: extra.aux_flags }), &at(6)).unwrap();
     }
     if extra.bad_record {
         // An MMAP record of 16 bytes: too short for its fields.
@@ -184,13 +189,20 @@ fn a_bad_record_is_skipped_and_reported_as_by_the_other_commands() {
 }
 
 #[test]
-fn lost_records_make_the_output_incomplete() {
+fn lost_records_and_truncated_aux_data_make_the_output_incomplete() {
     let dir = scratch("lost");
     write_input(&dir, &[(0, pt(&segment(K + 0x40, 3)))], Extra { lost: 7, ..Extra::default() });
     let (out, _, stderr) = decode(&dir, "--itrace=b");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("the recording is incomplete: 7 records lost"), "{stderr}");
     assert!(summary(&stderr).contains(" 7 records lost,"), "{stderr}");
+    // AUX data the kernel cut: the same.
+    let cut = scratch("truncated");
+    write_input(&cut, &[(0, pt(&segment(K + 0x40, 3)))], Extra { aux_flags: perfdata::abi::aux_flag::TRUNCATED, ..Extra::default() });
+    let (out, _, stderr) = decode(&cut, "--itrace=b");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("AUX trace damaged: 1 records TRUNCATED"), "{stderr}");
+    assert!(summary(&stderr).contains(" 1 AUX records truncated,"), "{stderr}");
     // The same trace without the loss: complete, exit 0.
     let good = scratch("good");
     write_input(&good, &[(0, pt(&segment(K + 0x40, 3)))], Extra::default());
