@@ -1,6 +1,7 @@
 //! `poketrace decode`: Intel PT or CoreSight ETMv4 in a perf.data
 //! directory, decoded over the code timeline, printed like `perf script --itrace`.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
@@ -9,7 +10,7 @@ use clap::ValueEnum;
 use codeimage::{BaseImage, CodeTimeline, PokeEvents};
 use perfdata::PerfFile;
 use tracedecode::setup::{self, PtSetup};
-use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Trace};
+use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Summary, Trace};
 
 use crate::print::Layout;
 use crate::symbols::Symbolizer;
@@ -24,10 +25,11 @@ pub struct Options {
     pub user: codeimage::UserCode,
 }
 
+/// Exit status 1 when the output is known to be incomplete ([`Summary::incomplete`]).
 pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     let (itrace, image) = (&opts.itrace, opts.image);
     let file = PerfFile::open(input)?;
-    let Input { trace, time_conv, queues: aux, threads } = Input::read(&file)?;
+    let Input { trace, time_conv, queues: aux, threads, bad_records, breaks } = Input::read(&file)?;
     let info = trace.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
     if matches!(info, Trace::CoreSight(_)) && image == ImageMode::PerfStyle {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
@@ -43,17 +45,31 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &file);
     let bare = (image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
     let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
+    // The records codeimage could not read are those the input could not: each said once.
     for e in &built.errors {
         eprintln!("poketrace decode: {e}");
     }
+    let said: HashSet<&str> = built.errors.iter().map(String::as_str).collect();
+    let unsaid: Vec<String> = bad_records.iter().map(ToString::to_string).filter(|e| !said.contains(e.as_str())).collect();
+    for e in &unsaid {
+        eprintln!("poketrace decode: {e}");
+    }
+    let mut summary = Summary {
+        buffers: aux.len(),
+        bad_records: (built.errors.len() + unsaid.len()) as u64,
+        lost: built.losses.lost_records(),
+        truncated: built.losses.aux_damaged(),
+        gaps: breaks.len() as u64,
+        ..Summary::default()
+    };
     let tl: &CodeTimeline = &built.timeline;
     let code = bare.as_ref().unwrap_or(tl);
-    let (mut lines, mut errors) = (0usize, 0usize);
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);
     let mut emit = |l: &Out| -> Result<()> {
-        lines += 1;
-        if matches!(l.kind, Kind::Error { .. }) {
-            errors += 1;
+        let printed = itrace.errors || !matches!(l.kind, Kind::Error { .. });
+        summary.observe(l, printed);
+        if !printed {
+            return Ok(());
         }
         let who = threads.at(&aux[l.queue], l.cpu, l.time);
         opts.layout.write(&mut buf, l, who, &symbols, tl);
@@ -69,16 +85,29 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
             tracedecode::pt::decode(&setup, &aux, itrace, image, tl, code, &mut emit)?
         }
-        Trace::CoreSight(info) => {
-            let mut all: Vec<Out> = tracedecode::cs::lines(info, time_conv.as_ref(), &aux, itrace, code)?.into_iter().flatten().collect();
-            all.sort_by_key(|l| (l.time, l.queue));
-            all.iter().try_for_each(&mut emit)?;
-        }
+        Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv.as_ref(), &aux, itrace, code, &mut emit)?,
     }
     out.write_all(buf.as_bytes())?;
-    eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {}", aux.len(), image_name(image));
-    Ok(0)
+    report_damage(&breaks, &built.losses);
+    eprintln!("poketrace decode: {summary}, image {}", image_name(image));
+    Ok(if summary.incomplete() { 1 } else { 0 })
 }
+
+/// Gaps in the AUX data and lost records, on stderr (the first few of each).
+fn report_damage(breaks: &[tracedecode::AuxBreak], losses: &perfdata::Losses) {
+    for b in breaks.iter().take(MAX_REPORTED) {
+        eprintln!("poketrace decode: {}", b.describe());
+    }
+    if breaks.len() > MAX_REPORTED {
+        eprintln!("poketrace decode: ... and {} more gaps or overlaps in the AUX data", breaks.len() - MAX_REPORTED);
+    }
+    for line in losses.report(MAX_REPORTED) {
+        eprintln!("poketrace decode: the recording is incomplete: {line}");
+    }
+}
+
+/// Gaps named on stderr at most (then a count).
+const MAX_REPORTED: usize = 10;
 
 /// The `--image` name of a mode.
 fn image_name(image: ImageMode) -> String {

@@ -27,11 +27,7 @@ pub fn decode_all(
             let setup = PtSetup::new(file, info, setup::kernel_idioms(file)?);
             tracedecode::pt::decode(&setup, queues, &itrace, ImageMode::Timeline, tl, tl, emit)
         }
-        Trace::CoreSight(info) => tracedecode::cs::lines(info, time_conv, queues, &itrace, tl).map_err(anyhow::Error::from).and_then(|q| {
-            let mut all: Vec<Out> = q.into_iter().flatten().collect();
-            all.sort_by_key(|l| (l.time, l.queue));
-            all.iter().try_for_each(&mut *emit)
-        }),
+        Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv, queues, &itrace, tl, emit),
     };
     if let Err(e) = decoded {
         problems.push(format!("decode stopped: {e:#}"));

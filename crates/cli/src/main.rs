@@ -86,6 +86,15 @@ enum Command {
         json: bool,
     },
     /// Decode Intel PT in a perf.data directory over the code timeline (like `perf script --itrace`).
+    ///
+    /// Ends with a summary on stderr: trace buffers, lines printed, decode
+    /// errors (counted also when `e` is not asked for), records that could
+    /// not be read (skipped), records lost, AUX records truncated, gaps or
+    /// overlaps in the AUX data (decoding restarts at the next PSB after
+    /// each), and instructions printed as uncertain. Exit status: 0 when the
+    /// output is complete; 1 when it is known to be incomplete (any of those
+    /// but uncertain instructions, which are marked in the output); 2 when
+    /// nothing could be decoded.
     Decode {
         /// perf.data directory (kcore_dir gives the base code) or file.
         input: PathBuf,

@@ -19,6 +19,7 @@ use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
 use crate::itrace::Itrace;
+use crate::lanes::Lanes;
 use crate::line::{Kind, Out};
 use crate::queue::Queue;
 use crate::setup::etm_configs;
@@ -65,8 +66,23 @@ struct Flow {
     insns_seen: u64,
 }
 
-/// Each queue's lines, decoded on the cores.
-pub fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &Itrace, code: &CodeTimeline) -> Result<Vec<Vec<Out>>, Error> {
+/// Lines a queue's decoder hands over at once (more when one instruction
+/// range has more instructions).
+const BATCH: usize = 4096;
+
+/// Decodes every queue over `code` and passes its lines to `emit` in
+/// (time, queue) order, a few batches per queue in memory at most, as
+/// [`crate::pt::decode`] does. (A queue's lines keep the queue's order: in
+/// time order when its timestamps only go up, as they do with one trace ID
+/// a buffer.)
+pub fn decode<E: From<Error>>(
+    info: &CsEtmInfo,
+    conv: Option<&TimeConv>,
+    aux: &[Queue],
+    itrace: &Itrace,
+    code: &CodeTimeline,
+    emit: &mut impl FnMut(&Out) -> Result<(), E>,
+) -> Result<(), E> {
     let mut configs = Vec::new();
     let mut cpu_of = [u32::MAX; 128];
     for (cpu, cfg) in etm_configs(info)? {
@@ -78,14 +94,16 @@ pub fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &
     let clock = PerfClock { code, conv: conv.copied().filter(|_| virtual_ts) };
     // perf separates AUX chunks with four FSYNCs: a discontinuity.
     let framing = etm::Framing::Aligned { reset_on_4x_fsync: true };
-    use rayon::prelude::*;
-    Ok(aux
-        .par_iter()
-        .enumerate()
-        .map(|(queue, q)| {
-            let mut out = Vec::new();
-            let mut flows = [Flow::default(); 128];
-            let mut reader = etm::PacketReader::new(&q.trace, framing, &configs, etm::ErrorRecovery::Resync);
+    let decode_one = |queue: usize, lanes: &Lanes| {
+        let q = &aux[queue];
+        let mut out = Vec::with_capacity(BATCH);
+        let mut flows = [Flow::default(); 128];
+        // Each piece of the trace on its own: never across a gap in the AUX data.
+        for (base, piece) in q.pieces() {
+            for f in &mut flows {
+                *f = Flow { time: f.time, insns_seen: f.insns_seen, ..Flow::default() };
+            }
+            let mut reader = etm::PacketReader::new(piece, framing, &configs, etm::ErrorRecovery::Resync);
             let mut decoder = FlowDecoder::new(Interval(code), &configs);
             if let Some(conv) = clock.conv {
                 decoder = decoder.with_perf_clock(conv);
@@ -95,11 +113,26 @@ pub fn lines(info: &CsEtmInfo, conv: Option<&TimeConv>, aux: &[Queue], itrace: &
                 let Item::Element(e) = item else { return };
                 let id = (e.trace_id & 0x7f) as usize;
                 let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
+                let made = out.len();
                 element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
+                if base > 0 {
+                    for l in &mut out[made..] {
+                        if let Kind::Error { offset, .. } = &mut l.kind {
+                            *offset += base;
+                        }
+                    }
+                }
+                if out.len() >= BATCH {
+                    lanes.send(queue, std::mem::replace(&mut out, Vec::with_capacity(BATCH)));
+                }
             });
-            out
-        })
-        .collect())
+        }
+        if !out.is_empty() {
+            out.shrink_to_fit();
+            lanes.send(queue, out);
+        }
+    };
+    crate::pool::decode_merged(aux.len(), decode_one, emit)
 }
 
 /// One element's lines.
@@ -148,18 +181,15 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
             f.prev = None;
             f.exception = None;
         }
+        // Errors are made whether printed or not (`Itrace::errors`): they are counted.
         ElemKind::Error(err) => {
-            if itrace.errors {
-                out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: None, code: 3, reason: err.to_string() }));
-            }
+            out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: None, code: 3, reason: err.to_string() }));
             f.tracing = false;
             f.prev = None;
         }
         ElemKind::AddrNacc(addr) => {
-            if itrace.errors {
-                let reason = format!("no code at {addr:#x} in the image");
-                out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: Some(addr), code: 5, reason }));
-            }
+            let reason = format!("no code at {addr:#x} in the image");
+            out.push(line(f.time, Kind::Error { offset: e.index as usize, ip: Some(addr), code: 5, reason }));
             f.tracing = false;
             f.prev = None;
         }

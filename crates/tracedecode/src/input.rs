@@ -7,7 +7,7 @@ use perfdata::abi::auxtrace_type;
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
 use perfdata::{PerfFile, RecordBody, TimeConv};
 
-use crate::queue::Queue;
+use crate::queue::{AuxBreak, Queue};
 use crate::threads::Threads;
 use crate::Error;
 
@@ -25,36 +25,90 @@ pub struct Input {
     /// Ordered by (CPU, thread, mmap index), as perf orders its queues.
     pub queues: Vec<Queue>,
     pub threads: Threads,
+    /// Records that could not be read (skipped), in file order.
+    pub bad_records: Vec<perfdata::Error>,
+    /// AUXTRACE records that do not follow on from the one before in their
+    /// queue, in file order.
+    pub breaks: Vec<AuxBreak>,
 }
 
 impl Input {
-    /// Reads every record of `file` once.
+    /// Reads every record of `file` once; a record that cannot be read is
+    /// skipped and kept in `bad_records`.
     pub fn read(file: &PerfFile) -> Result<Input, Error> {
         let mut trace = None;
         let mut time_conv = None;
         let mut queues: Vec<Queue> = Vec::new();
-        let mut by_idx: HashMap<u32, usize> = HashMap::new();
+        // Per mmap index: its queue, and where its last record's data ended
+        // in the AUX stream and how long it was.
+        let mut by_idx: HashMap<u32, (usize, (u64, usize))> = HashMap::new();
         let mut threads = Threads::default();
+        let (mut bad_records, mut breaks) = (Vec::new(), Vec::new());
         for r in file.records() {
-            let r = r?;
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    bad_records.push(e);
+                    continue;
+                }
+            };
             threads.observe(&r);
             match r.body {
                 RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::INTEL_PT => trace = Some(Trace::IntelPt(IntelPtInfo::parse(&i)?)),
                 RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::CS_ETM => trace = Some(Trace::CoreSight(CsEtmInfo::parse(&i)?)),
                 RecordBody::TimeConv(t) => time_conv = Some(t),
                 // perf queues AUX data by mmap index: one buffer per CPU, or per thread.
-                RecordBody::Auxtrace(a) => match by_idx.get(&a.idx) {
-                    Some(&q) => queues[q].trace.extend_from_slice(a.data),
-                    None => {
-                        by_idx.insert(a.idx, queues.len());
-                        queues.push(Queue { idx: a.idx, cpu: a.cpu, thread: (a.cpu == u32::MAX).then_some(a.tid as i32), trace: a.data.to_vec() });
+                RecordBody::Auxtrace(a) => {
+                    let end = (a.offset.saturating_add(a.data.len() as u64), a.data.len());
+                    match by_idx.get_mut(&a.idx) {
+                        Some((q, expected)) => {
+                            let q = &mut queues[*q];
+                            if !follows(*expected, a.offset) {
+                                breaks.push(AuxBreak { idx: a.idx, cpu: a.cpu, record: r.offset, expected: expected.0, found: a.offset });
+                                q.breaks.push(q.trace.len());
+                            }
+                            *expected = end;
+                            q.trace.extend_from_slice(a.data);
+                        }
+                        None => {
+                            by_idx.insert(a.idx, (queues.len(), end));
+                            let thread = (a.cpu == u32::MAX).then_some(a.tid as i32);
+                            queues.push(Queue { idx: a.idx, cpu: a.cpu, thread, trace: a.data.to_vec(), breaks: Vec::new() });
+                        }
                     }
-                },
+                }
                 _ => {}
             }
         }
         queues.sort_by_key(|q| (q.cpu, q.thread, q.idx));
         threads.finish();
-        Ok(Input { trace, time_conv, queues, threads })
+        Ok(Input { trace, time_conv, queues, threads, bad_records, breaks })
+    }
+}
+
+/// perf pads an AUXTRACE record's data to a multiple of this; its size
+/// counts the padding, its offset does not.
+const AUXTRACE_ALIGN: u64 = 8;
+
+/// Whether a record at AUX offset `found` follows on from the data before
+/// it, `len` bytes that ended at `end`: at `end`, or before it by less than
+/// the padding that data may end with.
+fn follows((end, len): (u64, usize), found: u64) -> bool {
+    found == end || (len as u64).is_multiple_of(AUXTRACE_ALIGN) && found < end && end - found < AUXTRACE_ALIGN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::follows;
+
+    #[test]
+    fn padding_is_no_overlap() {
+        assert!(follows((100, 20), 100));
+        // 16 bytes: up to 7 of them may be padding.
+        assert!(follows((100, 16), 94));
+        assert!(follows((100, 16), 93));
+        assert!(!follows((100, 16), 92), "8 bytes back is an overlap");
+        assert!(!follows((100, 20), 99), "20 bytes are not padded");
+        assert!(!follows((100, 16), 101), "a gap");
     }
 }

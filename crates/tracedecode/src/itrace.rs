@@ -7,6 +7,7 @@ use crate::Error;
 pub struct Itrace {
     pub branches: bool,
     pub instructions: bool,
+    /// Print the error lines (the decoders make them always: they are counted).
     pub errors: bool,
     /// With `instructions`: a line every this many instructions (1: each).
     pub period: u64,

@@ -19,13 +19,15 @@ mod pool;
 pub mod pt;
 mod queue;
 pub mod setup;
+mod summary;
 mod threads;
 
 pub use input::{Input, Trace};
 pub use itrace::Itrace;
 pub use line::{Kind, Out};
 pub use mode::ImageMode;
-pub use queue::Queue;
+pub use queue::{AuxBreak, Queue};
+pub use summary::Summary;
 pub use threads::Threads;
 
 /// What stops a decode before it starts, or part-way.

@@ -41,24 +41,30 @@ pub fn decode<E: From<Error>>(
         let (cfg, mtc, cyc, blocks) = (setup.cfg.clone(), setup.mtc, setup.cyc, blocks.clone());
         let sink = &mut Collector::new(queue, q.cpu, itrace, tl, lanes, setup.filter);
         match image {
-            ImageMode::Timeline => with_filter(FlowDecoder::new(&q.trace, &Interval(tl), cfg), setup.filter)
-                .with_mtc(mtc)
-                .with_cyc(cyc)
-                .with_shared_blocks(blocks)
-                .run_with(sink),
+            ImageMode::Timeline => run_pieces(
+                with_filter(FlowDecoder::new(&[], &Interval(tl), cfg), setup.filter).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks),
+                q,
+                sink,
+            ),
             // The lines show no instruction's latest time: none is worked out.
-            ImageMode::PerfStyle => with_filter(FlowDecoder::new(&q.trace, &PerfStyle(tl), cfg), setup.filter)
-                .with_mtc(mtc)
-                .with_cyc(cyc)
-                .with_upper_bounds(false)
-                .with_shared_blocks(blocks)
-                .run_with(sink),
-            ImageMode::Static => with_filter(FlowDecoder::new(&q.trace, &Static(code), cfg), setup.filter)
-                .with_mtc(mtc)
-                .with_cyc(cyc)
-                .with_upper_bounds(false)
-                .with_shared_blocks(blocks)
-                .run_with(sink),
+            ImageMode::PerfStyle => run_pieces(
+                with_filter(FlowDecoder::new(&[], &PerfStyle(tl), cfg), setup.filter)
+                    .with_mtc(mtc)
+                    .with_cyc(cyc)
+                    .with_upper_bounds(false)
+                    .with_shared_blocks(blocks),
+                q,
+                sink,
+            ),
+            ImageMode::Static => run_pieces(
+                with_filter(FlowDecoder::new(&[], &Static(code), cfg), setup.filter)
+                    .with_mtc(mtc)
+                    .with_cyc(cyc)
+                    .with_upper_bounds(false)
+                    .with_shared_blocks(blocks),
+                q,
+                sink,
+            ),
         }
         sink.finish();
     };
@@ -70,6 +76,15 @@ fn with_filter<C: CodeSource>(d: FlowDecoder<'_, C>, filter: Option<AddrFilter>)
     match filter {
         Some(f) => d.with_addr_filter(f),
         None => d,
+    }
+}
+
+/// Decodes each piece of `q`'s trace on its own: never across a gap in
+/// the AUX data (each starts at its first PSB).
+fn run_pieces<'a, C: CodeSource>(mut decoder: FlowDecoder<'a, C>, q: &'a Queue, sink: &mut Collector<'_>) {
+    for (base, piece) in q.pieces() {
+        decoder.reset_at(piece, base);
+        decoder.run_with(sink);
     }
 }
 
@@ -285,15 +300,9 @@ impl FlowSink for Collector<'_> {
                 self.tracing = false;
                 self.prev = None;
             }
+            // Made whether printed or not (`Itrace::errors`): they are counted.
             FlowEvent::Error { offset, time, ip, kind } => {
-                if self.itrace.errors {
-                    self.lines.push(Out {
-                        time,
-                        queue,
-                        cpu,
-                        kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() },
-                    });
-                }
+                self.lines.push(Out { time, queue, cpu, kind: Kind::Error { offset, ip, code: perf_error_code(&kind), reason: kind.describe() } });
                 self.tracing = false;
                 self.prev = None;
             }

@@ -53,10 +53,13 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
     let (t0, t1) = span.unwrap_or((base, base));
     let mut decode_symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
     decode_symbols.add_user_mappings(&file, &crate::symbols::user_code(None));
-    let Input { trace, time_conv, queues, threads } = Input::read(&file)?;
+    let Input { trace, time_conv, queues, threads, breaks, .. } = Input::read(&file)?;
     let queues: Vec<_> = queues.into_iter().filter(|q| q.cpu == u32::MAX || filter.cpu(q.cpu)).collect();
     if sb.bad_records > 0 {
         problems.push(format!("{} records could not be read", sb.bad_records));
+    }
+    if !breaks.is_empty() {
+        problems.push(format!("{} gaps or overlaps in the AUX data: each side decoded on its own, never across", breaks.len()));
     }
     if sb.lost_records > 0 || sb.aux_damaged > 0 {
         problems.push(format!("{} records lost, {} AUX records damaged (see the lost data tracks)", sb.lost_records, sb.aux_damaged));

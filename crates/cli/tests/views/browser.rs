@@ -71,8 +71,10 @@ fn answer(mut stream: TcpStream, site: &Path, profiles: &Path) -> std::io::Resul
 #[test]
 fn speedscope_imports_the_timeline_in_chromium() {
     let site = speedscope_dir();
-    if !testkit::have(site.join("index.html").is_file(), &format!("speedscope not installed in {} (scripts/setup.sh --tests installs it)", site.display()))
-        || !super::chromium::available()
+    if !testkit::have(
+        site.join("index.html").is_file(),
+        &format!("speedscope not installed in {} (scripts/setup.sh --tests installs it)", site.display()),
+    ) || !super::chromium::available()
     {
         return;
     }

@@ -91,7 +91,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
         };
         let count = b.count as u64;
-        if st.walked + count > self.cfg.max_walk {
+        if st.walked + count > self.loop_from {
             return self.step(st, sink, false);
         }
         st.walked += 1;
@@ -114,11 +114,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     #[inline(always)]
     fn chain(&self, st: &mut State<'a>, cache: &BlockCache, sink: &mut impl FlowSink) -> bool {
         let (Some(mut ip), mut left) = (st.ip, st.tnt_count) else { return false };
-        let (lo, hi, bits, max_walk) = (st.clock.lo, st.clock.hi, st.tnt_bits, self.cfg.max_walk);
+        let (lo, hi, bits, loop_from) = (st.clock.lo, st.clock.hi, st.tnt_bits, self.loop_from);
         let mut walked = st.walked;
         while left > 0 {
             let Some(b) = cache.get(ip, |b| self.code.admits(&b.window(), lo, hi)) else { break };
-            if !b.ends_in_jcc() || walked + b.count as u64 > max_walk {
+            if !b.ends_in_jcc() || walked + b.count as u64 > loop_from {
                 break;
             }
             emit_block(&mut st.stack, cache, b, (lo, lo, hi), sink);

@@ -165,7 +165,9 @@ pub enum FlowErrorKind {
     Unmapped,
     /// Bytes that are not an instruction.
     BadInsn,
-    /// Too many instructions without using a packet.
+    /// A never-ending loop: the walk came back where it was without using
+    /// a packet, or walked `max_walk` instructions without one (perf's
+    /// "Never-ending loop").
     NoProgress,
     /// The trace ended while the decoder needed more.
     EndOfTrace,
@@ -187,7 +189,7 @@ impl FlowErrorKind {
             FlowErrorKind::NoTrapPackets => "trap without FUP/TIP".into(),
             FlowErrorKind::Unmapped => "no code at this address".into(),
             FlowErrorKind::BadInsn => "invalid instruction".into(),
-            FlowErrorKind::NoProgress => "no packet consumed for too long".into(),
+            FlowErrorKind::NoProgress => "never-ending loop: the walk needs no packet to go on".into(),
             FlowErrorKind::EndOfTrace => "trace ended".into(),
             FlowErrorKind::Overflow => "overflow: trace lost".into(),
             FlowErrorKind::PsbMismatch { fup: Some(ip) } => format!("PSB+ says execution is at {ip:#x}, off the walk's path"),

@@ -68,6 +68,7 @@ mod cached;
 mod clock;
 mod config;
 mod event;
+mod loops;
 mod packets;
 mod psb;
 mod read;
@@ -195,6 +196,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self.buf = buf;
         self.st = State::new(buf, usize::MAX);
         self.base = 0;
+    }
+
+    /// Starts over on `buf`, found at `base` in the whole trace (where
+    /// error offsets count from): a piece of it that does not follow on
+    /// from the one before (a gap in the AUX data), decoded from its first PSB.
+    pub fn reset_at(&mut self, buf: &'a [u8], base: usize) {
+        self.reset(buf);
+        self.base = base;
     }
 
     /// Starts over on one PSB segment of `whole`, `start..end` (`start` at a

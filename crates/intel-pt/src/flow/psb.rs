@@ -80,10 +80,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // the next PSB to find packets again; so does no code
         // where the walk had just resumed (a TIP's target, a
         // PSB+'s FUP): the last IP that compressed IPs build on
-        // is bad too.
+        // is bad too. A never-ending loop waits for the next PSB too, as
+        // perf does: the next TIP would most likely lead into it again.
         let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
         st.resumed_at = None;
-        if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_)) && !resumed_into_nothing {
+        if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::NoProgress) && !resumed_into_nothing {
             st.ip = None;
             st.tnt_count = 0;
             st.stack.clear();

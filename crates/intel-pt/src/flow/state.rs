@@ -4,6 +4,7 @@ use isa::{BranchClass, Insn};
 
 use super::clock::Clock;
 use super::event::{FlowErrorKind, FlowEvent};
+use super::loops::Position;
 use super::packets::Packets;
 use super::stack::ReturnStack;
 use crate::{PacketDecoder, PacketError};
@@ -46,7 +47,10 @@ pub(crate) struct State<'a> {
     /// When what is walked ran, as the timing packets read so far say.
     pub(super) clock: Clock,
     pub(super) peeked: Option<(usize, Flow)>,
+    /// Instructions walked since the last packet was consumed.
     pub(super) walked: u64,
+    /// Where the walk was at the never-ending-loop check's mark, and `walked` then.
+    pub(super) loop_mark: (Position, u64),
     /// The IP of the last TIP.PGD taken (None when it had none).
     pub(super) pgd_ip: Option<u64>,
     /// An overflow was met: the next FUP says where tracing resumed.
@@ -115,6 +119,7 @@ impl<'a> State<'a> {
             clock: Clock::new(),
             peeked: None,
             walked: 0,
+            loop_mark: ((0, 0, 0), 0),
             pgd_ip: None,
             after_ovf: false,
             after_error: false,

@@ -28,6 +28,9 @@ pub(crate) struct Walker<'a, C: CodeSource> {
     /// The trace's address filter, when known.
     pub(super) filter: Option<AddrFilter>,
     pub(super) errata: Errata,
+    /// Instructions walked without a packet before the walk checks for a
+    /// never-ending loop at each one (`loops`).
+    pub(super) loop_from: u64,
     /// The last run of code [`CodeSource::code_run`] gave (its start, bytes
     /// and window), which the next block built reads from if it can.
     pub(super) last_run: Cell<(u64, &'a [u8], Time, Time)>,
@@ -38,6 +41,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     /// [`Recovery::NextTip`] and upper bounds on.
     pub(super) fn new(code: &'a C, cfg: FlowConfig) -> Self {
         let timing = Timing { time: cfg.time, mtc: None, cyc: None };
+        let loop_from = cfg.max_walk.min(super::loops::LOOP_CHECK_FROM);
         Walker {
             code,
             cfg,
@@ -47,6 +51,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             state_events: false,
             filter: None,
             errata: Errata::default(),
+            loop_from,
             last_run: Cell::new((0, &[], 0, 0)),
         }
     }
@@ -239,8 +244,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             };
         };
         st.walked += 1;
-        if st.walked > self.cfg.max_walk {
-            return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoProgress });
+        if st.walked > self.loop_from {
+            self.check_loop(st, ip)?;
         }
         let mut buf = [0u8; 16];
         let (insn, uncertain) = match self.code.fetch(ip, st.clock.lo, st.clock.hi, 0, &mut buf) {
