@@ -32,7 +32,7 @@ pub enum FlowEvent {
     Enabled { time: Time, ip: u64, resumed: bool },
     /// A packet that tells the processor's state rather than where execution
     /// went (MODE.Exec, MODE.TSX, PIP, VMCS, CBR, MNT, PTWRITE, EXSTOP,
-    /// MWAIT, PWRE, PWRX, TraceStop, and the event trace's CFE and EVD), in the order of the instructions: at
+    /// MWAIT, PWRE, PWRX, TraceStop, TRIG, and the event trace's CFE and EVD), in the order of the instructions: at
     /// `ip`, the IP of the FUP it is bound to, when it has one; `restated`
     /// when a PSB+ repeats the state. Only with
     /// [`super::FlowDecoder::with_state_events`].

@@ -138,6 +138,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             | Packet::Pwrx { .. }
             | Packet::Cfe { .. }
             | Packet::Evd { .. }
+            | Packet::Trig { .. }
             | Packet::Stop => self.queue_state(st, packet, false),
             Packet::Psb => {
                 // At its FUP the walk reads the PSB+ first: what runs

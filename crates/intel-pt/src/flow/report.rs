@@ -31,6 +31,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.pending = true;
         let event = FlowEvent::State { time: st.clock.now, ip: None, packet, restated };
+        if let (Packet::Trig { ip: false, icnt: Some(n), .. }, Some(_)) = (packet, st.ip) {
+            st.counted.push((n, event));
+            return;
+        }
         let to_insn = matches!(packet, Packet::Ptw { ip: false, .. }) || matches!(packet, Packet::Pip { .. } | Packet::Vmcs(_)) && st.ip.is_some();
         if to_insn && !restated {
             st.held.push(event);
@@ -92,8 +96,40 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             for e in st.held.drain(..) {
                 sink.event(e);
             }
+            for (_, e) in st.counted.drain(..) {
+                sink.event(e);
+            }
+        } else {
+            self.release_counted(st, sink);
         }
-        st.pending = !st.events.is_empty() || !st.held.is_empty();
+        st.pending = st.any_pending();
+    }
+
+    /// The counted TRIGs whose count has run out, at the walk's IP.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn release_counted(&self, st: &mut State<'a>, sink: &mut impl FlowSink) {
+        let due = st.counted.iter().take_while(|c| c.0 == 0).count();
+        for (_, mut e) in st.counted.drain(..due) {
+            if let FlowEvent::State { ip, .. } = &mut e {
+                *ip = st.ip;
+            }
+            sink.event(e);
+        }
+        st.pending = st.any_pending();
+    }
+
+    /// After an instruction ran: one less to count for the next counted
+    /// TRIG; those due go out.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn count_insn(&self, st: &mut State<'a>, sink: &mut impl FlowSink, trial: bool) {
+        if let Some(first) = st.counted.first_mut() {
+            first.0 = first.0.saturating_sub(1);
+        }
+        if !trial {
+            self.release_counted(st, sink);
+        }
     }
 
     /// At the FUP at `ip` that state packets are bound to: those with its
@@ -116,7 +152,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.events.retain(|e| !bound(e) && !free(e));
         st.ready = 0;
-        st.pending = !st.events.is_empty() || !st.held.is_empty();
+        st.pending = st.any_pending();
     }
 
     /// After `insn` at `ip` ran (`None`: after an asynchronous event): the
@@ -156,7 +192,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         for e in released {
             sink.event(e);
         }
-        st.pending = !st.events.is_empty() || !st.held.is_empty();
+        st.pending = st.any_pending();
     }
 }
 
@@ -170,5 +206,6 @@ pub(super) fn wants_fup(packet: &Packet) -> bool {
             | Packet::Exstop { ip: true }
             | Packet::Mwait { .. }
             | Packet::Cfe { ip: true, .. }
+            | Packet::Trig { ip: true, .. }
     )
 }

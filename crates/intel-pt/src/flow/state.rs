@@ -74,7 +74,11 @@ pub(crate) struct State<'a> {
     /// run (a PIP to a MOV to CR3, a PTWRITE without IP to a PTWRITE):
     /// reported after it, the walk stepping until then.
     pub(super) held: Vec<FlowEvent>,
-    /// `events` or `held` is not empty (one test on the walk's path).
+    /// TRIGs placed by an instruction count, each after that many
+    /// instructions from the one before it (the first: from where the walk
+    /// was when it was read): reported when the count runs out.
+    pub(super) counted: Vec<(u16, FlowEvent)>,
+    /// `events`, `held` or `counted` is not empty (one test on the walk's path).
     pub(super) pending: bool,
     /// Some of `events` wait for the FUP that gives their IP; `shared`:
     /// that FUP may be an asynchronous event's too.
@@ -125,10 +129,16 @@ impl<'a> State<'a> {
             events: Vec::new(),
             ready: 0,
             held: Vec::new(),
+            counted: Vec::new(),
             pending: false,
             awaiting_fup: None,
             last_disable: None,
         }
+    }
+
+    /// Whether any event waits to be reported.
+    pub(super) fn any_pending(&self) -> bool {
+        !self.events.is_empty() || !self.held.is_empty() || !self.counted.is_empty()
     }
 
     /// Takes the peeked flow packet: what follows it ran after the timing

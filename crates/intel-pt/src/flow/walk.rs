@@ -107,7 +107,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     #[inline(never)]
     fn turn_pending(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) -> bool {
         self.flush(st, sink, false);
-        let r = if st.held.is_empty() { self.step_cached::<false>(st, cache, sink) } else { self.step(st, sink, false) };
+        let r = if st.held.is_empty() && st.counted.is_empty() { self.step_cached::<false>(st, cache, sink) } else { self.step(st, sink, false) };
         match r {
             Ok(going) => going,
             Err(f) => self.recover(st, f, base, sink),
@@ -304,6 +304,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     shared_fup = shared && matches!(peeked, Some((_, Flow::Tip(Some(_)) | Flow::Pgd(_))));
                 }
             }
+            if st.pending && !trial && st.counted.first().is_some_and(|c| c.0 == 0) {
+                // TRIGs at this instruction, before it or its event.
+                self.release_counted(st, sink);
+            }
             match peeked {
                 _ if shared_fup => return self.async_event(st, ip, insn, uncertain, sink, trial),
                 Some((_, Flow::Fup(Some(f)))) if f == ip => {
@@ -355,6 +359,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // tracing), as a cached block's last instruction reports it.
         st.ip = Some(ip);
         self.execute(st, ip, insn)?;
+        if st.pending && !st.counted.is_empty() {
+            self.count_insn(st, sink, trial);
+        }
         // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
         if st.ip.is_none() {
             st.last_disable = resume_after(ip, &insn);
