@@ -171,6 +171,9 @@ pub enum FlowErrorKind {
     EndOfTrace,
     /// An overflow packet: the processor lost trace.
     Overflow,
+    /// A packet where the packets before it do not allow it (event data
+    /// for a control flow event of another kind).
+    BadContext,
     /// A PSB+ met while walking says execution is at `fup` (`None`: tracing
     /// off), which the walk does not reach before it needs a packet.
     PsbMismatch {
@@ -190,6 +193,7 @@ impl FlowErrorKind {
             FlowErrorKind::NoProgress => "no packet consumed for too long".into(),
             FlowErrorKind::EndOfTrace => "trace ended".into(),
             FlowErrorKind::Overflow => "overflow: trace lost".into(),
+            FlowErrorKind::BadContext => "packet out of context".into(),
             FlowErrorKind::PsbMismatch { fup: Some(ip) } => format!("PSB+ says execution is at {ip:#x}, off the walk's path"),
             FlowErrorKind::PsbMismatch { fup: None } => "PSB+ says tracing is off, but the walk is tracing".into(),
         }

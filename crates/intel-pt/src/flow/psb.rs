@@ -45,7 +45,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             st.walked = 0;
             return true;
         }
-        sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip: st.ip, kind: f.kind });
+        // (A packet out of context is the packets' error, at no instruction.)
+        let ip = st.ip.filter(|_| f.kind != FlowErrorKind::BadContext);
+        sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip, kind: f.kind });
         if f.kind == FlowErrorKind::EndOfTrace {
             return false;
         }
@@ -83,7 +85,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // is bad too.
         let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
         st.resumed_at = None;
-        if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_)) && !resumed_into_nothing {
+        let packets_bad = matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::BadContext);
+        if self.recovery == Recovery::NextTip && !packets_bad && !resumed_into_nothing {
             st.ip = None;
             st.tnt_count = 0;
             st.stack.clear();

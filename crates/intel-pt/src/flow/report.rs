@@ -40,6 +40,15 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             st.held.push(event);
             return;
         }
+        if let Packet::Exstop { ip: false } = packet {
+            // The power entry before it is reported after it (as libipt
+            // reports a PWRE after the EXSTOP of its session).
+            let pwre = |e: &FlowEvent| matches!(e, FlowEvent::State { packet: Packet::Pwre { .. }, .. });
+            if let Some(at) = st.events[st.ready..].iter().position(pwre) {
+                st.events.insert(st.ready + at, event);
+                return;
+            }
+        }
         st.events.push(event);
         if restated {
             st.ready = st.events.len();

@@ -54,6 +54,9 @@ pub(crate) struct State<'a> {
     /// A decode error left the packets whole: the next TIP's target says
     /// where execution is.
     pub(super) after_error: bool,
+    /// The EVD types (bit per type) read since the last CFE, which they
+    /// give data to.
+    pub(super) evd_types: u8,
     /// Where the walk last resumed after an error (a TIP's target, a PSB+'s FUP).
     pub(super) resumed_at: Option<u64>,
     /// Where this decoder's segment ends (the next segment's PSB): reaching
@@ -122,6 +125,7 @@ impl<'a> State<'a> {
             pgd_ip: None,
             after_ovf: false,
             after_error: false,
+            evd_types: 0,
             resumed_at: None,
             stop_at,
             tail_to: None,
