@@ -67,7 +67,22 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
         }
         let after = st.events[st.ready..].iter().any(|e| matches!(e, FlowEvent::State { packet: Packet::Cfe { event_type: 2 | 7 | 13, .. }, .. }));
+        if self.errata.bdm64 && st.walked == 0 {
+            self.bdm64(st, ip);
+        }
         Flow::Bind { ip, shared, after }
+    }
+
+    /// BDM64: right after a transaction aborts, the packet of the branch
+    /// before the abort may name a wrong target. When the abort's FUP, `to`,
+    /// cannot be reached without a packet from where that branch took the
+    /// walk, the branch is taken to have gone there.
+    fn bdm64(&self, st: &mut State<'a>, to: Option<u64>) {
+        let abort = |e: &FlowEvent| matches!(e, FlowEvent::State { packet: Packet::ModeTsx { abort: true, .. }, .. });
+        let (Some(at), Some(to)) = (st.ip, to) else { return };
+        if st.events[st.ready..].iter().any(abort) && !self.reaches(at, to, st.clock.lo, st.clock.hi, None) {
+            st.ip = Some(to);
+        }
     }
 
     /// A TIP.PGE at `ip`: tracing starts there. Its event goes before the
