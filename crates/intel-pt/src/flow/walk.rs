@@ -11,6 +11,7 @@ use super::config::{AddrFilter, Errata, FlowConfig, Recovery};
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::state::{Failure, Flow, State, DISABLED_AT_BRANCH};
 use crate::blocks::BlockCache;
+use crate::Packet;
 use codeimage::window::{CodeSource, Fetch, Time};
 
 /// What a walk reads and how: the code, the trace's configuration and the
@@ -291,9 +292,15 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     // State packets bound to this IP: reported before the
                     // instruction (after it when they are its own). Their
                     // FUP may be an asynchronous event's too, when a TIP or
-                    // TIP.PGD follows it.
+                    // TIP.PGD follows it, unless a MODE.Exec of its own
+                    // comes before that (then the TIP is this instruction's).
                     st.take_peeked();
+                    let queued = st.events.len();
                     peeked = self.peek_flow(st)?;
+                    let own_mode = st
+                        .events
+                        .get(queued..)
+                        .is_some_and(|new| new.iter().any(|e| matches!(e, FlowEvent::State { packet: Packet::ModeExec { .. }, .. })));
                     if !trial && !st.events.is_empty() {
                         if after {
                             bound_after = true;
@@ -301,7 +308,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                             self.flush_bound(st, ip, sink);
                         }
                     }
-                    shared_fup = shared && matches!(peeked, Some((_, Flow::Tip(Some(_)) | Flow::Pgd(_))));
+                    shared_fup = shared && !own_mode && matches!(peeked, Some((_, Flow::Tip(Some(_)) | Flow::Pgd(_))));
                 }
             }
             if st.pending && !trial && st.counted.first().is_some_and(|c| c.0 == 0) {
