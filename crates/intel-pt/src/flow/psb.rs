@@ -48,6 +48,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // (A packet out of context is the packets' error, at no instruction.)
         let ip = st.ip.filter(|_| f.kind != FlowErrorKind::BadContext);
         sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip, kind: f.kind });
+        // State packets that waited for an instruction the walk did not
+        // reach (a PIP for a MOV to CR3) belong to where it lost its way.
+        st.held.clear();
+        st.pending = st.any_pending();
         if f.kind == FlowErrorKind::EndOfTrace {
             return false;
         }

@@ -343,7 +343,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     self.disabled_at(st, ip, sink, trial);
                     return Ok(true);
                 }
-                None => {
+                // (State packets waiting for an instruction keep the walk going.)
+                None if st.held.is_empty() => {
                     if !trial {
                         sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: false, to: None });
                     }
