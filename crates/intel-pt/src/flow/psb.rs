@@ -47,7 +47,13 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         // (A packet out of context is the packets' error, at no instruction.)
         let ip = st.ip.filter(|_| f.kind != FlowErrorKind::BadContext);
-        sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip, kind: f.kind });
+        let error = FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip, kind: f.kind };
+        if f.kind == FlowErrorKind::Overflow && self.state_events && self.resumes_at_fup(st) {
+            st.overflow = Some(error);
+            st.pending = true;
+        } else {
+            sink.event(error);
+        }
         // State packets that waited for an instruction the walk did not
         // reach (a PIP for a MOV to CR3) belong to where it lost its way.
         st.held.clear();
@@ -160,6 +166,14 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         Ok(fup)
     }
+    /// After an overflow: whether tracing resumes at the FUP that follows
+    /// (not when APL12 makes that FUP one of tracing that stays off).
+    #[cold]
+    fn resumes_at_fup(&self, st: &State<'a>) -> bool {
+        let mut after = st.clone();
+        fup_next(&mut after.packets) && !(self.errata.apl12 && self.tracing_stays_off(&after))
+    }
+
     /// Whether the next flow packet says tracing is off: a TIP.PGE, or a
     /// PSB+ without a FUP.
     #[cold]
@@ -220,6 +234,23 @@ pub(super) fn psb_fup(mut dec: Packets<'_>) -> Option<u64> {
             Ok(Some((_, Packet::Fup(ip)))) => fup = ip.ip.or(fup),
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Whether the next flow packet `dec` reads is a FUP (after an overflow:
+/// tracing resumes there, and the overflow is reported there).
+#[cold]
+fn fup_next(dec: &mut Packets<'_>) -> bool {
+    loop {
+        match dec.next_packet() {
+            Ok(Some((_, Packet::Fup(_)))) => return true,
+            Ok(Some((
+                _,
+                Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Tip(_) | Packet::TntShort(_) | Packet::TntLong(_) | Packet::Psb | Packet::Ovf,
+            ))) => return false,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return false,
         }
     }
 }

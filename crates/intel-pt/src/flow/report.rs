@@ -111,6 +111,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     #[cold]
     #[inline(never)]
     pub(super) fn flush(&self, st: &mut State<'a>, sink: &mut impl FlowSink, all: bool) {
+        if st.overflow.is_some() && (all || st.ip.is_some()) {
+            self.report_overflow(st, sink);
+        }
         let n = if all || st.peeked.is_none() { st.events.len() } else { st.ready };
         for e in st.events.drain(..n) {
             sink.event(e);
@@ -127,6 +130,21 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             self.release_counted(st, sink);
         }
         st.pending = st.any_pending();
+    }
+
+    /// Tracing resumed after an overflow: the state packets read since
+    /// that need no IP, then the overflow.
+    #[cold]
+    fn report_overflow(&self, st: &mut State<'a>, sink: &mut impl FlowSink) {
+        let free = |e: &FlowEvent| matches!(e, FlowEvent::State { ip: None, packet, restated: false, .. } if !wants_fup(packet));
+        let n = st.events.iter().take_while(|e| free(e)).count();
+        for e in st.events.drain(..n) {
+            sink.event(e);
+        }
+        st.ready = st.ready.saturating_sub(n);
+        if let Some(e) = st.overflow.take() {
+            sink.event(e);
+        }
     }
 
     /// The counted TRIGs whose count has run out, at the walk's IP.

@@ -81,6 +81,9 @@ pub(crate) struct State<'a> {
     /// instructions from the one before it (the first: from where the walk
     /// was when it was read): reported when the count runs out.
     pub(super) counted: Vec<(u16, FlowEvent)>,
+    /// With state events: an overflow's event, reported where tracing
+    /// resumes (after the state packets read up to there that need no IP).
+    pub(super) overflow: Option<FlowEvent>,
     /// `events`, `held` or `counted` is not empty (one test on the walk's path).
     pub(super) pending: bool,
     /// Some of `events` wait for the FUP that gives their IP; `shared`:
@@ -134,6 +137,7 @@ impl<'a> State<'a> {
             ready: 0,
             held: Vec::new(),
             counted: Vec::new(),
+            overflow: None,
             pending: false,
             awaiting_fup: None,
             last_disable: None,
@@ -142,7 +146,7 @@ impl<'a> State<'a> {
 
     /// Whether any event waits to be reported.
     pub(super) fn any_pending(&self) -> bool {
-        !self.events.is_empty() || !self.held.is_empty() || !self.counted.is_empty()
+        !self.events.is_empty() || !self.held.is_empty() || !self.counted.is_empty() || self.overflow.is_some()
     }
 
     /// Takes the peeked flow packet: what follows it ran after the timing
