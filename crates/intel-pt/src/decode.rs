@@ -449,6 +449,18 @@ impl<'a> PacketDecoder<'a> {
             Lead::TipPge => self.emit_ip(rest, b0, PacketKind::TipPge, e),
             Lead::TipPgd => self.emit_ip(rest, b0, PacketKind::TipPgd, e),
             Lead::Fup => self.emit_ip(rest, b0, PacketKind::Fup, e),
+            Lead::Trig => {
+                // Flags (IP 0x80, ICNT valid 0x40, MULT 0x20), the trigger
+                // bits, then the 16-bit count when valid.
+                let flags = need(rest, 3, PacketKind::Trig)?[1];
+                let (n, icnt) = if flags & 0x40 != 0 {
+                    let p = need(rest, 5, PacketKind::Trig)?;
+                    (5, Some(u16::from_le_bytes([p[3], p[4]])))
+                } else {
+                    (3, None)
+                };
+                self.emit(e, n, Packet::Trig { trbv: rest[2], ip: flags & 0x80 != 0, mult: flags & 0x20 != 0, icnt })
+            }
             Lead::Bad => Err(PacketErrorKind::BadOpcode(b0)),
         }
     }
@@ -641,6 +653,7 @@ enum Lead {
     TipPge,
     TipPgd,
     Fup,
+    Trig,
     Bad,
 }
 
@@ -658,6 +671,7 @@ static LEAD: [Lead; 256] = {
             0x19 => Lead::Tsc,
             0x59 => Lead::Mtc,
             0x99 => Lead::Mode,
+            0xd9 => Lead::Trig,
             x if x & 0x1f == 0x0d => Lead::Tip,
             x if x & 0x1f == 0x11 => Lead::TipPge,
             x if x & 0x1f == 0x01 => Lead::TipPgd,

@@ -148,6 +148,7 @@ fn validate(packet: &Packet) -> Result<(), EncodeError> {
         Packet::Bbp { block_type, .. } => fits(block_type.into(), 5).then_some(()).ok_or("type wider than 5 bits"),
         Packet::Cfe { event_type, .. } => fits(event_type.into(), 5).then_some(()).ok_or("type wider than 5 bits"),
         Packet::Evd { event_type, .. } => fits(event_type.into(), 6).then_some(()).ok_or("type wider than 6 bits"),
+        Packet::Trig { .. } => Ok(()),
     };
     ok.map_err(|reason| EncodeError { packet: packet.kind(), reason })
 }
@@ -247,6 +248,12 @@ fn write(packet: &Packet, out: &mut Vec<u8>) -> usize {
         Packet::Evd { event_type, payload } => {
             out.extend_from_slice(&[0x02, 0x53, event_type]);
             le(out, payload, 8);
+        }
+        Packet::Trig { trbv, ip, mult, icnt } => {
+            out.extend_from_slice(&[0xd9, u8::from(ip) << 7 | u8::from(icnt.is_some()) << 6 | u8::from(mult) << 5, trbv]);
+            if let Some(icnt) = icnt {
+                out.extend_from_slice(&icnt.to_le_bytes());
+            }
         }
     }
     out.len() - start

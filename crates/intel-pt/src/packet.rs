@@ -76,6 +76,11 @@ pub enum Packet {
     Cfe { ip: bool, event_type: u8, vector: u8 },
     /// Event data (event trace): type (6 bits) and a 64-bit payload.
     Evd { event_type: u8, payload: u64 },
+    /// `D9`: trigger (TRIG): the trigger bits `trbv`; `ip` says a FUP with
+    /// the IP it happened at follows; `mult` that more triggers fired than
+    /// it reports; `icnt`, when valid, the instructions retired since the
+    /// last packet that tells where execution is (or the last TRIG).
+    Trig { trbv: u8, ip: bool, mult: bool, icnt: Option<u16> },
 }
 
 /// Taken/not-taken outcomes, `count` of them, oldest in the highest bit:
@@ -256,11 +261,12 @@ pub enum PacketKind {
     Bep,
     Cfe,
     Evd,
+    Trig,
 }
 
 impl PacketKind {
     /// Every kind, in declaration order.
-    pub const ALL: [PacketKind; 31] = [
+    pub const ALL: [PacketKind; 32] = [
         PacketKind::Pad,
         PacketKind::Psb,
         PacketKind::PsbEnd,
@@ -292,6 +298,7 @@ impl PacketKind {
         PacketKind::Bep,
         PacketKind::Cfe,
         PacketKind::Evd,
+        PacketKind::Trig,
     ];
 
     /// The SDM's name of the packet (the two TNT sizes as `TNT8`/`TNT64`).
@@ -328,6 +335,7 @@ impl PacketKind {
             PacketKind::Bep => "BEP",
             PacketKind::Cfe => "CFE",
             PacketKind::Evd => "EVD",
+            PacketKind::Trig => "TRIG",
         }
     }
 }
@@ -373,6 +381,7 @@ impl Packet {
             Packet::Bep { .. } => PacketKind::Bep,
             Packet::Cfe { .. } => PacketKind::Cfe,
             Packet::Evd { .. } => PacketKind::Evd,
+            Packet::Trig { .. } => PacketKind::Trig,
         }
     }
 }

@@ -77,15 +77,15 @@ fn random_bytes_never_panic() {
 
 #[test]
 fn sync_forward_reports_the_skipped_range() {
-    let mut buf = vec![0xd9, 0x02, 0x82, 0x02]; // garbage, and a PSB cut short
+    let mut buf = vec![0x05, 0x02, 0x82, 0x02]; // garbage, and a PSB cut short
     buf.extend_from_slice(&PSB);
-    buf.extend_from_slice(&[0x02, 0x23, 0xd9, 0x00]);
+    buf.extend_from_slice(&[0x02, 0x23, 0x05, 0x00]);
     let mut dec = PacketDecoder::new(&buf);
     let r = dec.sync_forward();
     assert_eq!((r.start, r.end, r.psb_found), (0, 4, true), "the initial sync");
     let mut dec = PacketDecoder::new(&buf);
     let e = dec.next_packet().unwrap_err();
-    assert_eq!((e.offset, e.kind), (0, PacketErrorKind::BadOpcode(0xd9)));
+    assert_eq!((e.offset, e.kind), (0, PacketErrorKind::BadOpcode(0x05)));
     let r = dec.sync_forward();
     assert_eq!((r.start, r.end, r.psb_found), (0, 4, true));
     assert_eq!(dec.sync_forward(), Resync { start: 4, end: 4, psb_found: true }, "standing on a PSB, syncing stays");

@@ -305,16 +305,16 @@ fn a_corrupt_packet_is_reported_at_its_offset_and_decoding_resumes_at_the_next_p
         // Every packet in turn gets a first byte no packet starts with.
         for &(offset, _) in &g.packets {
             let mut bad = g.out.clone();
-            bad[offset] = 0xd9;
+            bad[offset] = 0x05;
             let got = decode(&bad, &Static(&code), cfg(noretcomp));
             sane(&bad, &got, &cfg(noretcomp));
             if offset == 0 {
                 // Bytes before the first PSB are where an AUX buffer may
                 // start mid-stream: skipped without an error.
-                assert_eq!(short(&got), resumes(&g, 0, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0xd9))));
+                assert_eq!(short(&got), resumes(&g, 0, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0x05))));
                 continue;
             }
-            check_resync(&g, &got, offset, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0xd9)));
+            check_resync(&g, &got, offset, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0x05)));
         }
     }
 }
@@ -603,9 +603,9 @@ fn time_bounds_come_back_after_a_corrupt_packet() {
     let tscs: Vec<usize> = g.packets.iter().filter(|p| matches!(p.1, Packet::Tsc(_))).map(|p| p.0).collect();
     let (at, _) = *g.packets.iter().find(|(o, p)| *o > tscs[2] && matches!(p, Packet::Tip(_))).unwrap();
     let mut bad = g.out.clone();
-    bad[at] = 0xd9;
+    bad[at] = 0x05;
     let got = decode(&bad, &Static(&code), cfg(true));
-    check_resync(&g, &got, at, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0xd9)));
+    check_resync(&g, &got, at, FlowErrorKind::Packet(PacketErrorKind::BadOpcode(0x05)));
     let after: Vec<(Time, Time)> = got
         .iter()
         .skip_while(|e| !matches!(e, FlowEvent::Error { .. }))

@@ -133,3 +133,63 @@ fn a_vm_entry_runs_before_tracing_stops_with_skd022() {
     assert!(skd022.skd022);
     assert_eq!(run(&t, &[(0, code)], |d| d.with_errata(skd022)), [E::I(0), E::End(None)]);
 }
+
+/// A TRIG with an instruction count is reported after that many
+/// instructions, counted from where the walk was when it was read (here the
+/// PSB+'s FUP) or from the TRIG before it, with the IP of the instruction
+/// after them; one with an IP at its FUP.
+#[test]
+fn trig_goes_after_its_instruction_count_or_at_its_fup() {
+    let trig = |trbv, icnt| Packet::Trig { trbv, ip: false, mult: false, icnt: Some(icnt) };
+    let mut t = Trace::new();
+    t.psb(Some(0)).put(trig(1, 2)).put(trig(2, 0)).put(trig(3, 1));
+    t.put(Packet::Trig { trbv: 4, ip: true, mult: false, icnt: None }).flow(Packet::Fup, Some(4));
+    t.flow(Packet::Fup, Some(5)).flow(Packet::TipPgd, None);
+    let nops: &[u8] = &[0x90; 8];
+    let state = |trbv, ip, icnt, at| E::State(Packet::Trig { trbv, ip, mult: false, icnt }, Some(at));
+    assert_eq!(
+        run(&t, &[(0, nops)], |d| d),
+        [
+            E::I(0),
+            E::I(1),
+            state(1, false, Some(2), 2),
+            state(2, false, Some(0), 2),
+            E::I(2),
+            state(3, false, Some(1), 3),
+            E::I(3),
+            state(4, true, None, 4),
+            E::I(4),
+            E::End(Some(5)),
+        ]
+    );
+}
+
+/// Event data a control flow event does not take, or of kinds no event
+/// takes together, is an error of the packets (resynced at the next PSB).
+#[test]
+fn event_data_must_fit_its_control_flow_event() {
+    let cases = [
+        (vec![Packet::Evd { event_type: 0, payload: 0xf00 }, Packet::Cfe { ip: false, event_type: 2, vector: 0 }], true),
+        (vec![Packet::Evd { event_type: 0, payload: 0xf00 }, Packet::Evd { event_type: 1, payload: 0 }], true),
+        (
+            vec![
+                Packet::Evd { event_type: 1, payload: 0 },
+                Packet::Evd { event_type: 2, payload: 0 },
+                Packet::Cfe { ip: false, event_type: 8, vector: 0 },
+            ],
+            false,
+        ),
+        (vec![Packet::Evd { event_type: 0, payload: 0xf00 }, Packet::Cfe { ip: false, event_type: 1, vector: 14 }], false),
+    ];
+    let nops: &[u8] = &[0x90; 8];
+    for (packets, bad) in cases {
+        let mut t = Trace::new();
+        t.psb(Some(0));
+        for p in &packets {
+            t.put(*p);
+        }
+        t.flow(Packet::Fup, Some(2)).flow(Packet::TipPgd, None);
+        let got = run(&t, &[(0, nops)], |d| d);
+        assert_eq!(got.contains(&E::Err), bad, "{packets:?}: {got:?}");
+    }
+}

@@ -119,6 +119,7 @@ fn perf_desc(p: &Packet) -> String {
         Packet::Bep { ip } => format!("BEP IP:{}", b(ip)),
         Packet::Cfe { ip, event_type, vector } => format!("CFE IP:{} Type {event_type:#04x} Vector {vector:#x}", b(ip)),
         Packet::Evd { event_type, payload } => format!("EVD Type {event_type:#04x} Payload {payload:#x}"),
+        Packet::Trig { .. } => unreachable!("perf has no TRIG packet: the streams given to perf hold none"),
     }
 }
 
@@ -161,7 +162,8 @@ fn perf_dumps_every_kind_as_we_decode_it() {
     }
     let (trace, packets) = common::every_kind();
     let kinds: BTreeSet<PacketKind> = packets.iter().map(Packet::kind).collect();
-    assert_eq!(kinds.len(), PacketKind::ALL.len(), "the stream holds every kind");
+    // All but TRIG, which perf does not decode.
+    assert_eq!(kinds.len(), PacketKind::ALL.len() - 1, "the stream holds every kind perf knows");
     check_against_perf("every-kind", trace);
 }
 

@@ -192,6 +192,20 @@ fn event_trace() {
 }
 
 #[test]
+fn trigger() {
+    // TRIG: D9, flags (IP 0x80, ICNT valid 0x40, MULT 0x20), trigger bits,
+    // then the 16-bit instruction count when valid.
+    check(&[], &[0xd9, 0xe0, 0xa1, 0x17, 0x00], Packet::Trig { trbv: 0xa1, ip: true, mult: true, icnt: Some(23) });
+    check(&[], &[0xd9, 0x40, 0x1a, 0x00, 0x01], Packet::Trig { trbv: 0x1a, ip: false, mult: false, icnt: Some(0x100) });
+    check(&[], &[0xd9, 0x20, 0x01], Packet::Trig { trbv: 1, ip: false, mult: true, icnt: None });
+    assert_eq!(
+        decode_after(&[], &[0xd9, 0x40, 0x1a, 0x00]),
+        Err(PacketErrorKind::Truncated { packet: Some(PacketKind::Trig), needed: 5, available: 4 })
+    );
+    assert_eq!(decode_after(&[], &[0xd9, 0x00]), Err(PacketErrorKind::Truncated { packet: Some(PacketKind::Trig), needed: 3, available: 2 }));
+}
+
+#[test]
 fn unknown_opcodes_and_bad_psb() {
     for b in [0x05, 0x09, 0x15, 0x25, 0x39] {
         assert_eq!(decode_after(&[], &[b, 0, 0, 0, 0, 0, 0, 0, 0]), Err(PacketErrorKind::BadOpcode(b)), "{b:#x}");

@@ -421,9 +421,19 @@ fn classify_with_iced(addr: u64, bytes: &[u8], idioms: &KernelIdioms) -> Result<
     let mut insn = Instruction::default();
     decoder.decode_out(&mut insn);
     if insn.is_invalid() {
-        return Err(decode_error(&decoder));
+        return jmpabs(bytes).ok_or_else(|| decode_error(&decoder));
     }
     Ok(classify_decoded(&insn, idioms))
+}
+
+/// APX's JMPABS, which iced does not know: a REX2 prefix (`d5`) with M0 and
+/// W clear (its R, X and B bits are ignored), opcode `a1`, and a 64-bit
+/// absolute target, 11 bytes. An indirect jump here: the APX spec has Intel
+/// PT send a TIP for every JMPABS (its target may be patched at run time,
+/// as in a PLT), and the walk follows that TIP, not the bytes.
+fn jmpabs(bytes: &[u8]) -> Option<Insn> {
+    let [0xd5, payload, 0xa1, ..] = *bytes.get(..11)? else { return None };
+    (payload & 0x88 == 0).then_some(Insn { len: 11, class: BranchClass::IndirectJump, target: None })
 }
 
 /// [`crate::walk_to_branch`] for x86-64: [`classify_x86_64`] instruction

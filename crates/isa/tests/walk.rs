@@ -136,6 +136,12 @@ fn x86_classes() {
     assert_eq!((jcc.class, jcc.target), (BranchClass::CondBranch, Some(ADDR)));
     let bnd_jmp = classify_x86_64(ADDR, &[0xf2, 0xe9, 0, 0, 0, 0], &none()).unwrap();
     assert_eq!((bnd_jmp.class, bnd_jmp.target), (BranchClass::DirectJump, Some(ADDR + 6)));
+    // APX JMPABS: REX2 (M0 and W clear), a1, the absolute target; Intel PT
+    // sends a TIP for it, as for an indirect jump.
+    let jmpabs = [0xd5, 0x70, 0xa1, 0x10, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf4];
+    let insn = classify_x86_64(ADDR, &jmpabs, &none()).unwrap();
+    assert_eq!((insn.class, insn.len, insn.target), (BranchClass::IndirectJump, 11, None));
+    assert!(classify_x86_64(ADDR, &[0xd5, 0x08, 0xa1, 0, 0, 0, 0, 0, 0, 0, 0], &none()).is_err(), "REX2.W set: no JMPABS");
 }
 
 #[test]

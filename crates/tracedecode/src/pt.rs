@@ -315,7 +315,7 @@ impl FlowSink for Collector<'_> {
 /// perf's error code for an Intel PT decode error.
 pub fn perf_error_code(kind: &FlowErrorKind) -> u32 {
     match kind {
-        FlowErrorKind::Packet(_) => 3,
+        FlowErrorKind::Packet(_) | FlowErrorKind::BadContext => 3,
         FlowErrorKind::EndOfTrace => 4,
         FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => 5,
         FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets | FlowErrorKind::PsbMismatch { .. } => 6,

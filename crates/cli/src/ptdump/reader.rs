@@ -2,10 +2,9 @@
 //! view of a trace on top: how it syncs to a PSB, which bytes it rejects
 //! as bad packets, and the packet-level errata it works around.
 //!
-//! `intel_pt::PacketDecoder` has no TRIG packet, ignores reserved bits and
-//! cannot be moved to an offset; this module covers those three here (a
-//! TRIG is read from its bytes, a TMA's reserved bits are checked, and a
-//! decoder is started afresh on the rest of the buffer to move). It also
+//! `intel_pt::PacketDecoder` ignores reserved bits and cannot be moved to an
+//! offset; this module covers both here (a TMA's reserved bits are checked,
+//! and a decoder is started afresh on the rest of the buffer to move). It also
 //! reads PWRE's HW flag where libipt puts it as well as where the SDM does.
 
 use intel_pt::{find_psb, Packet, PacketDecoder, PacketErrorKind};
@@ -13,21 +12,10 @@ use intel_pt::{find_psb, Packet, PacketDecoder, PacketErrorKind};
 use super::cpu::Errata;
 use super::error::Fault;
 
-/// TRIG (`D9`): trigger bits, and whether an IP, a multiple-trigger flag
-/// and an instruction count come with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Trig {
-    pub trbv: u8,
-    pub ip: bool,
-    pub mult: bool,
-    pub icnt: Option<u16>,
-}
-
 /// One packet as ptdump shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Item {
     Packet(Packet),
-    Trig(Trig),
     /// A packet an erratum corrupted (SKZ84's TMA), shown as `<invalid>`.
     Invalid,
 }
@@ -52,7 +40,6 @@ pub struct Reader<'a> {
 }
 
 const PSB_LEN: usize = intel_pt::PSB.len();
-const TRIG: u8 = 0xd9;
 
 impl<'a> Reader<'a> {
     pub fn new(buf: &'a [u8], errata: Errata) -> Self {
@@ -116,7 +103,6 @@ impl<'a> Reader<'a> {
             }
             Err(e) => match e.kind {
                 PacketErrorKind::Truncated { .. } => Ok(None),
-                PacketErrorKind::BadOpcode(TRIG) => self.trig(offset),
                 PacketErrorKind::BadOpcode(_) | PacketErrorKind::BadExtOpcode(_) | PacketErrorKind::BadExt2Opcode(_) => {
                     Err((offset, Fault::BadOpcode))
                 }
@@ -158,25 +144,6 @@ impl<'a> Reader<'a> {
             _ => decoded(size, Item::Packet(packet)),
         }
     }
-
-    /// A TRIG from its bytes: `D9`, flags (IP 0x80, instruction count
-    /// valid 0x40, multiple 0x20), trigger bits, then the count if valid.
-    fn trig(&mut self, offset: usize) -> Result<Option<Decoded>, (usize, Fault)> {
-        let rest = &self.buf[offset..];
-        let Some(&[_, flags, trbv]) = rest.get(..3) else {
-            return Ok(None);
-        };
-        let (size, icnt) = if flags & 0x40 != 0 {
-            let Some(&[lo, hi]) = rest.get(3..5) else {
-                return Ok(None);
-            };
-            (5, Some(u16::from_le_bytes([lo, hi])))
-        } else {
-            (3, None)
-        };
-        self.move_to(offset + size);
-        Ok(Some(Decoded { offset, size, item: Item::Trig(Trig { trbv, ip: flags & 0x80 != 0, mult: flags & 0x20 != 0, icnt }) }))
-    }
 }
 
 #[cfg(test)]
@@ -207,11 +174,11 @@ mod tests {
     fn trig_tma_reserved_bits_and_truncation() {
         let trace = [0xd9, 0xe0, 0xa1, 0x17, 0x00, 0x02, 0x73, 0x01, 0x01, 0x01, 0x01, 0x00, 0x19];
         let got = items(&trace, Errata::default());
-        let trig = Trig { trbv: 0xa1, ip: true, mult: true, icnt: Some(23) };
-        assert_eq!(got, [Ok((0, 5, Item::Trig(trig))), Err((5, Fault::BadPacket))]);
+        let trig = Item::Packet(Packet::Trig { trbv: 0xa1, ip: true, mult: true, icnt: Some(23) });
+        assert_eq!(got, [Ok((0, 5, trig)), Err((5, Fault::BadPacket))]);
         let got = items(&trace, Errata { skz84: true, ..Errata::default() });
         // The invalid TMA takes 8 bytes, the TSC's first one too.
-        assert_eq!(got, [Ok((0, 5, Item::Trig(trig))), Ok((5, 8, Item::Invalid))]);
+        assert_eq!(got, [Ok((0, 5, trig)), Ok((5, 8, Item::Invalid))]);
     }
 
     #[test]

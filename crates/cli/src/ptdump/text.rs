@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use intel_pt::{Ip, IpCompression, Packet};
 
 use super::line::Line;
-use super::reader::{Item, Trig};
+use super::reader::Item;
 
 /// Fills the line's name and payload columns for `item`. The tracking
 /// column is left to the caller.
@@ -17,10 +17,6 @@ pub fn describe(item: &Item, line: &mut Line) {
         Item::Invalid => {
             line.opcode = "<invalid>";
             Ok(())
-        }
-        Item::Trig(t) => {
-            line.opcode = "trig";
-            trig(t, &mut line.payload)
         }
         Item::Packet(packet) => {
             line.opcode = name(&packet);
@@ -60,6 +56,7 @@ fn name(packet: &Packet) -> &'static str {
         Packet::Pwrx { .. } => "pwrx",
         Packet::Cfe { .. } => "cfe",
         Packet::Evd { .. } => "evd",
+        Packet::Trig { .. } => "trig",
         // The reader turns these into errors, as libipt has no such packets.
         Packet::Bbp { .. } => "bbp",
         Packet::Bip { .. } => "bip",
@@ -122,6 +119,14 @@ fn payload(packet: &Packet, line: &mut Line) -> std::fmt::Result {
             line.track.push_str(evd_name(event_type));
             write!(p, "{event_type}: {payload:x}")
         }
+        Packet::Trig { trbv, ip, mult, icnt } => {
+            write!(p, "{trbv:x}")?;
+            flags_after(p, &[(ip, "ip"), (mult, "mult")]);
+            match icnt {
+                Some(icnt) => write!(p, ", icnt: {icnt}"),
+                None => Ok(()),
+            }
+        }
         Packet::Pad | Packet::Psb | Packet::PsbEnd | Packet::Ovf | Packet::Stop => Ok(()),
         Packet::Bbp { .. } | Packet::Bip { .. } | Packet::Bep { .. } => Ok(()),
     }
@@ -151,15 +156,6 @@ fn ip_payload(ip: Ip, p: &mut String) -> std::fmt::Result {
         IpCompression::Sext48 => write!(p, "{n}: {:016x}", IpCompression::Sext48.apply(v, 0).unwrap_or(v)),
         IpCompression::Full => write!(p, "{n}: {v:016x}"),
     }
-}
-
-fn trig(t: Trig, p: &mut String) -> std::fmt::Result {
-    write!(p, "{:x}", t.trbv)?;
-    flags_after(p, &[(t.ip, "ip"), (t.mult, "mult")]);
-    if let Some(icnt) = t.icnt {
-        write!(p, ", icnt: {icnt}")?;
-    }
-    Ok(())
 }
 
 /// `, name` for each set flag.
@@ -237,9 +233,6 @@ mod tests {
         assert_eq!(payload_of(Packet::Pwrx { last_cstate: 0, deepest_cstate: 5, wake_reason: 4 }).0, "pwrx st: c1, c6");
         assert_eq!(payload_of(Packet::Cfe { ip: true, event_type: 14, vector: 0x80 }), ("cfe 14: 128, ip".into(), "swintr".into()));
         assert_eq!(payload_of(Packet::Cfe { ip: false, event_type: 5, vector: 0xce }), ("cfe 5: ce".into(), "sipi".into()));
-        let t = Trig { trbv: 0xa1, ip: true, mult: true, icnt: Some(23) };
-        let mut line = Line::default();
-        describe(&Item::Trig(t), &mut line);
-        assert_eq!(line.payload, "a1, ip, mult, icnt: 23");
+        assert_eq!(payload_of(Packet::Trig { trbv: 0xa1, ip: true, mult: true, icnt: Some(23) }).0, "trig a1, ip, mult, icnt: 23");
     }
 }

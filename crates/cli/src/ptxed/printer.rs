@@ -163,8 +163,9 @@ fn libipt_message(kind: &FlowErrorKind) -> &'static str {
         FlowErrorKind::Packet(_) => "unknown packet",
         FlowErrorKind::EndOfTrace => "reached end of trace stream",
         FlowErrorKind::Overflow => "overflow",
+        FlowErrorKind::BadContext => "unexpected packet context",
         FlowErrorKind::PsbMismatch { .. } => "bad status update",
-        FlowErrorKind::NoProgress => "no packet consumed for too long",
+        FlowErrorKind::NoProgress => "never-ending loop",
     }
 }
 

@@ -132,6 +132,7 @@ impl Status {
                 lines.push(if event_type == 5 { what } else { format!("{what}{at}") });
             }
             Packet::Mnt(payload) => lines.push(format!("mnt: {payload:x}")),
+            Packet::Trig { trbv, mult, .. } => lines.push(format!("trig {trbv:x}{}{at}", if mult { ", mult" } else { "" })),
             _ => {}
         }
     }

@@ -79,6 +79,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 // A TIP.PGE moved the walk.
                 return self.step(st, sink, false);
             }
+            // (TRIGs counted in instructions, read just now.)
+            if st.pending && !st.counted.is_empty() {
+                whole = false;
+            }
         }
         let found = found.filter(|b| (st.clock.lo, st.clock.hi) == (lo, hi) || self.code.admits(&b.window(), st.clock.lo, st.clock.hi));
         let b = match found.or_else(|| cache.get(ip, |b| self.code.admits(&b.window(), st.clock.lo, st.clock.hi))) {

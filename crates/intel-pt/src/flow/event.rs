@@ -32,7 +32,7 @@ pub enum FlowEvent {
     Enabled { time: Time, ip: u64, resumed: bool },
     /// A packet that tells the processor's state rather than where execution
     /// went (MODE.Exec, MODE.TSX, PIP, VMCS, CBR, MNT, PTWRITE, EXSTOP,
-    /// MWAIT, PWRE, PWRX, TraceStop, and the event trace's CFE and EVD), in the order of the instructions: at
+    /// MWAIT, PWRE, PWRX, TraceStop, TRIG, and the event trace's CFE and EVD), in the order of the instructions: at
     /// `ip`, the IP of the FUP it is bound to, when it has one; `restated`
     /// when a PSB+ repeats the state. Only with
     /// [`super::FlowDecoder::with_state_events`].
@@ -173,6 +173,9 @@ pub enum FlowErrorKind {
     EndOfTrace,
     /// An overflow packet: the processor lost trace.
     Overflow,
+    /// A packet where the packets before it do not allow it (event data
+    /// for a control flow event of another kind).
+    BadContext,
     /// A PSB+ met while walking says execution is at `fup` (`None`: tracing
     /// off), which the walk does not reach before it needs a packet.
     PsbMismatch {
@@ -192,6 +195,7 @@ impl FlowErrorKind {
             FlowErrorKind::NoProgress => "never-ending loop: the walk needs no packet to go on".into(),
             FlowErrorKind::EndOfTrace => "trace ended".into(),
             FlowErrorKind::Overflow => "overflow: trace lost".into(),
+            FlowErrorKind::BadContext => "packet out of context".into(),
             FlowErrorKind::PsbMismatch { fup: Some(ip) } => format!("PSB+ says execution is at {ip:#x}, off the walk's path"),
             FlowErrorKind::PsbMismatch { fup: None } => "PSB+ says tracing is off, but the walk is tracing".into(),
         }

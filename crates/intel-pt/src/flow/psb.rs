@@ -45,7 +45,19 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             st.walked = 0;
             return true;
         }
-        sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip: st.ip, kind: f.kind });
+        // (A packet out of context is the packets' error, at no instruction.)
+        let ip = st.ip.filter(|_| f.kind != FlowErrorKind::BadContext);
+        let error = FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip, kind: f.kind };
+        if f.kind == FlowErrorKind::Overflow && self.state_events && self.resumes_at_fup(st) {
+            st.overflow = Some(error);
+            st.pending = true;
+        } else {
+            sink.event(error);
+        }
+        // State packets that waited for an instruction the walk did not
+        // reach (a PIP for a MOV to CR3) belong to where it lost its way.
+        st.held.clear();
+        st.pending = st.any_pending();
         if f.kind == FlowErrorKind::EndOfTrace {
             return false;
         }
@@ -84,7 +96,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // perf does: the next TIP would most likely lead into it again.
         let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
         st.resumed_at = None;
-        if self.recovery == Recovery::NextTip && !matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::NoProgress) && !resumed_into_nothing {
+        let wait_for_psb = matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::BadContext | FlowErrorKind::NoProgress);
+        if self.recovery == Recovery::NextTip && !wait_for_psb && !resumed_into_nothing {
             st.ip = None;
             st.tnt_count = 0;
             st.stack.clear();
@@ -154,6 +167,14 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         Ok(fup)
     }
+    /// After an overflow: whether tracing resumes at the FUP that follows
+    /// (not when APL12 makes that FUP one of tracing that stays off).
+    #[cold]
+    fn resumes_at_fup(&self, st: &State<'a>) -> bool {
+        let mut after = st.clone();
+        fup_next(&mut after.packets) && !(self.errata.apl12 && self.tracing_stays_off(&after))
+    }
+
     /// Whether the next flow packet says tracing is off: a TIP.PGE, or a
     /// PSB+ without a FUP.
     #[cold]
@@ -214,6 +235,23 @@ pub(super) fn psb_fup(mut dec: Packets<'_>) -> Option<u64> {
             Ok(Some((_, Packet::Fup(ip)))) => fup = ip.ip.or(fup),
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Whether the next flow packet `dec` reads is a FUP (after an overflow:
+/// tracing resumes there, and the overflow is reported there).
+#[cold]
+fn fup_next(dec: &mut Packets<'_>) -> bool {
+    loop {
+        match dec.next_packet() {
+            Ok(Some((_, Packet::Fup(_)))) => return true,
+            Ok(Some((
+                _,
+                Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Tip(_) | Packet::TntShort(_) | Packet::TntLong(_) | Packet::Psb | Packet::Ovf,
+            ))) => return false,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return false,
         }
     }
 }

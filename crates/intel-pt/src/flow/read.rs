@@ -136,9 +136,28 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             | Packet::Mwait { .. }
             | Packet::Pwre { .. }
             | Packet::Pwrx { .. }
-            | Packet::Cfe { .. }
-            | Packet::Evd { .. }
+            | Packet::Trig { .. }
             | Packet::Stop => self.queue_state(st, packet, false),
+            Packet::Evd { event_type, .. } => {
+                // Event data of kinds no one event has together.
+                let given = st.evd_types | evd_bit(event_type);
+                if !EVD_GROUPS.iter().any(|&g| given & !g == 0) {
+                    st.evd_types = 0;
+                    st.clock.lo = st.clock.now;
+                    return Err(Failure { offset, kind: FlowErrorKind::BadContext });
+                }
+                st.evd_types = given;
+                self.queue_state(st, packet, false);
+            }
+            Packet::Cfe { event_type, .. } => {
+                // Event data only of the kinds this event has.
+                let given = std::mem::take(&mut st.evd_types);
+                if given & !evd_types_of(event_type) != 0 {
+                    st.clock.lo = st.clock.now;
+                    return Err(Failure { offset, kind: FlowErrorKind::BadContext });
+                }
+                self.queue_state(st, packet, false);
+            }
             Packet::Psb => {
                 // At its FUP the walk reads the PSB+ first: what runs
                 // from there ran after it (as a decode starting there
@@ -174,5 +193,29 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if st.clock.cyc_pending() {
             st.clock.cyc_taken(&st.packets);
         }
+    }
+}
+
+/// The EVD types this decoder knows, a bit each (SDM): the page fault
+/// address (0), the VMX exit qualification (1) and reason (2); others are
+/// not checked.
+fn evd_bit(event_type: u8) -> u8 {
+    if event_type < 3 {
+        1 << event_type
+    } else {
+        0
+    }
+}
+
+/// The EVD types a control flow event takes: an interrupt the page fault
+/// address, a VM exit the exit qualification and reason.
+const EVD_GROUPS: [u8; 2] = [1 << 0, 1 << 1 | 1 << 2];
+
+/// The EVD types a CFE of `event_type` takes (interrupt: 1; VM exit: 8, 9).
+fn evd_types_of(event_type: u8) -> u8 {
+    match event_type {
+        1 => EVD_GROUPS[0],
+        8 | 9 => EVD_GROUPS[1],
+        _ => 0,
     }
 }

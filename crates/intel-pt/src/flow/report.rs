@@ -31,10 +31,23 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.pending = true;
         let event = FlowEvent::State { time: st.clock.now, ip: None, packet, restated };
+        if let (Packet::Trig { ip: false, icnt: Some(n), .. }, Some(_)) = (packet, st.ip) {
+            st.counted.push((n, event));
+            return;
+        }
         let to_insn = matches!(packet, Packet::Ptw { ip: false, .. }) || matches!(packet, Packet::Pip { .. } | Packet::Vmcs(_)) && st.ip.is_some();
         if to_insn && !restated {
             st.held.push(event);
             return;
+        }
+        if let Packet::Exstop { ip: false } = packet {
+            // The power entry before it is reported after it (as libipt
+            // reports a PWRE after the EXSTOP of its session).
+            let pwre = |e: &FlowEvent| matches!(e, FlowEvent::State { packet: Packet::Pwre { .. }, .. });
+            if let Some(at) = st.events[st.ready..].iter().position(pwre) {
+                st.events.insert(st.ready + at, event);
+                return;
+            }
         }
         st.events.push(event);
         if restated {
@@ -54,7 +67,22 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
         }
         let after = st.events[st.ready..].iter().any(|e| matches!(e, FlowEvent::State { packet: Packet::Cfe { event_type: 2 | 7 | 13, .. }, .. }));
+        if self.errata.bdm64 && st.walked == 0 {
+            self.bdm64(st, ip);
+        }
         Flow::Bind { ip, shared, after }
+    }
+
+    /// BDM64: right after a transaction aborts, the packet of the branch
+    /// before the abort may name a wrong target. When the abort's FUP, `to`,
+    /// cannot be reached without a packet from where that branch took the
+    /// walk, the branch is taken to have gone there.
+    fn bdm64(&self, st: &mut State<'a>, to: Option<u64>) {
+        let abort = |e: &FlowEvent| matches!(e, FlowEvent::State { packet: Packet::ModeTsx { abort: true, .. }, .. });
+        let (Some(at), Some(to)) = (st.ip, to) else { return };
+        if st.events[st.ready..].iter().any(abort) && !self.reaches(at, to, st.clock.lo, st.clock.hi, None) {
+            st.ip = Some(to);
+        }
     }
 
     /// A TIP.PGE at `ip`: tracing starts there. Its event goes before the
@@ -83,6 +111,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     #[cold]
     #[inline(never)]
     pub(super) fn flush(&self, st: &mut State<'a>, sink: &mut impl FlowSink, all: bool) {
+        if st.overflow.is_some() && (all || st.ip.is_some()) {
+            self.report_overflow(st, sink);
+        }
         let n = if all || st.peeked.is_none() { st.events.len() } else { st.ready };
         for e in st.events.drain(..n) {
             sink.event(e);
@@ -92,8 +123,55 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             for e in st.held.drain(..) {
                 sink.event(e);
             }
+            for (_, e) in st.counted.drain(..) {
+                sink.event(e);
+            }
+        } else {
+            self.release_counted(st, sink);
         }
-        st.pending = !st.events.is_empty() || !st.held.is_empty();
+        st.pending = st.any_pending();
+    }
+
+    /// Tracing resumed after an overflow: the state packets read since
+    /// that need no IP, then the overflow.
+    #[cold]
+    fn report_overflow(&self, st: &mut State<'a>, sink: &mut impl FlowSink) {
+        let free = |e: &FlowEvent| matches!(e, FlowEvent::State { ip: None, packet, restated: false, .. } if !wants_fup(packet));
+        let n = st.events.iter().take_while(|e| free(e)).count();
+        for e in st.events.drain(..n) {
+            sink.event(e);
+        }
+        st.ready = st.ready.saturating_sub(n);
+        if let Some(e) = st.overflow.take() {
+            sink.event(e);
+        }
+    }
+
+    /// The counted TRIGs whose count has run out, at the walk's IP.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn release_counted(&self, st: &mut State<'a>, sink: &mut impl FlowSink) {
+        let due = st.counted.iter().take_while(|c| c.0 == 0).count();
+        for (_, mut e) in st.counted.drain(..due) {
+            if let FlowEvent::State { ip, .. } = &mut e {
+                *ip = st.ip;
+            }
+            sink.event(e);
+        }
+        st.pending = st.any_pending();
+    }
+
+    /// After an instruction ran: one less to count for the next counted
+    /// TRIG; those due go out.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn count_insn(&self, st: &mut State<'a>, sink: &mut impl FlowSink, trial: bool) {
+        if let Some(first) = st.counted.first_mut() {
+            first.0 = first.0.saturating_sub(1);
+        }
+        if !trial {
+            self.release_counted(st, sink);
+        }
     }
 
     /// At the FUP at `ip` that state packets are bound to: those with its
@@ -116,7 +194,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.events.retain(|e| !bound(e) && !free(e));
         st.ready = 0;
-        st.pending = !st.events.is_empty() || !st.held.is_empty();
+        st.pending = st.any_pending();
     }
 
     /// After `insn` at `ip` ran (`None`: after an asynchronous event): the
@@ -156,7 +234,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         for e in released {
             sink.event(e);
         }
-        st.pending = !st.events.is_empty() || !st.held.is_empty();
+        st.pending = st.any_pending();
     }
 }
 
@@ -170,5 +248,6 @@ pub(super) fn wants_fup(packet: &Packet) -> bool {
             | Packet::Exstop { ip: true }
             | Packet::Mwait { .. }
             | Packet::Cfe { ip: true, .. }
+            | Packet::Trig { ip: true, .. }
     )
 }

@@ -58,6 +58,9 @@ pub(crate) struct State<'a> {
     /// A decode error left the packets whole: the next TIP's target says
     /// where execution is.
     pub(super) after_error: bool,
+    /// The EVD types (bit per type) read since the last CFE, which they
+    /// give data to.
+    pub(super) evd_types: u8,
     /// Where the walk last resumed after an error (a TIP's target, a PSB+'s FUP).
     pub(super) resumed_at: Option<u64>,
     /// Where this decoder's segment ends (the next segment's PSB): reaching
@@ -78,7 +81,14 @@ pub(crate) struct State<'a> {
     /// run (a PIP to a MOV to CR3, a PTWRITE without IP to a PTWRITE):
     /// reported after it, the walk stepping until then.
     pub(super) held: Vec<FlowEvent>,
-    /// `events` or `held` is not empty (one test on the walk's path).
+    /// TRIGs placed by an instruction count, each after that many
+    /// instructions from the one before it (the first: from where the walk
+    /// was when it was read): reported when the count runs out.
+    pub(super) counted: Vec<(u16, FlowEvent)>,
+    /// With state events: an overflow's event, reported where tracing
+    /// resumes (after the state packets read up to there that need no IP).
+    pub(super) overflow: Option<FlowEvent>,
+    /// `events`, `held` or `counted` is not empty (one test on the walk's path).
     pub(super) pending: bool,
     /// Some of `events` wait for the FUP that gives their IP; `shared`:
     /// that FUP may be an asynchronous event's too.
@@ -123,6 +133,7 @@ impl<'a> State<'a> {
             pgd_ip: None,
             after_ovf: false,
             after_error: false,
+            evd_types: 0,
             resumed_at: None,
             stop_at,
             tail_to: None,
@@ -130,10 +141,17 @@ impl<'a> State<'a> {
             events: Vec::new(),
             ready: 0,
             held: Vec::new(),
+            counted: Vec::new(),
+            overflow: None,
             pending: false,
             awaiting_fup: None,
             last_disable: None,
         }
+    }
+
+    /// Whether any event waits to be reported.
+    pub(super) fn any_pending(&self) -> bool {
+        !self.events.is_empty() || !self.held.is_empty() || !self.counted.is_empty() || self.overflow.is_some()
     }
 
     /// Takes the peeked flow packet: what follows it ran after the timing

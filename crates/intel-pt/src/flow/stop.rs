@@ -84,7 +84,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 self.disabled_at(st, ip, sink, trial);
                 Some(true)
             }
-            None if self.at_trace_end(st) => {
+            // (State packets waiting for an instruction keep the walk going.)
+            None if st.held.is_empty() && self.at_trace_end(st) => {
                 if !trial {
                     if !st.events.is_empty() {
                         self.flush(st, sink, true);

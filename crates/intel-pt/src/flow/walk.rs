@@ -11,6 +11,7 @@ use super::config::{AddrFilter, Errata, FlowConfig, Recovery};
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::state::{Failure, Flow, State, DISABLED_AT_BRANCH};
 use crate::blocks::BlockCache;
+use crate::Packet;
 use codeimage::window::{CodeSource, Fetch, Time};
 
 /// What a walk reads and how: the code, the trace's configuration and the
@@ -112,7 +113,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     #[inline(never)]
     fn turn_pending(&self, st: &mut State<'a>, cache: &mut BlockCache, base: usize, sink: &mut impl FlowSink) -> bool {
         self.flush(st, sink, false);
-        let r = if st.held.is_empty() { self.step_cached::<false>(st, cache, sink) } else { self.step(st, sink, false) };
+        let r = if st.held.is_empty() && st.counted.is_empty() { self.step_cached::<false>(st, cache, sink) } else { self.step(st, sink, false) };
         match r {
             Ok(going) => going,
             Err(f) => self.recover(st, f, base, sink),
@@ -303,9 +304,15 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     // State packets bound to this IP: reported before the
                     // instruction (after it when they are its own). Their
                     // FUP may be an asynchronous event's too, when a TIP or
-                    // TIP.PGD follows it.
+                    // TIP.PGD follows it, unless a MODE.Exec of its own
+                    // comes before that (then the TIP is this instruction's).
                     st.take_peeked();
+                    let queued = st.events.len();
                     peeked = self.peek_flow(st)?;
+                    let own_mode = st
+                        .events
+                        .get(queued..)
+                        .is_some_and(|new| new.iter().any(|e| matches!(e, FlowEvent::State { packet: Packet::ModeExec { .. }, .. })));
                     if !trial && !st.events.is_empty() {
                         if after {
                             bound_after = true;
@@ -313,8 +320,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                             self.flush_bound(st, ip, sink);
                         }
                     }
-                    shared_fup = shared && matches!(peeked, Some((_, Flow::Tip(Some(_)) | Flow::Pgd(_))));
+                    shared_fup = shared && !own_mode && matches!(peeked, Some((_, Flow::Tip(Some(_)) | Flow::Pgd(_))));
                 }
+            }
+            if st.pending && !trial && st.counted.first().is_some_and(|c| c.0 == 0) {
+                // TRIGs at this instruction, before it or its event.
+                self.release_counted(st, sink);
             }
             match peeked {
                 _ if shared_fup => return self.async_event(st, ip, insn, uncertain, sink, trial),
@@ -344,7 +355,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     self.disabled_at(st, ip, sink, trial);
                     return Ok(true);
                 }
-                None => {
+                // (State packets waiting for an instruction keep the walk going.)
+                None if st.held.is_empty() => {
                     if !trial {
                         sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: false, to: None });
                     }
@@ -367,6 +379,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // tracing), as a cached block's last instruction reports it.
         st.ip = Some(ip);
         self.execute(st, ip, insn)?;
+        if st.pending && !st.counted.is_empty() {
+            self.count_insn(st, sink, trial);
+        }
         // An indirect branch whose TIP was a TIP.PGD: tracing stopped there.
         if st.ip.is_none() {
             st.last_disable = resume_after(ip, &insn);
