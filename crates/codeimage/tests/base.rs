@@ -187,7 +187,7 @@ fn many_overlapping_segments_are_counted_in_bounded_time_and_memory() {
 /// an error naming the file and the section, not a panic at first read.
 #[test]
 fn a_code_section_past_the_end_of_the_file_is_an_error() {
-    use object::read::elf::{FileHeader, SectionHeader};
+    use object::read::elf::FileHeader;
     use object::write::{Object, StandardSection};
     let d = tmp("section-past-end");
     let mut obj = Object::new(object::BinaryFormat::Elf, object::Architecture::X86_64, object::Endianness::Little);
