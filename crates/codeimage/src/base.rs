@@ -143,14 +143,7 @@ impl BaseImage {
                     continue;
                 }
                 let (off, size, vaddr) = (ph.p_offset(endian), ph.p_filesz(endian), ph.p_vaddr(endian));
-                if off.checked_add(size).is_none_or(|e| e > data.len() as u64) {
-                    return Err(Error::Region {
-                        path: path.to_path_buf(),
-                        start: vaddr,
-                        len: size,
-                        reason: format!("PT_LOAD {i} runs past the end of the file"),
-                    });
-                }
+                within(path, data.len(), off, size, vaddr, || format!("PT_LOAD {i}"))?;
                 self.add_mapped(map.clone(), off as usize, size as usize, vaddr, format!("{name} PT_LOAD {i}"));
                 added += 1;
             }
@@ -167,6 +160,7 @@ impl BaseImage {
                 }
                 if let Some((off, size)) = s.file_range() {
                     let sname = s.name().unwrap_or("?").to_string();
+                    within(path, data.len(), off, size, s.address(), || format!("section {sname}"))?;
                     self.add_mapped(map.clone(), off as usize, size as usize, s.address(), format!("{name} {sname}"));
                 }
             }
@@ -186,6 +180,7 @@ impl BaseImage {
         for &(section, addr) in placements {
             let s = file.section_by_name(section).ok_or_else(|| Error::Elf { path: path.to_path_buf(), reason: format!("no section {section}") })?;
             if let Some((off, size)) = s.file_range() {
+                within(path, map.len(), off, size, addr, || format!("section {section}"))?;
                 self.add_mapped(map.clone(), off as usize, size as usize, addr, format!("{name} {section}"));
             }
         }
@@ -277,4 +272,12 @@ impl BaseImage {
 fn map_file(path: &Path) -> Result<Arc<MappedFile>> {
     let f = std::fs::File::open(path).map_err(io(path))?;
     Ok(Arc::new(MappedFile::map(&f, path).map_err(io(path))?))
+}
+
+/// An error unless `size` bytes at `off` lie inside a file of `file_len` bytes.
+fn within(path: &Path, file_len: usize, off: u64, size: u64, start: u64, what: impl FnOnce() -> String) -> Result<()> {
+    if off.checked_add(size).is_some_and(|end| end <= file_len as u64) {
+        return Ok(());
+    }
+    Err(Error::Region { path: path.to_path_buf(), start, len: size, reason: format!("{} runs past the end of the file", what()) })
 }

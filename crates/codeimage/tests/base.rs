@@ -181,3 +181,32 @@ fn many_overlapping_segments_are_counted_in_bounded_time_and_memory() {
     assert!(summary.starts_with("19999 overlapping ranges"), "{summary}");
     assert!(t.elapsed() < std::time::Duration::from_secs(20), "took {:?}", t.elapsed());
 }
+
+/// Found by the base_image fuzz target: an ELF without loadable segments
+/// whose code section says its bytes lie past the end of the file. It is
+/// an error naming the file and the section, not a panic at first read.
+#[test]
+fn a_code_section_past_the_end_of_the_file_is_an_error() {
+    use object::read::elf::FileHeader;
+    use object::write::{Object, StandardSection};
+    let d = tmp("section-past-end");
+    let mut obj = Object::new(object::BinaryFormat::Elf, object::Architecture::X86_64, object::Endianness::Little);
+    let text = obj.section_id(StandardSection::Text);
+    obj.append_section_data(text, &[0x55, 0xc3], 16);
+    let mut bytes = obj.write().unwrap();
+    // Place .text at an address, then point its bytes far past the end.
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&*bytes).unwrap();
+    let endian = header.endian().unwrap();
+    let sections = header.sections(endian, &*bytes).unwrap();
+    let (index, _) = sections.iter().enumerate().find(|(_, s)| sections.section_name(endian, s).unwrap() == b".text").unwrap();
+    let at = header.e_shoff(endian) as usize + index * header.e_shentsize(endian) as usize;
+    bytes[at + 16..at + 24].copy_from_slice(&0x1000u64.to_le_bytes());
+    bytes[at + 24..at + 32].copy_from_slice(&0x7474_7474_7474_7474u64.to_le_bytes());
+    let path = d.join("bad.o");
+    std::fs::write(&path, &bytes).unwrap();
+
+    let err = BaseImage::new().add_elf(&path).unwrap_err().to_string();
+    assert!(err.contains("bad.o") && err.contains(".text") && err.contains("past the end"), "{err}");
+    let err = BaseImage::new().add_elf_sections(&path, &[(".text", 0xffff_ffff_c000_0000)]).unwrap_err().to_string();
+    assert!(err.contains("bad.o") && err.contains(".text"), "{err}");
+}

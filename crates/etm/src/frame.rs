@@ -185,6 +185,9 @@ pub(crate) struct Deformatter {
     synced: bool,
     frame: [u8; 16],
     frame_len: usize,
+    /// A frame has begun at `sof` (its first bytes may have been HSYNCs,
+    /// so `frame_len` can still be 0).
+    in_frame: bool,
     sof: u64,
     /// FSYNC words seen between aligned frames, and where the run began.
     fsync_run: u32,
@@ -203,6 +206,7 @@ impl Deformatter {
             synced: false,
             frame: [0; 16],
             frame_len: 0,
+            in_frame: false,
             sof: 0,
             fsync_run: 0,
             fsync_at: 0,
@@ -310,7 +314,7 @@ impl Deformatter {
                 return None;
             }
         }
-        if self.frame_len == 0 {
+        if !self.in_frame {
             loop {
                 if c.avail() < 4 {
                     return None;
@@ -321,6 +325,7 @@ impl Deformatter {
                 c.pos += 4;
             }
             self.sof = c.index();
+            self.in_frame = true;
         }
         while self.frame_len < 16 {
             if self.frame_len.is_multiple_of(4) {
@@ -349,11 +354,13 @@ impl Deformatter {
             c.pos += 2;
         }
         self.frame_len = 0;
+        self.in_frame = false;
         Some(DfEvent::Frame { frame: self.frame, sof: self.sof })
     }
 
     fn lost_sync(&mut self, offset: u64, kind: FrameErrorKind) -> DfEvent {
         self.frame_len = 0;
+        self.in_frame = false;
         self.synced = false;
         DfEvent::Error(FrameError { offset, kind })
     }
@@ -373,6 +380,7 @@ impl Deformatter {
         };
         self.pend_len = 0;
         self.frame_len = 0;
+        self.in_frame = false;
         (len > 0).then_some(FrameError { offset, kind: FrameErrorKind::PartialFrame(len) })
     }
 }

@@ -292,3 +292,37 @@ fn a_buffer_ending_inside_a_frame_says_so() {
     let items = common::decode_all(&data, Container::Plain, Framing::Aligned { reset_on_4x_fsync: false }, &[c], ErrorRecovery::Resync);
     assert_eq!(items.last(), Some(&Item::Frame(etm::FrameError { offset: whole as u64, kind: FrameErrorKind::PartialFrame(5) })));
 }
+
+/// Found by the etm_packets fuzz target: a port capture whose block ends
+/// just after an HSYNC that opens a frame. The frame had begun at the
+/// HSYNC; decoding in two blocks restarted it after the HSYNC (its cut-off
+/// tail reported 2 bytes later, and an FSYNC there would have been skipped
+/// instead of reported as a fault), so the halves disagreed with the whole.
+#[test]
+fn a_frame_opened_by_an_hsync_survives_a_block_boundary() {
+    let mut buffer = FSYNC.to_vec();
+    buffer.extend_from_slice(&[0x49, 0xFF, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x61, 0x61, 0x0A, 0x41, 0xFF, 0x7F, 0x49]);
+    // The next frame opens with an HSYNC, then is cut short; and a variant with an FSYNC after the HSYNC.
+    let tails: [&[u8]; 2] = [&[0xFF, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x61, 0x0B], &[0xFF, 0x7F, 0xFF, 0xFF, 0xFF, 0x7F, 0x61, 0x0B]];
+    let configs = [config(0x10)];
+    let framing = Framing::Synced { hsyncs: true };
+    for tail in tails {
+        let trace = [buffer.as_slice(), tail].concat();
+        let whole = common::decode_all(&trace, Container::Plain, framing, &configs, ErrorRecovery::Continue);
+        assert!(whole.iter().any(|i| matches!(i, Item::Frame(_))), "{whole:?}");
+        for cut in 0..=trace.len() {
+            let mut s = PacketStream::new(framing, &configs, ErrorRecovery::Continue);
+            let mut items = Vec::new();
+            for (bytes, base) in [(&trace[..cut], 0), (&trace[cut..], cut as u64)] {
+                let mut input = Input::new(bytes, base);
+                while let Some(item) = s.next(&mut input) {
+                    items.push(owned(item));
+                }
+            }
+            while let Some(item) = s.finish() {
+                items.push(owned(item));
+            }
+            assert_eq!(items, whole, "cut at {cut}");
+        }
+    }
+}
