@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use codeimage::{BaseImage, CodeTimeline, PokeEvents};
 use perfdata::PerfFile;
+use tracedecode::pt::Plan;
 use tracedecode::setup::{self, PtSetup};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Trace};
 
@@ -20,10 +21,15 @@ pub struct Options {
     pub itrace: Itrace,
     pub image: ImageMode,
     pub layout: Layout,
+    /// Counts instead of lines (`--stat`).
+    pub stat: bool,
+    /// Threads for a buffer's PSB segments (`--threads`; default: the cores).
+    pub threads: Option<u32>,
 }
 
 pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     let (itrace, image) = (&opts.itrace, opts.image);
+    let segments = segment_threads(opts.threads);
     let file = PerfFile::open(input)?;
     let Input { trace, time_conv, queues: aux, threads } = Input::read(&file)?;
     let info = trace.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
@@ -43,6 +49,14 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     }
     let tl: &CodeTimeline = &built.timeline;
     let code = bare.as_ref().unwrap_or(tl);
+    if opts.stat {
+        let Trace::IntelPt(info) = &info else { bail!("--stat: counts are made for Intel PT only") };
+        let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
+        let stats = tracedecode::pt::stat(Plan { setup: &setup, segments }, &aux, image, tl, code)?;
+        crate::print::stat::write_stat(out, &stats, matches!(opts.layout, Layout::Json))?;
+        eprintln!("poketrace decode: {} trace buffers, {} decode errors, image {}", aux.len(), stats.errors, image_name(image));
+        return Ok(0);
+    }
     let (mut lines, mut errors) = (0usize, 0usize);
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);
     let mut emit = |l: &Out| -> Result<()> {
@@ -62,7 +76,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     match &info {
         Trace::IntelPt(info) => {
             let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-            tracedecode::pt::decode(&setup, &aux, itrace, image, tl, code, &mut emit)?
+            tracedecode::pt::decode(Plan { setup: &setup, segments }, &aux, itrace, image, tl, code, &mut emit)?
         }
         Trace::CoreSight(info) => {
             let mut all: Vec<Out> = tracedecode::cs::lines(info, time_conv.as_ref(), &aux, itrace, code)?.into_iter().flatten().collect();
@@ -73,6 +87,14 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     out.write_all(buf.as_bytes())?;
     eprintln!("poketrace decode: {} trace buffers, {lines} lines, {errors} decode errors, image {}", aux.len(), image_name(image));
     Ok(0)
+}
+
+/// Whether buffers are cut at their PSBs, on a pool of `threads` (or as
+/// many as the cores): not with one.
+fn segment_threads(threads: Option<u32>) -> bool {
+    let threads = threads.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), |n| n as usize);
+    // (The pool may have been made already, as large as the cores.)
+    threads > 1 && (rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().is_ok() || rayon::current_num_threads() > 1)
 }
 
 /// The `--image` name of a mode.

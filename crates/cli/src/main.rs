@@ -98,6 +98,15 @@ enum Command {
         /// Times in nanoseconds with -F (perf's default is microseconds).
         #[arg(long)]
         ns: bool,
+        /// Instead of lines, counts: instructions, taken branches by kind,
+        /// traps, trace starts and ends, errors, uncertain instructions, pokes
+        /// crossed (Intel PT; as JSON with --json).
+        #[arg(long, conflicts_with_all = ["itrace", "fields"])]
+        stat: bool,
+        /// Threads to decode a buffer's PSB segments on (default: the
+        /// cores; 1: each buffer on one thread), for --itrace=e and --stat.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        threads: Option<u32>,
     },
     /// Simulate CPUs running kernel code while it is patched: a perf.data
     /// directory with Intel PT (x86_64) or ETMv4 (aarch64, also an OpenCSD
@@ -192,7 +201,7 @@ fn main() {
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
-        Command::Decode { input, itrace, image, json, fields, ns } => (|| {
+        Command::Decode { input, itrace, image, json, fields, ns, stat, threads } => (|| {
             let itrace = tracedecode::Itrace::parse(&itrace)?;
             // -F takes precedence over --json.
             let layout = match (fields, json) {
@@ -200,7 +209,7 @@ fn main() {
                 (None, true) => print::Layout::Json,
                 (None, false) => print::Layout::Text,
             };
-            let opts = decode::Options { itrace, image, layout };
+            let opts = decode::Options { itrace, image, layout, stat, threads };
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Record(args) => record::run(&args, &mut out),
