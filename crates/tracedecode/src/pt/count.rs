@@ -126,16 +126,9 @@ impl FlowSink for Count {
     fn block(&mut self, b: InsnBlock<'_>) {
         self.arrive(b.ip, b.lo);
         self.stats.instructions += b.len() as u64;
-        if b.has_inner_branches() {
-            // The jumps and calls before the last instruction (all taken).
-            let (n, mut k) = (b.len(), 0);
-            b.for_each_insn(|e| {
-                k += 1;
-                if let (true, FlowEvent::Insn { class, .. }) = (k < n, e) {
-                    self.stats.branch(class, true);
-                }
-            });
-        }
+        let (jumps, calls) = b.inner_jumps_and_calls();
+        self.stats.jumps += jumps as u64;
+        self.stats.calls += calls as u64;
         let last = b.last();
         self.prev = Some((b.last_ip, last.len, last.class));
         self.last = b.last_lo;
