@@ -15,21 +15,24 @@
 #   e1 eN    poketrace decode --itrace=e, one thread (--threads 1) and every core
 #   b1 bN    poketrace decode --itrace=b (text), written to /dev/null
 #   stat1 statN  poketrace decode --stat
+#   eB bB    --itrace=e and b of the binary BASE names (an earlier build, to compare in the same run)
 #   libipt   crates/intel-pt/examples/libipt_decode.rs: pt_blk_next over an image section cache, no output
-#   perf     perf script --itrace=be (skipped on inputs over 8 MB unless PERF_ALL=1: it takes minutes)
+#   perf     perf script --itrace=be (skipped on inputs over 24 MB unless PERF_ALL=1: it takes minutes)
 # Programs the binary does not know (no --threads, no --stat) are left out.
-# Prints per input and program: fastest and median wall time, M instructions/s
+# Prints per input and program: fastest and median wall time, the least CPU
+# time (user + sys: steadier than wall time on a loaded machine, but it
+# adds up all threads), M instructions/s
 # (libipt's own count for libipt: on poked code it decodes less) and MB of
 # trace/s at the fastest, peak RSS, and the ratio to libipt's fastest.
 #
 # Environment: RUNS (default 5), INPUTS, PROGRAMS, SIZES (MB of trace for
 # the perf inputs; default 32), BIN (a poketrace binary instead of this
-# tree's release build), PERF_ALL.
+# tree's release build), BASE (see eB), PERF_ALL.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RUNS=${RUNS:-5}
 INPUTS=${INPUTS:-perf1 perf4 kernel4}
-PROGRAMS=${PROGRAMS:-e1 eN b1 bN stat1 statN libipt perf}
+PROGRAMS=${PROGRAMS:-e1 eN b1 bN stat1 statN eB bB libipt perf}
 SIZES=${SIZES:-32}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/poketrace/bench-decode
 mkdir -p "$cache/home"
@@ -55,14 +58,14 @@ input() {
 	kernel4) dir=$cache/kernel4 ;;
 	*) echo "unknown input $name" >&2 && exit 1 ;;
 	esac
-	if [[ ! -f $dir/summary.json ]]; then
+	if [[ ! -f $dir/truth/meta.json ]]; then
 		rm -rf "$dir"
 		case $name in
 		perf1) "$BIN" simulate --cpus 1 --elf /usr/bin/perf --instructions "$(perf_insns "$size")" -o "$dir" >&2 ;;
 		perf4) "$BIN" simulate --cpus 4 --elf /usr/bin/perf --instructions "$(($(perf_insns "$size") / 4))" -o "$dir" >&2 ;;
 		kernel4) "$BIN" simulate --cpus 4 --instructions 8000000 -o "$dir" >&2 ;;
 		esac
-		rm -f "$dir"/truth* # the ground truth: not decoded, and large
+		rm -f "$dir"/truth/*.bin # the ground truth: not decoded, and large (meta.json is the run's summary)
 	fi
 	echo "$dir"
 }
@@ -77,6 +80,8 @@ command_of() {
 	e1 | eN) echo "$BIN decode $dir --itrace=e ${threads[*]}" ;;
 	b1 | bN) echo "$BIN decode $dir --itrace=b ${threads[*]}" ;;
 	stat1 | statN) [[ $help == *--stat* ]] && echo "$BIN decode $dir --stat ${threads[*]}" ;;
+	eB) [[ -n ${BASE:-} ]] && echo "$BASE decode $dir --itrace=e" ;;
+	bB) [[ -n ${BASE:-} ]] && echo "$BASE decode $dir --itrace=b" ;;
 	libipt) echo "$libipt $dir" ;;
 	perf) echo "env HOME=$cache/home PERF_CONFIG=/dev/null perf script -i $dir --itrace=be" ;;
 	esac
@@ -98,14 +103,14 @@ for size in $SIZES; do
 		fi
 		progs=()
 		for p in $PROGRAMS; do
-			[[ $p == perf && $bytes -gt 8000000 && -z ${PERF_ALL:-} ]] && continue
+			[[ $p == perf && $bytes -gt 24000000 && -z ${PERF_ALL:-} ]] && continue
 			[[ -n $(command_of "$p" "$dir") ]] && progs+=("$p")
 		done
 		: > "$work/times"
 		for round in $(seq "$RUNS"); do
 			for p in "${progs[@]}"; do
 				# shellcheck disable=SC2046 # the command is words
-				/usr/bin/time -o "$work/time" -f "%e %M" $(command_of "$p" "$dir") > /dev/null 2> "$work/err" || {
+				/usr/bin/time -o "$work/time" -f "%e %M %U %S" $(command_of "$p" "$dir") > /dev/null 2> "$work/err" || {
 					echo "$p on $dir failed:" >&2
 					cat "$work/err" >&2
 					exit 1
@@ -116,18 +121,21 @@ for size in $SIZES; do
 		echo
 		echo "### $name, $((bytes / 1000000)) MB of trace, $((insns / 1000000))M instructions (libipt: $((lib_insns / 1000000))M), $RUNS runs each"
 		echo
-		echo "| program | fastest s | median s | M insns/s | MB trace/s | peak MB | vs libipt |"
-		echo "|---|---|---|---|---|---|---|"
+		echo "| program | fastest s | median s | least CPU s | M insns/s | MB trace/s | peak MB | vs libipt (wall) | vs libipt (CPU) |"
+		echo "|---|---|---|---|---|---|---|---|---|"
 		lib_best=$(awk '$1 == "libipt" { print $3 }' "$work/times" | sort -g | head -1)
+		lib_cpu=$(awk '$1 == "libipt" { print $5 + $6 }' "$work/times" | sort -g | head -1)
 		for p in "${progs[@]}"; do
 			mapfile -t t < <(awk -v p="$p" '$1 == p { print $3 }' "$work/times" | sort -g)
 			peak=$(awk -v p="$p" '$1 == p && $4 > m { m = $4 } END { print m }' "$work/times")
-			cmd=$(command_of "$p" "$dir" | sed "s|$dir|DIR|; s|$cache/home|~|; s|$BIN|poketrace|")
+			cpu=$(awk -v p="$p" '$1 == p { print $5 + $6 }' "$work/times" | sort -g | head -1)
+			cmd=$(command_of "$p" "$dir" | sed "s|$dir|DIR|; s|$cache/home|~|; s|$BIN|poketrace|; s|${BASE:-^$}|poketrace@BASE|")
 			n=$insns
 			[[ $p == libipt ]] && n=$lib_insns
-			awk -v best="${t[0]}" -v median="${t[$(((${#t[@]} - 1) / 2))]}" -v m="$peak" -v insns="$n" -v bytes="$bytes" -v lib="${lib_best:-0}" -v cmd="$cmd" 'BEGIN {
+			awk -v best="${t[0]}" -v median="${t[$(((${#t[@]} - 1) / 2))]}" -v m="$peak" -v insns="$n" -v bytes="$bytes" -v lib="${lib_best:-0}" -v cpu="$cpu" -v lib_cpu="${lib_cpu:-0}" -v cmd="$cmd" 'BEGIN {
 				ratio = lib > 0 && best > 0 ? sprintf("%.2fx", lib / best) : ""
-				printf "| `%s` | %.3f | %.3f | %.0f | %.1f | %d | %s |\n", cmd, best, median, insns / best / 1e6, bytes / best / 1e6, m / 1024, ratio
+				cpu_ratio = lib_cpu > 0 && cpu > 0 ? sprintf("%.2fx", lib_cpu / cpu) : ""
+				printf "| `%s` | %.3f | %.3f | %.2f | %.0f | %.1f | %d | %s | %s |\n", cmd, best, median, cpu, insns / best / 1e6, bytes / best / 1e6, m / 1024, ratio, cpu_ratio
 			}'
 		done
 	done
