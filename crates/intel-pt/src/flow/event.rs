@@ -126,6 +126,7 @@ impl<'c> InsnBlock<'c> {
 
     /// How many instructions before the last are direct jumps, and how
     /// many direct calls (each taken: the block goes on at its target).
+    #[inline]
     pub fn inner_jumps_and_calls(&self) -> (usize, usize) {
         if self.targets.is_empty() {
             return (0, 0);
