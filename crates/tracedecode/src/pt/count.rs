@@ -168,3 +168,59 @@ impl FlowSink for Count {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use intel_pt::flow::FlowErrorKind;
+
+    /// A random run of events: instructions of every class that often go
+    /// where their branch points (taken or not), traps, ends (with and
+    /// without the IP and TIP.PGD), errors.
+    fn events(rng: &mut testkit::Rng, n: usize) -> Vec<FlowEvent> {
+        const CLASSES: [BranchClass; 6] =
+            [BranchClass::None, BranchClass::CondBranch, BranchClass::DirectJump, BranchClass::Return, BranchClass::FarTransfer, BranchClass::Trap];
+        let (mut out, mut ip, mut time) = (Vec::new(), 0x1000u64, 0u64);
+        for _ in 0..n {
+            time += rng.below(3);
+            let e = match rng.below(20) {
+                0 => FlowEvent::Trap { from: ip, to: 0x9000, time },
+                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None },
+                2 => FlowEvent::Error { offset: 0, time, ip: None, kind: FlowErrorKind::NoTip },
+                _ => {
+                    let (len, class) = (1 + rng.below(6) as u8, CLASSES[rng.below(6) as usize]);
+                    let e = FlowEvent::Insn { ip, len, class, lo: time, hi: time, uncertain: rng.below(50) == 0 };
+                    // Falls through, or goes elsewhere.
+                    ip = if rng.below(2) == 0 { ip + len as u64 } else { 0x1000 + rng.below(64) * 4 };
+                    e
+                }
+            };
+            out.push(e);
+        }
+        out
+    }
+
+    /// Counting a buffer's events cut anywhere, each piece on its own and
+    /// appended in order, gives the counts of counting them in one go.
+    #[test]
+    fn segments_appended_count_as_the_whole() {
+        let mut rng = testkit::Rng(0x57a7);
+        for round in 0..300 {
+            let n = 1 + rng.below(60) as usize;
+            let evs = events(&mut rng, n);
+            let mut whole = Count::buffer();
+            evs.iter().for_each(|&e| whole.event(e));
+            let mut cuts: Vec<usize> = (0..rng.below(8)).map(|_| rng.below(evs.len() as u64 + 1) as usize).collect();
+            cuts.extend([0, evs.len()]);
+            cuts.sort();
+            let mut joined = Count::buffer();
+            for w in cuts.windows(2) {
+                let mut seg = Count::segment();
+                evs[w[0]..w[1]].iter().for_each(|&e| seg.event(e));
+                joined.append(seg);
+            }
+            let (whole, joined) = (whole.finish(), joined.finish());
+            assert_eq!(whole, joined, "round {round}: cut at {cuts:?} of {evs:?}");
+        }
+    }
+}
