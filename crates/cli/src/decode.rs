@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use codeimage::{BaseImage, CodeTimeline, PokeEvents};
 use perfdata::PerfFile;
+use tracedecode::pt::Plan;
 use tracedecode::setup::{self, PtSetup};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Summary, Trace};
 
@@ -23,11 +24,16 @@ pub struct Options {
     pub layout: Layout,
     /// Where the files of user mappings are looked up.
     pub user: codeimage::UserCode,
+    /// Counts instead of lines (`--stat`).
+    pub stat: bool,
+    /// Threads for a buffer's PSB segments (`--threads`; default: the cores).
+    pub threads: Option<u32>,
 }
 
 /// Exit status 1 when the output is known to be incomplete ([`Summary::incomplete`]).
 pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     let (itrace, image) = (&opts.itrace, opts.image);
+    let segments = segment_threads(opts.threads);
     let file = PerfFile::open(input)?;
     let Input { trace, time_conv, queues: aux, threads, bad_records, breaks } = Input::read(&file)?;
     let info = trace.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
@@ -64,6 +70,17 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     };
     let tl: &CodeTimeline = &built.timeline;
     let code = bare.as_ref().unwrap_or(tl);
+    if opts.stat {
+        let Trace::IntelPt(info) = &info else { bail!("--stat: counts are made for Intel PT only") };
+        let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
+        let stats = tracedecode::pt::stat(Plan { setup: &setup, segments }, &aux, image, tl, code)?;
+        crate::print::stat::write_stat(out, &stats, matches!(opts.layout, Layout::Json))?;
+        report_damage(&breaks, &built.losses);
+        summary.errors = stats.errors;
+        summary.uncertain = stats.uncertain;
+        eprintln!("poketrace decode: {summary}, image {}", image_name(image));
+        return Ok(if summary.incomplete() { 1 } else { 0 });
+    }
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);
     let mut emit = |l: &Out| -> Result<()> {
         let printed = itrace.errors || !matches!(l.kind, Kind::Error { .. });
@@ -83,7 +100,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     match &info {
         Trace::IntelPt(info) => {
             let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-            tracedecode::pt::decode(&setup, &aux, itrace, image, tl, code, &mut emit)?
+            tracedecode::pt::decode(Plan { setup: &setup, segments }, &aux, itrace, image, tl, code, &mut emit)?
         }
         Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv.as_ref(), &aux, itrace, code, &mut emit)?,
     }
@@ -108,6 +125,14 @@ fn report_damage(breaks: &[tracedecode::AuxBreak], losses: &perfdata::Losses) {
 
 /// Gaps named on stderr at most (then a count).
 const MAX_REPORTED: usize = 10;
+
+/// Whether buffers are cut at their PSBs, on a pool of `threads` (or as
+/// many as the cores): not with one.
+fn segment_threads(threads: Option<u32>) -> bool {
+    let threads = threads.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), |n| n as usize);
+    // (The pool may have been made already, as large as the cores.)
+    threads > 1 && (rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().is_ok() || rayon::current_num_threads() > 1)
+}
 
 /// The `--image` name of a mode.
 fn image_name(image: ImageMode) -> String {

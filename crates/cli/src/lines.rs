@@ -4,6 +4,7 @@
 use anyhow::Result;
 use codeimage::{BaseImage, PokeEvents};
 use perfdata::{PerfFile, Record, RecordBody, TimeConv};
+use tracedecode::pt::Plan;
 use tracedecode::setup::{self, PtSetup};
 use tracedecode::{ImageMode, Itrace, Out, Queue, Trace};
 
@@ -25,7 +26,7 @@ pub fn decode_all(
     let decoded = match trace {
         Trace::IntelPt(info) => {
             let setup = PtSetup::new(file, info, setup::kernel_idioms(file)?);
-            tracedecode::pt::decode(&setup, queues, &itrace, ImageMode::Timeline, tl, tl, emit)
+            tracedecode::pt::decode(Plan { setup: &setup, segments: false }, queues, &itrace, ImageMode::Timeline, tl, tl, emit)
         }
         Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv, queues, &itrace, tl, emit),
     };

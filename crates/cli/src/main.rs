@@ -117,6 +117,15 @@ enum Command {
         /// Look up the files of user mappings under this directory (as perf's --symfs).
         #[arg(long, value_name = "DIR")]
         symfs: Option<PathBuf>,
+        /// Instead of lines, counts: instructions, taken branches by kind,
+        /// traps, trace starts and ends, errors, uncertain instructions, pokes
+        /// crossed (Intel PT; as JSON with --json).
+        #[arg(long, conflicts_with_all = ["itrace", "fields"])]
+        stat: bool,
+        /// Threads to decode a buffer's PSB segments on (default: the
+        /// cores; 1: each buffer on one thread), for --itrace=e and --stat.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        threads: Option<u32>,
     },
     /// A call-stack timeline of an Intel PT or CoreSight trace in the Trace Event Format (Perfetto, speedscope), with code changes and decode problems.
     Timeline {
@@ -255,7 +264,7 @@ fn main() {
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
-        Command::Decode { input, itrace, image, json, fields, ns, symfs } => (|| {
+        Command::Decode { input, itrace, image, json, fields, ns, symfs, stat, threads } => (|| {
             let itrace = tracedecode::Itrace::parse(&itrace)?;
             // -F takes precedence over --json.
             let layout = match (fields, json) {
@@ -263,7 +272,7 @@ fn main() {
                 (None, true) => print::Layout::Json,
                 (None, false) => print::Layout::Text,
             };
-            let opts = decode::Options { itrace, image, layout, user: symbols::user_code(symfs) };
+            let opts = decode::Options { itrace, image, layout, user: symbols::user_code(symfs), stat, threads };
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {

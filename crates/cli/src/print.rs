@@ -1,9 +1,10 @@
 //! What `decode` prints, one module per layout: poketrace's own ([`text`]),
-//! `perf script`'s ([`perf`]) and JSON ([`json`]).
+//! `perf script`'s ([`perf`]) and JSON ([`json`]); `--stat`'s counts ([`stat`]).
 
 mod columns;
 pub mod json;
 pub mod perf;
+pub mod stat;
 pub mod text;
 
 use codeimage::CodeTimeline;

@@ -3,7 +3,8 @@
 //! `sim`'s check): the AUX queues per CPU or thread ([`Input`]), which task
 //! ran where ([`Threads`]), each decoder's set-up from AUXTRACE_INFO
 //! ([`setup`]), the image the decoders walk ([`ImageMode`]), perf's branch
-//! samples made of the decoders' events ([`pt`], [`cs`]), and the merge of
+//! samples made of the decoders' events ([`pt`], [`cs`]) or their counts
+//! ([`Stats`]), and the merge of
 //! all queues' lines in time order on a bounded pool of threads.
 
 pub mod cs;
@@ -19,6 +20,7 @@ mod pool;
 pub mod pt;
 mod queue;
 pub mod setup;
+mod stats;
 mod summary;
 mod threads;
 
@@ -27,6 +29,7 @@ pub use itrace::Itrace;
 pub use line::{Kind, Out};
 pub use mode::ImageMode;
 pub use queue::{AuxBreak, Queue};
+pub use stats::Stats;
 pub use summary::Summary;
 pub use threads::Threads;
 

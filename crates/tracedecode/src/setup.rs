@@ -22,6 +22,9 @@ pub struct PtSetup {
     pub cyc: Option<CycConv>,
     /// The address filter the trace was made with (from AUXTRACE_INFO).
     pub filter: Option<AddrFilter>,
+    /// Each PSB+ carries a TSC (the event's `tsc` bit): a PSB segment then
+    /// decodes on its own as within the whole buffer.
+    pub psb_tsc: bool,
 }
 
 impl PtSetup {
@@ -41,7 +44,8 @@ impl PtSetup {
             pt_attr.and_then(|a| MtcConv::from_perf(a.attr.config, info.mtc_bit, info.mtc_freq_bits, info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d));
         // CYC packets (cycle-accurate mode), converted by the trace's CBR and the max non-turbo ratio.
         let cyc = pt_attr.and_then(|a| CycConv::from_perf(a.attr.config, info.cyc_bit, info.max_nonturbo_ratio));
-        PtSetup { cfg, mtc, cyc, filter: crate::filter::of_file(file) }
+        let psb_tsc = pt_attr.is_some_and(|a| a.attr.config & info.tsc_bit != 0);
+        PtSetup { cfg, mtc, cyc, filter: crate::filter::of_file(file), psb_tsc }
     }
 }
 

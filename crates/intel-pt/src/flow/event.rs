@@ -124,6 +124,17 @@ impl<'c> InsnBlock<'c> {
         !self.targets.is_empty()
     }
 
+    /// How many instructions before the last are direct jumps, and how
+    /// many direct calls (each taken: the block goes on at its target).
+    #[inline]
+    pub fn inner_jumps_and_calls(&self) -> (usize, usize) {
+        if self.targets.is_empty() {
+            return (0, 0);
+        }
+        let calls = self.lens.iter().filter(|&&l| l & !15 == CALL).count();
+        (self.targets.len() - calls, calls)
+    }
+
     /// Each instruction in order, as the [`FlowEvent::Insn`] stepping
     /// would give.
     #[inline(always)]

@@ -22,7 +22,7 @@
 //! inner targets that do not fit in one) and handed out as blocks, not as
 //! an event for each instruction.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 mod interleave;
 mod record;
@@ -70,6 +70,12 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         ParallelFlow { lanes: None, decoders: Mutex::new((walker, vec![first])), blocks, spare: Mutex::new(Vec::new()) }
     }
 
+    /// The decoded-block table its decoders share, for other decoders over
+    /// the same code to share too ([`FlowDecoder::with_shared_blocks`]).
+    pub fn blocks(&self) -> Arc<SharedBlocks> {
+        self.blocks.clone()
+    }
+
     /// How many segments a thread walks at once in [`Self::run_segments`]
     /// (at least one), instead of 16 when the blocks outgrow the
     /// caches near the core and one otherwise. The events are the same.
@@ -106,7 +112,8 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// Decodes `buf` with a sink of its own for each PSB segment, made by
     /// `make` and filled on the pool, then given to `done` in trace order on
     /// the calling thread (while the segments after it decode; a calling
-    /// thread of the pool decodes some itself while it waits).
+    /// thread of the pool decodes some itself while it waits, one outside
+    /// it sleeps).
     /// Nothing is recorded and replayed: the way to scale with cores when
     /// what a segment's events become (counts, coverage, formatted lines)
     /// can be worked out apart and put together in order.
@@ -129,27 +136,40 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         let ahead = (threads * PER_THREAD).min(groups.len());
         // (A sink that panics on the pool ends the wait with its panic.)
         let slots: Vec<Mutex<Option<std::thread::Result<Vec<S>>>>> = (0..ahead).map(|_| Mutex::new(None)).collect();
+        // Groups decoded so far, rung as each is, for a caller outside the
+        // pool, which sleeps while it waits (a caller on the pool decodes).
+        let (decoded, filled) = (Mutex::new(0usize), Condvar::new());
+        let outside = rayon::current_thread_index().is_none();
         rayon::in_place_scope_fifo(|s| {
             let mut spawned = 0;
             for next in 0..groups.len() {
                 while spawned < groups.len() && spawned < next + ahead {
-                    let (slot, group) = (&slots[spawned % ahead], groups[spawned]);
+                    let (slot, group, decoded_so_far, filled) = (&slots[spawned % ahead], groups[spawned], &decoded, &filled);
                     let sinks: Vec<S> = group.iter().map(|_| make()).collect();
                     s.spawn_fifo(move |_| {
                         let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode(buf, group, sinks)));
                         *slot.lock().expect("no panic while held") = Some(decoded);
+                        *decoded_so_far.lock().expect("no panic while held") += 1;
+                        filled.notify_all();
                     });
                     spawned += 1;
                 }
                 let sinks = loop {
-                    match slots[next % ahead].lock().expect("no panic while held").take() {
+                    let seen = *decoded.lock().expect("no panic while held");
+                    let taken = slots[next % ahead].lock().expect("no panic while held").take();
+                    match taken {
                         Some(Ok(sinks)) => break sinks,
                         Some(Err(panic)) => std::panic::resume_unwind(panic),
-                        None => {}
-                    }
-                    // Waiting: decode a group here if one is waiting.
-                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                        std::thread::yield_now();
+                        None if outside => {
+                            let count = decoded.lock().expect("no panic while held");
+                            drop(filled.wait_while(count, |n| *n == seen).expect("no panic while held"));
+                        }
+                        None => {
+                            // Waiting: decode a group here if one is waiting.
+                            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                                std::thread::yield_now();
+                            }
+                        }
                     }
                 };
                 sinks.into_iter().for_each(&mut done);

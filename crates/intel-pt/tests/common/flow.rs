@@ -55,7 +55,9 @@ impl Run {
 /// same bytes) and loads the result: the generated kernel, or with `elf`
 /// random walks through that file's real code (`simulate --elf`).
 pub fn simulate(name: &str, cfg: &sim::SimConfig, elf: Option<&Path>) -> (sim::Summary, Run) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libipt-flow").join(name);
+    // (Tests and benches have a target tmpdir; the example that includes this file does not simulate.)
+    let Some(tmp) = option_env!("CARGO_TARGET_TMPDIR") else { panic!("simulate: only tests and benches have a target tmpdir") };
+    let dir = Path::new(tmp).join("libipt-flow").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     let summary = match elf {
         None => sim::simulate(cfg, &dir),

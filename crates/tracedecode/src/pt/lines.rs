@@ -1,96 +1,20 @@
-//! Intel PT: each queue decoded over the chosen image, its flow events
-//! made into perf's samples (taken branches, instructions, trace ends,
-//! traps, errors), all queues merged in time order as they come.
+//! Intel PT flow events made into perf's samples, as lines: taken
+//! branches (from the instruction before to the one after), instructions,
+//! trace ends, traps, errors.
 
-use std::sync::Arc;
-
-use codeimage::window::{Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
-use intel_pt::flow::{AddrFilter, CodeSource, FlowDecoder, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, SharedBlocks};
+use intel_pt::flow::{AddrFilter, FlowEvent, FlowSink, InsnBlock};
 use isa::BranchClass;
 
+use super::{perf_error_code, BATCH};
 use crate::flags::{branch_flags, end_flags};
 use crate::itrace::Itrace;
 use crate::lanes::Lanes;
 use crate::line::{Kind, Out};
-use crate::mode::ImageMode;
-use crate::queue::Queue;
-use crate::setup::PtSetup;
-use crate::Error;
-
-/// Lines a queue's decoder hands over at once.
-const BATCH: usize = 4096;
-
-/// Decodes every queue over `tl` (or `code`, the code before any change,
-/// for [`ImageMode::Static`]) and passes its lines to `emit` in (time,
-/// queue) order, a few batches per queue in memory at most.
-pub fn decode<E: From<Error>>(
-    setup: &PtSetup,
-    queues: &[Queue],
-    itrace: &Itrace,
-    image: ImageMode,
-    tl: &CodeTimeline,
-    code: &CodeTimeline,
-    emit: &mut impl FnMut(&Out) -> Result<(), E>,
-) -> Result<(), E> {
-    // The queues' decoders build each block once between them (one table
-    // for all: they decode over the same image).
-    let blocks = Arc::new(SharedBlocks::default());
-    let decode_one = |queue: usize, lanes: &Lanes| {
-        let q = &queues[queue];
-        let (cfg, mtc, cyc, blocks) = (setup.cfg.clone(), setup.mtc, setup.cyc, blocks.clone());
-        let sink = &mut Collector::new(queue, q.cpu, itrace, tl, lanes, setup.filter);
-        match image {
-            ImageMode::Timeline => run_pieces(
-                with_filter(FlowDecoder::new(&[], &Interval(tl), cfg), setup.filter).with_mtc(mtc).with_cyc(cyc).with_shared_blocks(blocks),
-                q,
-                sink,
-            ),
-            // The lines show no instruction's latest time: none is worked out.
-            ImageMode::PerfStyle => run_pieces(
-                with_filter(FlowDecoder::new(&[], &PerfStyle(tl), cfg), setup.filter)
-                    .with_mtc(mtc)
-                    .with_cyc(cyc)
-                    .with_upper_bounds(false)
-                    .with_shared_blocks(blocks),
-                q,
-                sink,
-            ),
-            ImageMode::Static => run_pieces(
-                with_filter(FlowDecoder::new(&[], &Static(code), cfg), setup.filter)
-                    .with_mtc(mtc)
-                    .with_cyc(cyc)
-                    .with_upper_bounds(false)
-                    .with_shared_blocks(blocks),
-                q,
-                sink,
-            ),
-        }
-        sink.finish();
-    };
-    crate::pool::decode_merged(queues.len(), decode_one, emit)
-}
-
-/// `d` with the trace's address filter, when it had one.
-fn with_filter<C: CodeSource>(d: FlowDecoder<'_, C>, filter: Option<AddrFilter>) -> FlowDecoder<'_, C> {
-    match filter {
-        Some(f) => d.with_addr_filter(f),
-        None => d,
-    }
-}
-
-/// Decodes each piece of `q`'s trace on its own: never across a gap in
-/// the AUX data (each starts at its first PSB).
-fn run_pieces<'a, C: CodeSource>(mut decoder: FlowDecoder<'a, C>, q: &'a Queue, sink: &mut Collector<'_>) {
-    for (base, piece) in q.pieces() {
-        decoder.reset_at(piece, base);
-        decoder.run_with(sink);
-    }
-}
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
 /// instruction before to the one after), instructions, traps, errors.
-struct Collector<'a> {
+pub(super) struct Collector<'a> {
     queue: usize,
     cpu: u32,
     itrace: &'a Itrace,
@@ -111,7 +35,7 @@ struct Collector<'a> {
 }
 
 impl<'a> Collector<'a> {
-    fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lanes: &'a Lanes, filter: Option<AddrFilter>) -> Self {
+    pub(super) fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lanes: &'a Lanes, filter: Option<AddrFilter>) -> Self {
         Collector {
             queue,
             cpu,
@@ -177,7 +101,7 @@ impl<'a> Collector<'a> {
     /// Hands the last lines on, at the end of the buffer.
     /// (Only the lines are kept: a queue's last batch may wait in the
     /// merge until every queue has its first line.)
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         let mut last = std::mem::take(&mut self.lines);
         if !last.is_empty() {
             last.shrink_to_fit();
@@ -309,17 +233,5 @@ impl FlowSink for Collector<'_> {
             // Not asked for (no state events).
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
-    }
-}
-
-/// perf's error code for an Intel PT decode error.
-pub fn perf_error_code(kind: &FlowErrorKind) -> u32 {
-    match kind {
-        FlowErrorKind::Packet(_) | FlowErrorKind::BadContext => 3,
-        FlowErrorKind::EndOfTrace => 4,
-        FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => 5,
-        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets | FlowErrorKind::PsbMismatch { .. } => 6,
-        FlowErrorKind::Overflow => 7,
-        FlowErrorKind::NoProgress => 10,
     }
 }

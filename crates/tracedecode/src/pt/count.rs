@@ -1,0 +1,226 @@
+//! The sink for `--stat`: a CPU's flow events counted as the lines of
+//! `--itrace=bie` would count them, and no line made; a buffer's PSB
+//! segments counted apart and added up in order.
+
+use intel_pt::flow::{FlowEvent, FlowSink, InsnBlock};
+use isa::BranchClass;
+
+use crate::stats::Stats;
+
+/// One CPU's counts, of a whole buffer or of one of its PSB segments.
+#[derive(Default)]
+pub(super) struct Count {
+    stats: Stats,
+    /// The last instruction (IP, length, class), whose branch the next
+    /// place execution reaches tells.
+    prev: Option<(u64, u8, BranchClass)>,
+    tracing: bool,
+    /// Whether `prev` and `tracing` are known: always for a whole buffer;
+    /// for a segment, once it met an instruction, an end or an error.
+    known: bool,
+    /// A segment's steps before then, which need the state the segment
+    /// before it leaves ([`Count::append`]).
+    head: Vec<Step>,
+    /// The first and last instruction's time.
+    first: Option<u64>,
+    last: u64,
+}
+
+/// What a segment met before it knew the state it started in.
+#[derive(Clone, Copy)]
+enum Step {
+    /// Execution reached this IP: the previous instruction's branch, or the start of tracing.
+    Arrive(u64),
+    /// A trap at this IP: the previous instruction's branch.
+    Trap(u64),
+    /// Tracing stopped (perf's trace-end sample when it was on and `disabled`).
+    End { at: Option<u64>, disabled: bool },
+}
+
+impl Count {
+    /// A whole buffer's counter: tracing is off at its start.
+    pub(super) fn buffer() -> Count {
+        Count { known: true, ..Count::default() }
+    }
+
+    /// A PSB segment's counter: what it starts in is for the segment before to tell.
+    pub(super) fn segment() -> Count {
+        Count::default()
+    }
+
+    /// The previous instruction's branch, now that execution went on at `to`.
+    #[inline(always)]
+    fn resolve(&mut self, to: u64) {
+        if let Some((from, len, class)) = self.prev.take() {
+            self.stats.branch(class, class != BranchClass::CondBranch || to != from.wrapping_add(len as u64));
+        }
+    }
+
+    /// Execution reaches `ip` at `time`: the branch that led there, or the start of tracing.
+    #[inline(always)]
+    fn arrive(&mut self, ip: u64, time: u64) {
+        if self.known {
+            self.step(Step::Arrive(ip));
+        } else {
+            self.head.push(Step::Arrive(ip));
+            self.known = true;
+        }
+        self.tracing = true;
+        self.first.get_or_insert(time);
+        self.last = time;
+    }
+
+    /// `step` over the state: the counts it makes, and the state after it.
+    #[inline(always)]
+    fn step(&mut self, step: Step) {
+        match step {
+            Step::Arrive(ip) => {
+                self.resolve(ip);
+                if !self.tracing {
+                    self.stats.trace_starts += 1;
+                    self.tracing = true;
+                }
+            }
+            Step::Trap(from) => self.resolve(from),
+            Step::End { at, disabled } => {
+                // (perf's trace-end samples: only where tracing was turned off.)
+                if self.tracing && disabled {
+                    if let Some(at) = at {
+                        self.resolve(at);
+                    }
+                    self.stats.trace_ends += 1;
+                }
+                self.tracing = false;
+                self.prev = None;
+            }
+        }
+    }
+
+    /// Adds the counts of the segment that follows what this one counted.
+    pub(super) fn append(&mut self, seg: Count) {
+        for &step in &seg.head {
+            self.step(step);
+        }
+        if seg.known {
+            (self.prev, self.tracing) = (seg.prev, seg.tracing);
+        }
+        self.stats.add(&seg.stats);
+        if let Some(first) = seg.first {
+            self.first.get_or_insert(first);
+            self.last = seg.last;
+        }
+    }
+
+    /// The counts of the whole buffer.
+    pub(super) fn finish(mut self) -> Stats {
+        if let Some(first) = self.first {
+            self.stats.saw_times(first, self.last);
+        }
+        self.stats.buffers = 1;
+        self.stats
+    }
+}
+
+impl FlowSink for Count {
+    #[inline(always)]
+    fn block(&mut self, b: InsnBlock<'_>) {
+        self.arrive(b.ip, b.lo);
+        self.stats.instructions += b.len() as u64;
+        let (jumps, calls) = b.inner_jumps_and_calls();
+        self.stats.jumps += jumps as u64;
+        self.stats.calls += calls as u64;
+        let last = b.last();
+        self.prev = Some((b.last_ip, last.len, last.class));
+        self.last = b.last_lo;
+    }
+
+    fn event(&mut self, e: FlowEvent) {
+        match e {
+            FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
+                self.arrive(ip, lo);
+                self.stats.instructions += 1;
+                self.stats.uncertain += uncertain as u64;
+                self.prev = Some((ip, len, class));
+            }
+            FlowEvent::Trap { from, .. } => {
+                if self.known {
+                    self.step(Step::Trap(from));
+                } else {
+                    self.head.push(Step::Trap(from));
+                }
+                self.prev = None;
+                self.stats.traps += 1;
+            }
+            FlowEvent::End { at, disabled, .. } => {
+                if self.known {
+                    self.step(Step::End { at, disabled });
+                } else {
+                    self.head.push(Step::End { at, disabled });
+                    self.known = true;
+                }
+                (self.tracing, self.prev) = (false, None);
+            }
+            FlowEvent::Error { .. } => {
+                self.stats.errors += 1;
+                (self.known, self.tracing, self.prev) = (true, false, None);
+            }
+            FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use intel_pt::flow::FlowErrorKind;
+
+    /// A random run of events: instructions of every class that often go
+    /// where their branch points (taken or not), traps, ends (with and
+    /// without the IP and TIP.PGD), errors.
+    fn events(rng: &mut testkit::Rng, n: usize) -> Vec<FlowEvent> {
+        const CLASSES: [BranchClass; 6] =
+            [BranchClass::None, BranchClass::CondBranch, BranchClass::DirectJump, BranchClass::Return, BranchClass::FarTransfer, BranchClass::Trap];
+        let (mut out, mut ip, mut time) = (Vec::new(), 0x1000u64, 0u64);
+        for _ in 0..n {
+            time += rng.below(3);
+            let e = match rng.below(20) {
+                0 => FlowEvent::Trap { from: ip, to: 0x9000, time },
+                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None },
+                2 => FlowEvent::Error { offset: 0, time, ip: None, kind: FlowErrorKind::NoTip },
+                _ => {
+                    let (len, class) = (1 + rng.below(6) as u8, CLASSES[rng.below(6) as usize]);
+                    let e = FlowEvent::Insn { ip, len, class, lo: time, hi: time, uncertain: rng.below(50) == 0 };
+                    // Falls through, or goes elsewhere.
+                    ip = if rng.below(2) == 0 { ip + len as u64 } else { 0x1000 + rng.below(64) * 4 };
+                    e
+                }
+            };
+            out.push(e);
+        }
+        out
+    }
+
+    /// Counting a buffer's events cut anywhere, each piece on its own and
+    /// appended in order, gives the counts of counting them in one go.
+    #[test]
+    fn segments_appended_count_as_the_whole() {
+        let mut rng = testkit::Rng(0x57a7);
+        for round in 0..300 {
+            let n = 1 + rng.below(60) as usize;
+            let evs = events(&mut rng, n);
+            let mut whole = Count::buffer();
+            evs.iter().for_each(|&e| whole.event(e));
+            let mut cuts: Vec<usize> = (0..rng.below(8)).map(|_| rng.below(evs.len() as u64 + 1) as usize).collect();
+            cuts.extend([0, evs.len()]);
+            cuts.sort();
+            let mut joined = Count::buffer();
+            for w in cuts.windows(2) {
+                let mut seg = Count::segment();
+                evs[w[0]..w[1]].iter().for_each(|&e| seg.event(e));
+                joined.append(seg);
+            }
+            let (whole, joined) = (whole.finish(), joined.finish());
+            assert_eq!(whole, joined, "round {round}: cut at {cuts:?} of {evs:?}");
+        }
+    }
+}
