@@ -166,13 +166,16 @@ fn a_recording_killed_by_sigkill_reads_up_to_its_last_round() {
     for r in records {
         match r {
             Ok(r) => {
+                assert!(errors.is_empty(), "a record read after an error: {errors:?}");
                 rounds += (r.record_type() == rt::FINISHED_ROUND) as u64;
                 *n.entry(r.record_type()).or_default() += 1;
             }
             Err(e) => errors.push(e.to_string()),
         }
     }
-    assert!(errors.is_empty(), "{errors:?}");
+    // The kill may land inside a write: then the last record is cut short,
+    // and that is the only error.
+    assert!(errors.len() <= 1 && errors.iter().all(|e| e.contains("truncated")), "{errors:?}");
     assert!(n.get(&rt::MMAP).is_some_and(|&k| k > 0) && n.get(&rt::COMM).is_some_and(|&c| c > 0), "the synthesized maps and names: {n:?}");
     assert!(rounds > 0, "rounds of the 1.5 s of recording: {n:?}");
 }

@@ -19,7 +19,7 @@ use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
 use crate::itrace::Itrace;
-use crate::lanes::Lanes;
+use crate::lanes::{Lanes, BATCH};
 use crate::line::{Kind, Out};
 use crate::queue::Queue;
 use crate::setup::etm_configs;
@@ -65,10 +65,6 @@ struct Flow {
     /// Instructions since the last that got a line (`Itrace::period`).
     insns_seen: u64,
 }
-
-/// Lines a queue's decoder hands over at once (more when one instruction
-/// range has more instructions).
-const BATCH: usize = 4096;
 
 /// Decodes every queue over `code` and passes its lines to `emit` in
 /// (time, queue) order, a few batches per queue in memory at most, as

@@ -9,6 +9,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::line::Out;
 
+/// Lines a queue's decoder hands over at once.
+pub(crate) const BATCH: usize = 4096;
+
 /// Batches a queue's decoder may be ahead of the merge by.
 const BATCHES_AHEAD: usize = 2;
 

@@ -12,8 +12,9 @@ use super::filter::Filter;
 use super::names::{Name, Names};
 use super::sideband::KsymbolAt;
 use super::stack::{Cat, Stack};
-use super::tef::{TefWriter, Track};
+use super::tef::TefWriter;
 use super::tracks;
+use super::tracks::Track;
 use crate::symbols::Symbolizer;
 
 /// What was made, for the summary.

@@ -5,8 +5,9 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::tef::{TefWriter, Track};
+use super::tef::TefWriter;
 use super::tracks;
+use super::tracks::Track;
 
 /// A level of the CPU track under the thread's slice.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

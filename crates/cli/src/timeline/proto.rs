@@ -8,7 +8,7 @@ use std::io::Write;
 
 use anyhow::Result;
 
-use super::tef::Track;
+use super::tracks::Track;
 
 /// Field numbers of perfetto_trace.proto used here.
 mod field {

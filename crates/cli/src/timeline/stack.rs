@@ -6,7 +6,8 @@
 use anyhow::Result;
 
 use super::names::{Name, Names};
-use super::tef::{TefWriter, Track};
+use super::tef::TefWriter;
+use super::tracks::Track;
 
 /// Events of a run kept back so that frames found later can go under them.
 const PENDING_MAX: usize = 1024;

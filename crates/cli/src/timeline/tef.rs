@@ -12,13 +12,7 @@ use anyhow::{Context, Result};
 use flate2::write::GzEncoder;
 
 use super::proto::{Event, EventType, ProtoWriter};
-
-/// A track: the (pid, tid) pair the format groups events by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Track {
-    pub pid: u32,
-    pub tid: u32,
-}
+use super::tracks::Track;
 
 /// Where the bytes go: a plain file or a gzip stream into one.
 enum Sink {

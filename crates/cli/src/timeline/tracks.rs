@@ -1,7 +1,12 @@
 //! Where each kind of event goes: the (pid, tid) of every track. Tracks
 //! that are not threads of the trace get process ids past any Linux pid.
 
-use super::tef::Track;
+/// A track: the (pid, tid) pair the format groups events by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Track {
+    pub pid: u32,
+    pub tid: u32,
+}
 
 const CPUS: u32 = 0x7fff_0001;
 const DECODE: u32 = 0x7fff_0002;

@@ -12,19 +12,9 @@
 //! a few times its length, and `max_walk` still bounds the rest.
 
 use super::event::FlowErrorKind;
-use super::state::{Failure, State};
+use super::state::{Failure, Position, State};
 use super::walk::Walker;
 use codeimage::window::CodeSource;
-
-/// Instructions walked without a packet before the walk looks for a loop:
-/// above any block (`MAX_BLOCK_INSNS`), so that cached blocks run whole in
-/// code that consumes packets.
-pub(super) const LOOP_CHECK_FROM: u64 = 1024;
-
-/// Where a walk is, for the loop check: the IP, the offset of the next
-/// packet and the TNT bits left. Without a packet consumed the walk from
-/// here is the same each time.
-pub(super) type Position = (u64, usize, u8);
 
 impl<'a, C: CodeSource> Walker<'a, C> {
     /// At `ip`, `st.walked` instructions past the last packet (more than

@@ -4,11 +4,15 @@ use isa::{BranchClass, Insn};
 
 use super::clock::Clock;
 use super::event::{FlowErrorKind, FlowEvent};
-use super::loops::Position;
 use super::packets::Packets;
 use super::stack::ReturnStack;
 use crate::{PacketDecoder, PacketError};
 use codeimage::window::Time;
+
+/// Where a walk is, for the never-ending-loop check: the IP, the offset of
+/// the next packet and the TNT bits left. Without a packet consumed the
+/// walk from here is the same each time.
+pub(super) type Position = (u64, usize, u8);
 
 /// A flow packet, the next one the walk will consume.
 #[derive(Clone, Copy, Debug)]

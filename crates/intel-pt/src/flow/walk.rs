@@ -37,12 +37,17 @@ pub(crate) struct Walker<'a, C: CodeSource> {
     pub(super) last_run: Cell<(u64, &'a [u8], Time, Time)>,
 }
 
+/// Instructions walked without a packet before the walk looks for a
+/// never-ending loop (`loops.rs`): above any block (`MAX_BLOCK_INSNS`), so
+/// that cached blocks run whole in code that consumes packets.
+const LOOP_CHECK_FROM: u64 = 1024;
+
 impl<'a, C: CodeSource> Walker<'a, C> {
     /// Over `code`, with the trace's configuration, timing by TSC alone,
     /// [`Recovery::NextTip`] and upper bounds on.
     pub(super) fn new(code: &'a C, cfg: FlowConfig) -> Self {
         let timing = Timing { time: cfg.time, mtc: None, cyc: None };
-        let loop_from = cfg.max_walk.min(super::loops::LOOP_CHECK_FROM);
+        let loop_from = cfg.max_walk.min(LOOP_CHECK_FROM);
         Walker {
             code,
             cfg,

@@ -3,8 +3,8 @@
 
 use intel_pt::flow::{FlowEvent, FlowSink, InsnBlock};
 
-use super::{perf_error_code, BATCH};
-use crate::lanes::Lanes;
+use super::error_code::perf_error_code;
+use crate::lanes::{Lanes, BATCH};
 use crate::line::{Kind, Out};
 
 /// One CPU's decode errors as lines, of a whole buffer or of one of its

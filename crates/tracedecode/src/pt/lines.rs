@@ -6,10 +6,10 @@ use codeimage::CodeTimeline;
 use intel_pt::flow::{AddrFilter, FlowEvent, FlowSink, InsnBlock};
 use isa::BranchClass;
 
-use super::{perf_error_code, BATCH};
+use super::error_code::perf_error_code;
 use crate::flags::{branch_flags, end_flags};
 use crate::itrace::Itrace;
-use crate::lanes::Lanes;
+use crate::lanes::{Lanes, BATCH};
 use crate::line::{Kind, Out};
 
 /// Turns one CPU's flow events into output lines: taken branches (from the

@@ -3,6 +3,7 @@
 //! queues' lines merged in time order as they come.
 
 mod count;
+mod error_code;
 mod errors;
 mod lines;
 
@@ -10,10 +11,11 @@ use std::sync::Mutex;
 
 use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
-use intel_pt::flow::{FlowDecoder, FlowErrorKind, FlowSink};
+use intel_pt::flow::{FlowDecoder, FlowSink};
 use intel_pt::parallel::ParallelFlow;
 
 use self::count::Count;
+pub use self::error_code::perf_error_code;
 use self::errors::ErrorLines;
 use self::lines::Collector;
 use crate::itrace::Itrace;
@@ -24,9 +26,6 @@ use crate::queue::Queue;
 use crate::setup::PtSetup;
 use crate::stats::Stats;
 use crate::Error;
-
-/// Lines a queue's decoder hands over at once.
-const BATCH: usize = 4096;
 
 /// How the queues are decoded: the set-up, and whether a buffer's PSB
 /// segments decode in parallel.
@@ -151,17 +150,5 @@ fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, q: &'a Queue, sin
     for (base, piece) in q.pieces() {
         dec.reset_at(piece, base);
         dec.run_with(sink);
-    }
-}
-
-/// perf's error code for an Intel PT decode error.
-pub fn perf_error_code(kind: &FlowErrorKind) -> u32 {
-    match kind {
-        FlowErrorKind::Packet(_) | FlowErrorKind::BadContext => 3,
-        FlowErrorKind::EndOfTrace => 4,
-        FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => 5,
-        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets | FlowErrorKind::PsbMismatch { .. } => 6,
-        FlowErrorKind::Overflow => 7,
-        FlowErrorKind::NoProgress => 10,
     }
 }
