@@ -29,9 +29,18 @@ fn damage(dir: &Path) {
     std::fs::write(&path, data).unwrap();
 }
 
+/// `poketrace decode ARGS`: its stdout, and whether it exited 1 (output
+/// known incomplete: decode errors) rather than 0; any other status fails.
+fn decode(args: &[&str]) -> (String, bool) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("decode").args(args).output().unwrap();
+    let code = out.status.code();
+    assert!(matches!(code, Some(0 | 1)), "decode {args:?}: {code:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (String::from_utf8(out.stdout).unwrap(), code == Some(1))
+}
+
 /// The counts `--stat` gives, from the lines of `--itrace=bie --json`.
 fn counted_from_lines(dir: &str) -> Value {
-    let lines = common::poketrace(&["decode", dir, "--itrace=bie", "--json"]);
+    let (lines, _) = decode(&[dir, "--itrace=bie", "--json"]);
     let mut c = std::collections::BTreeMap::<&str, u64>::new();
     for l in lines.lines() {
         let v: Value = serde_json::from_str(l).unwrap();
@@ -77,7 +86,8 @@ fn stat_counts_what_the_lines_show_and_threads_change_nothing() {
             damage(&dir);
         }
         let d = dir.to_str().unwrap();
-        let stat: Value = serde_json::from_str(&common::poketrace(&["decode", d, "--stat", "--json"])).unwrap();
+        let (stat, incomplete) = decode(&[d, "--stat", "--json"]);
+        let stat: Value = serde_json::from_str(&stat).unwrap();
         let lines = counted_from_lines(d);
         let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
         for k in ["instructions", "uncertain", "cond_taken", "returns", "far", "traps", "trace_starts", "trace_ends", "errors"] {
@@ -88,19 +98,20 @@ fn stat_counts_what_the_lines_show_and_threads_change_nothing() {
         assert_eq!(n(&stat, "buffers"), 2, "{name}");
         assert!(n(&stat, "instructions") > 150_000 && n(&stat, "cond_not_taken") > 0, "{name}: {stat}");
         assert!(n(&stat, "errors") > 0 || !damaged, "{name}: {stat}");
+        assert_eq!(incomplete, n(&stat, "errors") > 0, "{name}: exit 1 exactly when there are decode errors");
         // The simulator pokes while the CPUs run: the decode crosses most
         // pokes (with prepost, two records a poke).
         assert!(n(&stat, "pokes_crossed") > 100 && n(&stat, "pokes_crossed") <= 400, "{name}: {stat}");
         // PSB segments on 1 and 3 threads: the same lines, the same counts
         // (the segments cut pokes' windows and the damage).
-        let errors_on = |threads: &str| common::poketrace(&["decode", d, "--itrace=e", "--threads", threads]);
-        let stat_on = |threads: &str| common::poketrace(&["decode", d, "--stat", "--json", "--threads", threads]);
+        let errors_on = |threads: &str| decode(&[d, "--itrace=e", "--threads", threads]).0;
+        let stat_on = |threads: &str| decode(&[d, "--stat", "--json", "--threads", threads]).0;
         let one = errors_on("1");
         assert_eq!(one.lines().count() as u64, n(&stat, "errors"), "{name}");
         assert!(one == errors_on("3"), "{name}: --itrace=e on 3 threads differs");
         assert_eq!(stat_on("1"), stat_on("3"), "{name}: --stat on 3 threads");
         // The text table says the same.
-        let table = common::poketrace(&["decode", d, "--stat"]);
+        let (table, _) = decode(&[d, "--stat"]);
         let row = |name: &str| table.lines().find_map(|l| l.strip_prefix(name)).map(|r| r.trim().parse::<u64>().unwrap());
         assert_eq!(row("instructions"), Some(n(&stat, "instructions")), "{table}");
         assert_eq!(row("decode errors"), Some(n(&stat, "errors")), "{table}");
