@@ -22,6 +22,7 @@
 //! inner targets that do not fit in one) and handed out as blocks, not as
 //! an event for each instruction.
 
+use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
 mod interleave;
@@ -100,6 +101,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         // recordings, each a copy of its blocks, than the caches hold.)
         self.segments_in_groups(
             buf,
+            &segments(buf),
             false,
             || self.spare(),
             |mut rec: Recording| {
@@ -118,12 +120,27 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// what a segment's events become (counts, coverage, formatted lines)
     /// can be worked out apart and put together in order.
     pub fn run_segments<S: FlowSink + Send>(&self, buf: &'a [u8], make: impl FnMut() -> S, done: impl FnMut(S)) {
-        self.segments_in_groups(buf, true, make, done);
+        self.segments_in_groups(buf, &segments(buf), true, make, done);
     }
 
-    /// [`Self::run_segments`], with groups of one segment unless `grouped`.
-    fn segments_in_groups<S: FlowSink + Send>(&self, buf: &'a [u8], grouped: bool, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
-        let cuts = segments(buf);
+    /// [`Self::run_segments`] for only the PSB segments of `buf` that start
+    /// in `starts`: each gives the events it gives within the whole run, so
+    /// consecutive ranges decoded apart, in order, give the whole run's events.
+    pub fn run_segments_in<S: FlowSink + Send>(&self, buf: &'a [u8], starts: Range<usize>, make: impl FnMut() -> S, done: impl FnMut(S)) {
+        let mut cuts = segments(buf);
+        cuts.retain(|(start, _)| starts.contains(start));
+        self.segments_in_groups(buf, &cuts, true, make, done);
+    }
+
+    /// [`Self::run_segments`] over `cuts`, with groups of one segment unless `grouped`.
+    fn segments_in_groups<S: FlowSink + Send>(
+        &self,
+        buf: &'a [u8],
+        cuts: &[(usize, usize)],
+        grouped: bool,
+        mut make: impl FnMut() -> S,
+        mut done: impl FnMut(S),
+    ) {
         let threads = rayon::current_num_threads().max(1);
         // Consecutive segments in groups, a group decoded by one thread: as
         // many as keep each thread [`PER_THREAD`] groups to decode.

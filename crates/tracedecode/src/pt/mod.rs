@@ -5,6 +5,7 @@
 mod count;
 mod errors;
 mod lines;
+mod units;
 
 use std::sync::Mutex;
 
@@ -24,6 +25,8 @@ use crate::queue::Queue;
 use crate::setup::PtSetup;
 use crate::stats::Stats;
 use crate::Error;
+
+pub use self::units::decode_units;
 
 /// Lines a queue's decoder hands over at once.
 const BATCH: usize = 4096;
