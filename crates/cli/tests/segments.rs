@@ -1,7 +1,8 @@
 //! `poketrace segments` lists a trace's units, and `decode --segment`
 //! decodes them apart: the units of a buffer decoded one by one and put one
 //! after the other give that buffer's lines of the whole decode, and all
-//! units at once give the whole decode, byte for byte. The IDs are the same
+//! units at once give the whole decode, byte for byte, also across a gap in
+//! the AUX data. The IDs are the same
 //! from run to run, and `--target-bytes` groups PSB segments as documented.
 
 use std::path::Path;
@@ -45,23 +46,61 @@ fn damage(dir: &Path) {
     std::fs::write(&path, data).unwrap();
 }
 
+/// Moves the AUX offsets of buffer 0's AUXTRACE records from its middle one
+/// on 64 bytes on: a gap in the AUX data there.
+fn aux_gap(dir: &Path) {
+    let path = dir.join("data");
+    let mut data = std::fs::read(&path).unwrap();
+    let u64_at = |d: &[u8], at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
+    let (mut at, end) = (u64_at(&data, 40) as usize, (u64_at(&data, 40) + u64_at(&data, 48)) as usize);
+    let mut records = Vec::new();
+    while at < end {
+        let (kind, size) = (u32::from_le_bytes(data[at..at + 4].try_into().unwrap()), u16::from_le_bytes([data[at + 6], data[at + 7]]) as usize);
+        let mut next = at + size;
+        // PERF_RECORD_AUXTRACE: size, offset, reference, idx, ...; its data follows.
+        if kind == 71 {
+            if u32::from_le_bytes(data[at + 32..at + 36].try_into().unwrap()) == 0 {
+                records.push(at + 16);
+            }
+            next += u64_at(&data, at + 8) as usize;
+        }
+        at = next;
+    }
+    assert!(records.len() > 2, "{} AUXTRACE records of buffer 0", records.len());
+    for &r in &records[records.len() / 2..] {
+        let moved = u64_at(&data, r) + 64;
+        data[r..r + 8].copy_from_slice(&moved.to_le_bytes());
+    }
+    std::fs::write(&path, data).unwrap();
+}
+
 #[test]
 fn units_decoded_apart_give_the_whole_decode() {
     let root = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/segments-decode"));
-    for (name, damaged) in [("pokes", false), ("damaged", true)] {
+    // (The simulator writes AUXTRACE records of 64 KiB: the gap's run needs a few.)
+    for (name, damaged, gap, instructions, target) in
+        [("pokes", false, false, "100000", 9000), ("damaged", true, false, "100000", 9000), ("gap", true, true, "400000", 36000)]
+    {
         let dir = root.join(name);
-        common::simulate(&dir, &["--cpus", "2", "--instructions", "100000", "--protocol", "int3", "--pokes", "200", "--seed", "7"]);
+        common::simulate(&dir, &["--cpus", "2", "--instructions", instructions, "--protocol", "int3", "--pokes", "200", "--seed", "7"]);
         if damaged {
             damage(&dir);
         }
+        if gap {
+            aux_gap(&dir);
+        }
         let d = dir.to_str().unwrap();
-        let units = units(d, 9000);
+        let units = units(d, target);
         assert!(units.len() >= 8, "{name}: {} units", units.len());
         // Over the static image the pokes' sites give errors too: lines to compare even where the trace is whole.
         for image in ["timeline", "static", "perf"] {
             for layout in [&["--json"][..], &[][..]] {
                 let decode = |extra: &[&str]| poketrace_incomplete(&[&["decode", d, "--itrace=e", "--image", image][..], layout, extra].concat());
                 let whole = decode(&[]);
+                if gap {
+                    let stderr = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(["decode", d, "--itrace=e"]).output().unwrap().stderr;
+                    assert!(String::from_utf8_lossy(&stderr).contains(" 1 AUX gaps,"), "{}", String::from_utf8_lossy(&stderr));
+                }
                 assert_eq!(whole, decode(&["--threads", "1"]), "{name} {image}: one thread");
                 let what = format!("{name} --image {image} {layout:?}");
                 assert!(

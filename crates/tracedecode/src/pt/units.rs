@@ -19,7 +19,8 @@ use crate::Error;
 /// (time, queue) order [`super::decode`] gives: for units that together
 /// are a buffer's, its lines, and for units one after the other, in order,
 /// the lines of each. Refused where a unit's segments would not decode as
-/// within the whole buffer: its buffer has a gap, or a PSB+ without a TSC.
+/// within the whole buffer: PSB+ without a TSC. A unit decodes within its
+/// buffer's run without a gap, as the whole decode decodes each run.
 pub fn decode_units<E: From<Error>>(
     plan: Plan<'_>,
     queues: &[Queue],
@@ -33,9 +34,6 @@ pub fn decode_units<E: From<Error>>(
         return Err(
             Error::Setup("--segment: the trace's PSB+ carry no TSC (the PT event's tsc bit is off), so a unit does not decode alone".into()).into()
         );
-    }
-    if let Some(u) = units.iter().find(|u| !queues[u.queue].breaks.is_empty()) {
-        return Err(Error::Setup(format!("--segment {}: AUX buffer {} has gaps, and its units are not decoded apart yet", u.id, u.id.idx)).into());
     }
     match image {
         ImageMode::Timeline => units_over(plan, queues, units, &Interval(tl), true, emit),
@@ -57,8 +55,9 @@ fn units_over<C: CodeSource + Sync, E: From<Error>>(
     let decode_one = |queue: usize, lanes: &Lanes| {
         let q = &queues[queue];
         for u in units.iter().filter(|u| u.queue == queue) {
+            let Some((base, piece)) = q.pieces().find(|(base, p)| (*base..base + p.len()).contains(&u.id.start)) else { continue };
             let segment = || ErrorLines::new(queue, q.cpu, None);
-            par.run_segments_in(&q.trace, u.id.start..u.id.end, segment, |mut seg| seg.finish(lanes));
+            par.run_segments_in(piece, base, u.id.start - base..u.id.end - base, segment, |mut seg| seg.finish(lanes));
         }
     };
     crate::pool::decode_merged(queues.len(), decode_one, emit)
