@@ -35,6 +35,9 @@ pub fn decode_units<E: From<Error>>(
             Error::Setup("--segment: the trace's PSB+ carry no TSC (the PT event's tsc bit is off), so a unit does not decode alone".into()).into()
         );
     }
+    if let Some(u) = units.iter().find(|u| run_of(&queues[u.queue], u).is_none()) {
+        return Err(Error::Setup(format!("--segment {}: not inside one run of AUX buffer {} without a gap", u.id, u.id.idx)).into());
+    }
     match image {
         ImageMode::Timeline => units_over(plan, queues, units, &Interval(tl), true, emit),
         ImageMode::PerfStyle => units_over(plan, queues, units, &PerfStyle(tl), false, emit),
@@ -55,10 +58,15 @@ fn units_over<C: CodeSource + Sync, E: From<Error>>(
     let decode_one = |queue: usize, lanes: &Lanes| {
         let q = &queues[queue];
         for u in units.iter().filter(|u| u.queue == queue) {
-            let Some((base, piece)) = q.pieces().find(|(base, p)| (*base..base + p.len()).contains(&u.id.start)) else { continue };
+            let Some((base, piece)) = run_of(q, u) else { continue }; // (checked above)
             let segment = || ErrorLines::new(queue, q.cpu, None);
             par.run_segments_in(piece, base, u.id.start - base..u.id.end - base, segment, |mut seg| seg.finish(lanes));
         }
     };
     crate::pool::decode_merged(queues.len(), decode_one, emit)
+}
+
+/// The run of `q` without a gap that holds `u`, and where it starts.
+fn run_of<'q>(q: &'q Queue, u: &Unit) -> Option<(usize, &'q [u8])> {
+    q.pieces().find(|(base, p)| *base <= u.id.start && u.id.end <= base + p.len())
 }
