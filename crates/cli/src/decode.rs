@@ -11,6 +11,7 @@ use codeimage::{BaseImage, CodeTimeline, PokeEvents};
 use perfdata::PerfFile;
 use tracedecode::pt::Plan;
 use tracedecode::setup::{self, PtSetup};
+use tracedecode::units::{self, Unit, UnitId};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Summary, Trace};
 
 use crate::print::Layout;
@@ -28,6 +29,8 @@ pub struct Options {
     pub stat: bool,
     /// Threads for a buffer's PSB segments (`--threads`; default: the cores).
     pub threads: Option<u32>,
+    /// Only these units (`--segment`); all when empty.
+    pub segments: Vec<UnitId>,
 }
 
 /// Exit status 1 when the output is known to be incomplete ([`Summary::incomplete`]).
@@ -100,14 +103,36 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     match &info {
         Trace::IntelPt(info) => {
             let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-            tracedecode::pt::decode(Plan { setup: &setup, segments }, &aux, itrace, image, tl, code, &mut emit)?
+            let plan = Plan { setup: &setup, segments };
+            if opts.segments.is_empty() {
+                tracedecode::pt::decode(plan, &aux, itrace, image, tl, code, &mut emit)?
+            } else {
+                let units = chosen_units(&aux, &opts.segments, itrace, &setup)?;
+                tracedecode::pt::decode_units(plan, &aux, &units, image, tl, code, &mut emit)?
+            }
         }
+        Trace::CoreSight(_) if !opts.segments.is_empty() => bail!("--segment: CoreSight units are not decoded apart yet; decode the whole trace"),
         Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv.as_ref(), &aux, itrace, code, &mut emit)?,
     }
     out.write_all(buf.as_bytes())?;
     report_damage(&breaks, &built.losses);
     eprintln!("poketrace decode: {summary}, image {}", image_name(image));
     Ok(if summary.incomplete() { 1 } else { 0 })
+}
+
+/// The units `ids` name, in trace order, checked to be units of the input
+/// that do not overlap, for an output units give exactly (`--itrace=e`).
+fn chosen_units(queues: &[tracedecode::Queue], ids: &[UnitId], itrace: &Itrace, setup: &PtSetup) -> Result<Vec<Unit>> {
+    if itrace.branches || itrace.instructions {
+        bail!("--segment: only --itrace=e is decoded by unit for now (branch and instruction lines need the state the unit before leaves)");
+    }
+    let mut chosen = ids.iter().map(|&id| units::pt_unit(queues, id, &setup.cfg.time).map_err(anyhow::Error::msg)).collect::<Result<Vec<Unit>>>()?;
+    chosen.sort_by_key(|u| u.id);
+    chosen.dedup_by_key(|u| u.id);
+    if let Some(w) = chosen.windows(2).find(|w| w[0].id.idx == w[1].id.idx && w[1].id.start < w[0].id.end) {
+        bail!("--segment {} and {} overlap", w[0].id, w[1].id);
+    }
+    Ok(chosen)
 }
 
 /// Gaps in the AUX data and lost records, on stderr (the first few of each).

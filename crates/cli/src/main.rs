@@ -21,6 +21,7 @@ mod ptdump;
 mod ptxed;
 mod record;
 mod report;
+mod segments;
 mod symbols;
 mod text;
 mod timeline;
@@ -126,6 +127,31 @@ enum Command {
         /// cores; 1: each buffer on one thread), for --itrace=e and --stat.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         threads: Option<u32>,
+        /// Only this unit of `poketrace segments` (repeatable; Intel PT,
+        /// --itrace=e only): the lines of units decoded one after the other
+        /// are, in order, the lines of the whole decode.
+        #[arg(long = "segment", value_name = "ID", conflicts_with = "stat")]
+        segments: Vec<tracedecode::units::UnitId>,
+    },
+    /// List the independent units of a perf.data directory's trace: runs of
+    /// a buffer from a sync point (Intel PT: a PSB), never across a gap,
+    /// grouped to about --target-bytes, each decodable alone with
+    /// `decode --segment ID`.
+    ///
+    /// Columns: the ID (BUFFER.START-END), the CPU (tTID for a per-thread
+    /// buffer), the byte range in the buffer's AUX data, its bytes, the sync
+    /// points it starts at (0: CoreSight, one unit per run for now), and the
+    /// perf times of its first sync point and of the one after it.
+    Segments {
+        /// perf.data directory or file.
+        input: PathBuf,
+        /// One JSON object a unit, a line each.
+        #[arg(long)]
+        json: bool,
+        /// Bytes of trace a unit holds about: consecutive PSB segments
+        /// while they fit (at least one a unit).
+        #[arg(long, value_name = "N", default_value_t = segments::DEFAULT_TARGET)]
+        target_bytes: usize,
     },
     /// A call-stack timeline of an Intel PT or CoreSight trace in the Trace Event Format (Perfetto, speedscope), with code changes and decode problems.
     Timeline {
@@ -264,7 +290,7 @@ fn main() {
             simulate(&cfg, elf.as_deref(), &output, &mut out)
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
-        Command::Decode { input, itrace, image, json, fields, ns, symfs, stat, threads } => (|| {
+        Command::Decode { input, itrace, image, json, fields, ns, symfs, stat, threads, segments } => (|| {
             let itrace = tracedecode::Itrace::parse(&itrace)?;
             // -F takes precedence over --json.
             let layout = match (fields, json) {
@@ -272,9 +298,10 @@ fn main() {
                 (None, true) => print::Layout::Json,
                 (None, false) => print::Layout::Text,
             };
-            let opts = decode::Options { itrace, image, layout, user: symbols::user_code(symfs), stat, threads };
+            let opts = decode::Options { itrace, image, layout, user: symbols::user_code(symfs), stat, threads, segments };
             decode::run(&input, &opts, &mut out)
         })(),
+        Command::Segments { input, json, target_bytes } => segments::run(&input, target_bytes, json, &mut out),
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
         }

@@ -3,7 +3,7 @@
 //! 1 and 3 threads, and with corrupt bytes inside segments (the error, then
 //! the next segment); recorded and replayed into one sink, into a sink per
 //! segment, or walked a few segments at once on one thread (alone, or on
-//! each thread of the pool).
+//! each thread of the pool); and runs of consecutive segments decoded apart.
 
 #[path = "common/flow.rs"]
 mod common;
@@ -58,6 +58,26 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         let (joined, parts) = pool.install(|| joined_segments(&lanes, trace));
         assert_eq!(parts, segments(trace).len(), "{what}, 4 lanes a thread: a sink per segment");
         assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: 4 lanes a thread, segment sinks joined differ");
+        // Three runs of consecutive segments decoded apart (`run_segments_in`),
+        // and all in one run (in groups, walked at once with 4 lanes), the
+        // buffer said to be 1000 bytes into the trace: the same, error
+        // offsets 1000 on.
+        let moved: Vec<FlowEvent> = want
+            .iter()
+            .map(|&e| match e {
+                FlowEvent::Error { offset, time, ip, kind } => FlowEvent::Error { offset: offset + 1000, time, ip, kind },
+                e => e,
+            })
+            .collect();
+        let cuts = segments(trace);
+        for (how, par, runs) in [("one lane", &par, 3), ("4 lanes", &lanes, 3), ("4 lanes, one run", &lanes, 1)] {
+            let mut joined = Vec::new();
+            for run in cuts.chunks(cuts.len().div_ceil(runs)) {
+                let starts = run[0].0..run[run.len() - 1].1;
+                pool.install(|| par.run_segments_in(trace, 1000, starts, common::Blocks::default, |b| joined.extend(b.events)));
+            }
+            assert!(joined == moved, "{what}, {threads} threads, cpu {cpu}, {how}: runs of segments decoded apart differ");
+        }
         // The segments walked in turn on this thread, a few at once or all.
         for lanes in [1, 3, 64] {
             let (mut joined, mut parts) = (Vec::new(), 0);

@@ -23,6 +23,7 @@ pub mod setup;
 mod stats;
 mod summary;
 mod threads;
+pub mod units;
 
 pub use input::{Input, Trace};
 pub use itrace::Itrace;

@@ -208,11 +208,12 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
 
     /// Starts over on one PSB segment of `whole`, `start..end` (`start` at a
     /// PSB, `end` at the next, or the end): the run stops where the walk
-    /// would read the packet at `end`, and error offsets are `whole`'s.
-    pub(crate) fn reset_segment(&mut self, whole: &'a [u8], start: usize, end: usize) {
+    /// would read the packet at `end`, and error offsets are `whole`'s
+    /// from `base` (where `whole` is in the trace).
+    pub(crate) fn reset_segment(&mut self, whole: &'a [u8], base: usize, start: usize, end: usize) {
         self.buf = &whole[start..];
         self.st = State::new(self.buf, if end >= whole.len() { usize::MAX } else { end - start });
-        self.base = start;
+        self.base = base + start;
         self.cache.refresh();
     }
 

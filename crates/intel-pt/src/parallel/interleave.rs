@@ -21,15 +21,17 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// to `done` in trace order. The block cache is this decoder's, kept.
     pub fn run_interleaved<S: FlowSink>(&mut self, buf: &'a [u8], lanes: usize, make: impl FnMut() -> S, done: impl FnMut(S)) {
         self.cache.refresh();
-        self.interleave(buf, &segments(buf), lanes, make, done);
+        self.interleave(buf, 0, &segments(buf), lanes, make, done);
     }
 
     /// [`Self::run_interleaved`] over the segments of `buf` that `cuts`
-    /// gives (from one PSB to the next, or the end; in order), over the
-    /// shared block table this decoder took last (`BlockCache::refresh`).
+    /// gives (from one PSB to the next, or the end; in order; offsets from
+    /// `base`), over the shared block table this decoder took last
+    /// (`BlockCache::refresh`).
     pub(super) fn interleave<S: FlowSink>(
         &mut self,
         buf: &'a [u8],
+        base: usize,
         cuts: &[(usize, usize)],
         lanes: usize,
         mut make: impl FnMut() -> S,
@@ -50,7 +52,7 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
                 let (start, end) = cuts[started];
                 let mut st = State::new(&buf[start..], if end >= buf.len() { usize::MAX } else { end - start });
                 self.walker.start(&mut st, &buf[start..]);
-                walks.push((st, start, started, make()));
+                walks.push((st, base + start, started, make()));
                 finished.push_back(None);
                 started += 1;
             }

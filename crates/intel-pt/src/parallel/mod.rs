@@ -22,6 +22,7 @@
 //! inner targets that do not fit in one) and handed out as blocks, not as
 //! an event for each instruction.
 
+use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
 mod interleave;
@@ -100,6 +101,8 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         // recordings, each a copy of its blocks, than the caches hold.)
         self.segments_in_groups(
             buf,
+            0,
+            &segments(buf),
             false,
             || self.spare(),
             |mut rec: Recording| {
@@ -118,12 +121,37 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// what a segment's events become (counts, coverage, formatted lines)
     /// can be worked out apart and put together in order.
     pub fn run_segments<S: FlowSink + Send>(&self, buf: &'a [u8], make: impl FnMut() -> S, done: impl FnMut(S)) {
-        self.segments_in_groups(buf, true, make, done);
+        self.segments_in_groups(buf, 0, &segments(buf), true, make, done);
     }
 
-    /// [`Self::run_segments`], with groups of one segment unless `grouped`.
-    fn segments_in_groups<S: FlowSink + Send>(&self, buf: &'a [u8], grouped: bool, mut make: impl FnMut() -> S, mut done: impl FnMut(S)) {
-        let cuts = segments(buf);
+    /// [`Self::run_segments`] for only the PSB segments of `buf` that start
+    /// in `starts`, with offsets from `base` (where `buf` is in the whole
+    /// trace): each gives the events it gives within the whole run, so
+    /// consecutive ranges decoded apart, in order, give the whole run's events.
+    pub fn run_segments_in<S: FlowSink + Send>(
+        &self,
+        buf: &'a [u8],
+        base: usize,
+        starts: Range<usize>,
+        make: impl FnMut() -> S,
+        done: impl FnMut(S),
+    ) {
+        let mut cuts = segments(buf);
+        cuts.retain(|(start, _)| starts.contains(start));
+        self.segments_in_groups(buf, base, &cuts, true, make, done);
+    }
+
+    /// [`Self::run_segments`] over `cuts`, offsets from `base`, with groups
+    /// of one segment unless `grouped`.
+    fn segments_in_groups<S: FlowSink + Send>(
+        &self,
+        buf: &'a [u8],
+        base: usize,
+        cuts: &[(usize, usize)],
+        grouped: bool,
+        mut make: impl FnMut() -> S,
+        mut done: impl FnMut(S),
+    ) {
         let threads = rayon::current_num_threads().max(1);
         // Consecutive segments in groups, a group decoded by one thread: as
         // many as keep each thread [`PER_THREAD`] groups to decode.
@@ -147,7 +175,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
                     let (slot, group, decoded_so_far, filled) = (&slots[spawned % ahead], groups[spawned], &decoded, &filled);
                     let sinks: Vec<S> = group.iter().map(|_| make()).collect();
                     s.spawn_fifo(move |_| {
-                        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode(buf, group, sinks)));
+                        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode(buf, base, group, sinks)));
                         *slot.lock().expect("no panic while held") = Some(decoded);
                         *decoded_so_far.lock().expect("no panic while held") += 1;
                         filled.notify_all();
@@ -181,7 +209,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// `sinks` (as many), on a decoder from the pool: the segments walked
     /// at once when the blocks outgrow the caches near the core (or as
     /// [`Self::with_lanes`] says), else one after the other.
-    fn decode<S: FlowSink>(&self, buf: &'a [u8], group: &[(usize, usize)], mut sinks: Vec<S>) -> Vec<S> {
+    fn decode<S: FlowSink>(&self, buf: &'a [u8], base: usize, group: &[(usize, usize)], mut sinks: Vec<S>) -> Vec<S> {
         let mut dec = {
             let mut decoders = self.decoders.lock().expect("no panic while held");
             match decoders.1.pop() {
@@ -193,11 +221,11 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         let lanes = self.lanes.unwrap_or(if dec.cache.large() { LANES } else { 1 });
         if lanes > 1 && group.len() > 1 {
             let (mut made, mut out) = (sinks.into_iter(), Vec::with_capacity(group.len()));
-            dec.interleave(buf, group, lanes, || made.next().expect("a sink per segment"), |s| out.push(s));
+            dec.interleave(buf, base, group, lanes, || made.next().expect("a sink per segment"), |s| out.push(s));
             sinks = out;
         } else {
             for (&(start, end), sink) in group.iter().zip(&mut sinks) {
-                dec.reset_segment(buf, start, end);
+                dec.reset_segment(buf, base, start, end);
                 dec.run_with(sink);
             }
         }

@@ -6,12 +6,13 @@ mod count;
 mod error_code;
 mod errors;
 mod lines;
+mod plan;
+mod units;
 
 use std::sync::Mutex;
 
 use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
-use intel_pt::flow::{FlowDecoder, FlowSink};
 use intel_pt::parallel::ParallelFlow;
 
 use self::count::Count;
@@ -23,27 +24,12 @@ use crate::lanes::Lanes;
 use crate::line::Out;
 use crate::mode::ImageMode;
 use crate::queue::Queue;
-use crate::setup::PtSetup;
 use crate::stats::Stats;
 use crate::Error;
 
-/// How the queues are decoded: the set-up, and whether a buffer's PSB
-/// segments decode in parallel.
-#[derive(Clone, Copy)]
-pub struct Plan<'a> {
-    pub setup: &'a PtSetup,
-    /// Each buffer's PSB segments decode on rayon's global pool, where
-    /// the output allows (errors only, counts) and each PSB+ carries a TSC;
-    /// else a buffer decodes on one thread.
-    pub segments: bool,
-}
-
-impl Plan<'_> {
-    /// Whether a buffer is cut at its PSBs.
-    fn cut(&self) -> bool {
-        self.segments && self.setup.psb_tsc
-    }
-}
+pub use self::plan::Plan;
+use self::plan::{decoder, run_pieces};
+pub use self::units::decode_units;
 
 /// Decodes every queue over `tl` (or `code`, the code before any change,
 /// for [`ImageMode::Static`]) and passes its lines to `emit` in (time,
@@ -128,27 +114,4 @@ fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue], code: &C, u
     };
     crate::pool::decode_merged::<Error>(queues.len(), decode_one, &mut |_| Ok(()))?;
     Ok(total.into_inner().unwrap_or_else(|e| e.into_inner()))
-}
-
-/// A decoder over `code` as the set-up says (with the trace's address
-/// filter, when it had one), without a buffer yet.
-fn decoder<'a, C: CodeSource>(setup: &PtSetup, code: &'a C, upper_bounds: bool) -> FlowDecoder<'a, C> {
-    let mut dec = FlowDecoder::new(&[], code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc);
-    if let Some(f) = setup.filter {
-        dec = dec.with_addr_filter(f);
-    }
-    if upper_bounds {
-        dec
-    } else {
-        dec.with_upper_bounds(false)
-    }
-}
-
-/// Decodes each piece of `q`'s trace on its own: never across a gap in
-/// the AUX data (each starts at its first PSB).
-fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, q: &'a Queue, sink: &mut impl FlowSink) {
-    for (base, piece) in q.pieces() {
-        dec.reset_at(piece, base);
-        dec.run_with(sink);
-    }
 }

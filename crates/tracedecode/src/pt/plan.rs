@@ -1,0 +1,49 @@
+//! How a buffer is decoded: the set-up, segments or not, and the decoder
+//! that each way starts from.
+
+use codeimage::window::CodeSource;
+use intel_pt::flow::{FlowDecoder, FlowSink};
+
+use crate::queue::Queue;
+use crate::setup::PtSetup;
+
+/// How the queues are decoded: the set-up, and whether a buffer's PSB
+/// segments decode in parallel.
+#[derive(Clone, Copy)]
+pub struct Plan<'a> {
+    pub setup: &'a PtSetup,
+    /// Each buffer's PSB segments decode on rayon's global pool, where
+    /// the output allows (errors only, counts) and each PSB+ carries a TSC;
+    /// else a buffer decodes on one thread.
+    pub segments: bool,
+}
+
+impl Plan<'_> {
+    /// Whether a buffer is cut at its PSBs.
+    pub(super) fn cut(&self) -> bool {
+        self.segments && self.setup.psb_tsc
+    }
+}
+
+/// A decoder over `code` as the set-up says (with the trace's address
+/// filter, when it had one), without a buffer yet.
+pub(super) fn decoder<'a, C: CodeSource>(setup: &PtSetup, code: &'a C, upper_bounds: bool) -> FlowDecoder<'a, C> {
+    let mut dec = FlowDecoder::new(&[], code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc);
+    if let Some(f) = setup.filter {
+        dec = dec.with_addr_filter(f);
+    }
+    if upper_bounds {
+        dec
+    } else {
+        dec.with_upper_bounds(false)
+    }
+}
+
+/// Decodes each piece of `q`'s trace on its own: never across a gap in
+/// the AUX data (each starts at its first PSB).
+pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, q: &'a Queue, sink: &mut impl FlowSink) {
+    for (base, piece) in q.pieces() {
+        dec.reset_at(piece, base);
+        dec.run_with(sink);
+    }
+}
