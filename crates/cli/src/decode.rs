@@ -85,7 +85,9 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         return Ok(if summary.incomplete() { 1 } else { 0 });
     }
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);
+    let mut progress = crate::progress::Progress::over_file("decode", &file);
     let mut emit = |l: &Out| -> Result<()> {
+        progress.line(l.time);
         let printed = itrace.errors || !matches!(l.kind, Kind::Error { .. });
         summary.observe(l, printed);
         if !printed {
@@ -114,6 +116,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         Trace::CoreSight(_) if !opts.segments.is_empty() => bail!("--segment: CoreSight units are not decoded apart yet; decode the whole trace"),
         Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv.as_ref(), &aux, itrace, code, &mut emit)?,
     }
+    progress.finish();
     out.write_all(buf.as_bytes())?;
     report_damage(&breaks, &built.losses);
     eprintln!("poketrace decode: {summary}, image {}", image_name(image));

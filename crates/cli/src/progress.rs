@@ -29,6 +29,18 @@ impl Progress {
         Progress { bar, start, span: end.saturating_sub(start).max(1), lines: 0 }
     }
 
+    /// A bar named `what` over the session span of `file` (read only when
+    /// the bar shows: another pass over the records).
+    pub fn over_file(what: &str, file: &perfdata::PerfFile) -> Progress {
+        match std::io::stderr().is_terminal() {
+            true => {
+                let (start, end) = crate::lines::session_span(file).unwrap_or((0, 0));
+                Progress::over(what, start, end)
+            }
+            false => Progress { bar: None, start: 0, span: 1, lines: 0 },
+        }
+    }
+
     /// A line decoded at perf time `t`.
     #[inline]
     pub fn line(&mut self, t: u64) {
