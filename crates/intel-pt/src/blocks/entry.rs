@@ -13,6 +13,12 @@ pub(super) const INLINE: usize = 15;
 /// Return addresses a spilled block keeps in its entry (as offsets from its
 /// start, in `lens[3..]`), so that running it reads no arena.
 pub(super) const INLINE_PUSHES: usize = 3;
+/// Where a spilled block with fewer than [`INLINE_PUSHES`] return addresses
+/// in its entry counts its calls (past the return addresses' room in use),
+/// so that counting them reads no arena. With that many in the entry, its
+/// calls are as many (a block with a call that pushes nothing then keeps
+/// its return addresses in the arena).
+pub(super) const CALLS_AT: usize = INLINE - 1;
 /// In a length byte, over the length (bits 0-3): what the instruction is.
 pub(crate) const NOP: u8 = 1 << 4;
 pub(crate) const JUMP: u8 = 2 << 4;
@@ -48,7 +54,8 @@ pub(crate) struct Block {
     /// spilled block (lengths in the arena), `[0]` and `[1]` count its
     /// targets and the return addresses after them in the target arena,
     /// `[2]` the return addresses kept instead in `[3..]` (at most
-    /// [`INLINE_PUSHES`], each an `i32` from `start`, little-endian).
+    /// [`INLINE_PUSHES`], each an `i32` from `start`, little-endian), and
+    /// [`CALLS_AT`] its calls, unless `[2]` is [`INLINE_PUSHES`].
     pub(super) lens: [u8; INLINE],
 }
 
@@ -85,6 +92,17 @@ impl Block {
     #[inline(always)]
     pub fn inline(&self) -> bool {
         self.targets == u32::MAX
+    }
+
+    /// How many instructions before the last are direct jumps, and how
+    /// many direct calls, from the entry alone.
+    #[inline(always)]
+    pub fn inner_jumps_and_calls(&self) -> (usize, usize) {
+        if self.inline() {
+            return (0, 0);
+        }
+        let calls = if self.lens[2] as usize == INLINE_PUSHES { INLINE_PUSHES } else { self.lens[CALLS_AT] as usize };
+        (self.lens[0] as usize - calls, calls)
     }
 
     /// Length bytes of the instructions before the last, and the targets of

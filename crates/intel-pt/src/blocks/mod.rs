@@ -33,7 +33,7 @@ mod table;
 mod tests;
 
 pub(crate) use self::entry::{Block, CALL, CLASSES, JUMP, MAX_BLOCK_INSNS};
-use self::entry::{INLINE, INLINE_PUSHES, NOP};
+use self::entry::{CALLS_AT, INLINE, INLINE_PUSHES, NOP};
 pub use self::table::SharedBlocks;
 use self::table::{hash, published, Arenas, Table, PROBES};
 
@@ -95,6 +95,7 @@ struct Building {
     n_lens: usize,
     n_targets: usize,
     n_pushes: usize,
+    n_calls: usize,
 }
 
 impl Building {
@@ -121,6 +122,7 @@ impl Default for BlockCache {
             n_lens: 0,
             n_targets: 0,
             n_pushes: 0,
+            n_calls: 0,
         };
         let mut c = BlockCache {
             table: Table::none(),
@@ -358,13 +360,17 @@ impl BlockCache {
             // (At most MAX_BLOCK_INSNS - 1 of each.)
             b.lens[0] = new.n_targets as u8;
             let rel = |ret: u64| i32::try_from(ret.wrapping_sub(start) as i64).ok();
-            if new.n_pushes <= INLINE_PUSHES && new.pushes().iter().all(|&ret| rel(ret).is_some()) {
+            let fits = new.n_pushes < INLINE_PUSHES || new.n_pushes == INLINE_PUSHES && new.n_calls == INLINE_PUSHES;
+            if fits && new.pushes().iter().all(|&ret| rel(ret).is_some()) {
                 b.lens[2] = new.n_pushes as u8;
                 for (at, &ret) in b.lens[3..].chunks_exact_mut(4).zip(new.pushes()) {
                     at.copy_from_slice(&rel(ret).expect("checked").to_le_bytes());
                 }
             } else {
                 b.lens[1] = new.n_pushes as u8;
+            }
+            if (b.lens[2] as usize) < INLINE_PUSHES {
+                b.lens[CALLS_AT] = new.n_calls as u8;
             }
         }
         // Twice at most: the table or its arenas may be full, and replaced.
@@ -477,6 +483,7 @@ impl BlockCache {
             (BranchClass::DirectCall, Some(t)) => {
                 new.targets[new.n_targets] = t;
                 new.n_targets += 1;
+                new.n_calls += 1;
                 let next = ip.wrapping_add(insn.len as u64);
                 // A zero-length CALL (to the next IP) is not pushed (SDM).
                 if t != next {
@@ -493,6 +500,6 @@ impl BlockCache {
 
     pub fn discard(&mut self) {
         let new = &mut self.building;
-        (new.n_lens, new.n_targets, new.n_pushes) = (0, 0, 0);
+        (new.n_lens, new.n_targets, new.n_pushes, new.n_calls) = (0, 0, 0, 0);
     }
 }

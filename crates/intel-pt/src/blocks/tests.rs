@@ -150,6 +150,47 @@ fn return_addresses_in_the_entry_or_the_arena() {
     }
 }
 
+/// A block's inner jumps and calls, read from its entry, are those its
+/// instructions hold, however its return addresses are kept: none, some or
+/// [`INLINE_PUSHES`] in the entry, in the arena (too many, too far), and with
+/// calls to the next instruction, which push nothing.
+#[test]
+fn inner_jumps_and_calls_from_the_entry() {
+    let start = 0x40_0000u64;
+    for pattern in 0u32..(1 << 11) {
+        let mut cache = BlockCache::default();
+        let (mut ip, mut want) = (start, (0, 0));
+        // Two bits an instruction: plain, jump, call, or call to the next
+        // instruction; bit 10 makes a call in first place a far one (its return
+        // addresses go to the arena).
+        for i in 0..5 {
+            let (class, to) = match pattern >> (2 * i) & 3 {
+                0 => (BranchClass::None, None),
+                1 => (BranchClass::DirectJump, Some(ip + 0x40)),
+                2 if i == 0 && pattern & 0x400 != 0 => (BranchClass::DirectCall, Some(ip.wrapping_add(4 << 30))),
+                2 => (BranchClass::DirectCall, Some(ip + 0x80)),
+                _ => (BranchClass::DirectCall, Some(ip + 5)),
+            };
+            match class {
+                BranchClass::DirectJump => want.0 += 1,
+                BranchClass::DirectCall => want.1 += 1,
+                _ => {}
+            }
+            let insn = Insn { len: 5, class, target: to };
+            cache.push(ip, &insn);
+            ip = to.unwrap_or(ip + 5);
+        }
+        assert!(cache.insert(start, 0..10, ip, Insn { len: 1, class: BranchClass::Return, target: None }));
+        let b = cache.get(start, |_| true).expect("added");
+        assert_eq!(b.inner_jumps_and_calls(), want, "pattern {pattern:#x}");
+        let mut pushes = 0;
+        cache.each_push(b, |_| pushes += 1);
+        let (lens, _) = cache.insns(b);
+        let zero_length = lens.iter().zip(0..).filter(|&(&l, i)| l & !15 == CALL && pattern >> (2 * i) & 3 == 3).count();
+        assert_eq!(pushes, want.1 - zero_length, "pattern {pattern:#x}: return addresses");
+    }
+}
+
 /// A table no one shares replaces an older block at the same start; a
 /// shared one keeps the first version for all, and each cache keeps
 /// the later ones in its own table, replaced there as versions change.

@@ -126,13 +126,10 @@ impl<'c> InsnBlock<'c> {
 
     /// How many instructions before the last are direct jumps, and how
     /// many direct calls (each taken: the block goes on at its target).
-    #[inline]
+    /// (Counted when the block was cached: this reads its entry alone.)
+    #[inline(always)]
     pub fn inner_jumps_and_calls(&self) -> (usize, usize) {
-        if self.targets.is_empty() {
-            return (0, 0);
-        }
-        let calls = self.lens.iter().filter(|&&l| l & !15 == CALL).count();
-        (self.targets.len() - calls, calls)
+        self.entry.inner_jumps_and_calls()
     }
 
     /// Each instruction in order, as the [`FlowEvent::Insn`] stepping
