@@ -71,6 +71,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             st.peeked = None;
             st.walked = 0;
             st.after_ovf = true;
+            st.after_error = false;
             st.awaiting_fup = None;
             return true;
         }
@@ -97,7 +98,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
         st.resumed_at = None;
         let wait_for_psb = matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::BadContext | FlowErrorKind::NoProgress);
-        if self.recovery == Recovery::NextTip && !wait_for_psb && !resumed_into_nothing {
+        let at_tip = match self.recovery {
+            Recovery::NextTip => !resumed_into_nothing,
+            Recovery::EachTip => true,
+            Recovery::NextPsb => false,
+        };
+        if at_tip && !wait_for_psb {
             st.ip = None;
             st.tnt_count = 0;
             st.stack.clear();
