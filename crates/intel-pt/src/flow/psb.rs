@@ -6,7 +6,7 @@
 use super::config::Recovery;
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::packets::Packets;
-use super::state::{packet_failure, Failure, State, DISABLED_AT_BRANCH, SEGMENT_END};
+use super::state::{packet_failure, Failure, Flow, State, DISABLED_AT_BRANCH, SEGMENT_END};
 use super::walk::Walker;
 use crate::Packet;
 use codeimage::window::CodeSource;
@@ -24,7 +24,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
             return false;
         }
-        if !st.events.is_empty() {
+        if !st.events.is_empty() && !self.keeps_bound(st, &f, sink) {
             if f.kind == FlowErrorKind::Overflow {
                 // What waited for a FUP the overflow took goes after the
                 // rest (an MWAIT waits with the EXSTOP after it).
@@ -122,6 +122,25 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if !resync.psb_found || resync.end >= st.stop_at {
             return false;
         }
+        true
+    }
+
+    /// Whether the events of state packets wait past the error `f` for
+    /// their FUP, the next flow packet, where the walk resumes; if so, the
+    /// others go out now.
+    #[cold]
+    fn keeps_bound(&self, st: &mut State<'a>, f: &Failure, sink: &mut impl FlowSink) -> bool {
+        let resumes =
+            self.recovery != Recovery::NextPsb && !matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::Overflow | FlowErrorKind::EndOfTrace);
+        if !resumes || !matches!(st.peeked, Some((_, Flow::Bind { ip: Some(_), .. }))) {
+            return false;
+        }
+        let waits = |e: &FlowEvent| matches!(e, FlowEvent::State { packet, restated: false, .. } if super::report::wants_fup(packet));
+        for e in st.events.iter().filter(|e| !waits(e)) {
+            sink.event(*e);
+        }
+        st.events.retain(waits);
+        st.ready = 0;
         true
     }
 

@@ -210,6 +210,17 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.ip = Some(at);
                     Ok(true)
                 }
+                Some((_, Flow::Bind { ip: Some(at), .. })) if st.after_error => {
+                    // The FUP of state packets says where execution is.
+                    st.take_peeked();
+                    if !trial {
+                        self.flush_bound(st, at, sink);
+                    }
+                    st.after_error = false;
+                    st.resumed_at = Some(at);
+                    st.ip = Some(at);
+                    Ok(true)
+                }
                 Some((_, Flow::Fup(Some(from)))) if st.after_error => {
                     st.take_peeked();
                     self.resume_at_event(st, from, sink, trial)
