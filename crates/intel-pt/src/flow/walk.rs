@@ -221,6 +221,17 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.ip = Some(at);
                     Ok(true)
                 }
+                Some((_, Flow::Pgd(to))) if st.after_error && self.state_events => {
+                    // Waiting for a TIP after an error, tracing counts as
+                    // on (as libipt resyncs): it stops here.
+                    st.take_peeked();
+                    if !trial {
+                        self.flush(st, sink, false);
+                        sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to });
+                    }
+                    st.after_error = false;
+                    Ok(true)
+                }
                 Some((_, Flow::Fup(Some(from)))) if st.after_error => {
                     st.take_peeked();
                     self.resume_at_event(st, from, sink, trial)
