@@ -113,7 +113,9 @@ struct Gen {
     packets: Vec<(usize, Packet)>,
     /// Each PSB's offset and the truth's length there (where decoding resumes).
     psbs: Vec<(usize, usize)>,
-    /// The same for each TIP: the truth from its target on.
+    /// The same for each TIP (the truth from its target on) and each FUP
+    /// of an event (from the event on: a FUP and TIP after an error are
+    /// where execution went).
     tips: Vec<(usize, usize)>,
 }
 
@@ -184,6 +186,7 @@ impl Gen {
         self.bit(c);
         if !c {
             self.flush();
+            self.tips.push((self.out.len(), self.truth.len()));
             self.truth.push(E::Trap(0x42, 0x60));
             let ip = self.enc.compress(K + 0x42);
             self.put(Packet::Fup(ip));
@@ -258,7 +261,7 @@ fn clean_traces_decode_to_the_truth() {
 /// Where decoding must resume after damage at `offset` that gives an error
 /// of `kind`: the truth from the first PSB after it; or, when the packets
 /// are whole (not a bad packet, not an overflow), from the first TIP's
-/// target if that comes first.
+/// target (or event: FUP and TIP) if that comes first.
 fn resumes(g: &Gen, offset: usize, kind: FlowErrorKind) -> &[E] {
     let psb = g.psbs.iter().find(|&&(at, _)| at > offset);
     let tip = match kind {

@@ -31,6 +31,9 @@ pub enum Recovery {
     NextTip,
     /// At the next PSB, as libipt does.
     NextPsb,
+    /// At the next TIP's target (or TIP.PGE, or PSB+), also after a
+    /// target without code, as libipt's ptxed resyncs on an error.
+    EachTip,
 }
 
 /// The address filter the trace was made with: IA32_RTIT_CTL's ADDRn_CFG

@@ -33,9 +33,14 @@
 //! whose FUP the walk does not reach: at that FUP. Otherwise the packets
 //! are whole and the walk and the trace disagree (a TNT bit flipped, a TIP's
 //! IP damaged, code other than what ran): the walk resumes at the next
-//! TIP's target ([`Recovery::NextTip`], as perf does), or at the next PSB if
-//! that target has no code (its compressed IP built on a damaged last IP);
-//! [`Recovery::NextPsb`] always waits for the next PSB, as libipt does.
+//! TIP's target ([`Recovery::NextTip`], as perf does; a FUP and TIP there
+//! are an event from the FUP's IP, as libipt takes them), or at the next
+//! PSB if that target has no code (its compressed IP built on a damaged
+//! last IP); [`Recovery::EachTip`] resumes at each TIP even then, as
+//! libipt's ptxed --resync-on-error does; [`Recovery::NextPsb`] always
+//! waits for the next PSB, as libipt does. Errors are placed where libipt
+//! places them: at a TIP the walk has yet to take, past a TNT, FUP or
+//! TIP.PGD read ahead.
 //! Measured on the simulator's int3 run (4 CPUs, 200,000 instructions each,
 //! TSC every 20 ns), 64 bits flipped per CPU, 3 seeds, timeline mode,
 //! instructions right / wrong / missing of 2,400,000, and errors

@@ -6,7 +6,7 @@
 use super::config::Recovery;
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::packets::Packets;
-use super::state::{packet_failure, Failure, State, DISABLED_AT_BRANCH, SEGMENT_END};
+use super::state::{packet_failure, Failure, Flow, State, DISABLED_AT_BRANCH, SEGMENT_END};
 use super::walk::Walker;
 use crate::Packet;
 use codeimage::window::CodeSource;
@@ -24,7 +24,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
             return false;
         }
-        if !st.events.is_empty() {
+        if !st.events.is_empty() && !self.keeps_bound(st, &f, sink) {
             if f.kind == FlowErrorKind::Overflow {
                 // What waited for a FUP the overflow took goes after the
                 // rest (an MWAIT waits with the EXSTOP after it).
@@ -71,6 +71,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             st.peeked = None;
             st.walked = 0;
             st.after_ovf = true;
+            st.after_error = false;
             st.awaiting_fup = None;
             return true;
         }
@@ -97,7 +98,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
         st.resumed_at = None;
         let wait_for_psb = matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::BadContext | FlowErrorKind::NoProgress);
-        if self.recovery == Recovery::NextTip && !wait_for_psb && !resumed_into_nothing {
+        let at_tip = match self.recovery {
+            Recovery::NextTip => !resumed_into_nothing,
+            Recovery::EachTip => true,
+            Recovery::NextPsb => false,
+        };
+        if at_tip && !wait_for_psb {
             st.ip = None;
             st.tnt_count = 0;
             st.stack.clear();
@@ -116,6 +122,25 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if !resync.psb_found || resync.end >= st.stop_at {
             return false;
         }
+        true
+    }
+
+    /// Whether the events of state packets wait past the error `f` for
+    /// their FUP, the next flow packet, where the walk resumes; if so, the
+    /// others go out now.
+    #[cold]
+    fn keeps_bound(&self, st: &mut State<'a>, f: &Failure, sink: &mut impl FlowSink) -> bool {
+        let resumes =
+            self.recovery != Recovery::NextPsb && !matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::Overflow | FlowErrorKind::EndOfTrace);
+        if !resumes || !matches!(st.peeked, Some((_, Flow::Bind { ip: Some(_), .. }))) {
+            return false;
+        }
+        let waits = |e: &FlowEvent| matches!(e, FlowEvent::State { packet, restated: false, .. } if super::report::wants_fup(packet));
+        for e in st.events.iter().filter(|e| !waits(e)) {
+            sink.event(*e);
+        }
+        st.events.retain(waits);
+        st.ready = 0;
         true
     }
 

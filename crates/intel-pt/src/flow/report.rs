@@ -86,7 +86,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     }
 
     /// A TIP.PGE at `ip`: tracing starts there. Its event goes before the
-    /// MODE.Exec that came with it (which takes its IP), after the rest.
+    /// MODE.Exec that came with it (which takes its IP), after the rest;
+    /// after an error, a disable goes before it.
     #[cold]
     pub(super) fn queue_enabled(&self, st: &mut State<'a>, ip: Option<u64>) {
         let (Some(ip), true) = (ip, self.state_events) else { return };
@@ -102,6 +103,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.awaiting_fup = None;
         st.events.insert(at, FlowEvent::Enabled { time: st.clock.now, ip, resumed });
+        if st.after_error {
+            // Waiting for a TIP after an error, tracing counts as on (as
+            // libipt resyncs): a TIP.PGE says it was off first.
+            st.events.insert(at, FlowEvent::End { time: st.clock.now, at: None, disabled: true, to: None });
+        }
         st.pending = true;
         st.ready = st.events.len();
     }

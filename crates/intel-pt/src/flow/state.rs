@@ -158,6 +158,18 @@ impl<'a> State<'a> {
         !self.events.is_empty() || !self.held.is_empty() || !self.counted.is_empty() || self.overflow.is_some()
     }
 
+    /// Where an error of the walk is (as libipt places it): at the TIP or
+    /// FUP of state packets it has yet to take; past a TNT, TIP.PGD or
+    /// another FUP peeked (their bits and events are read ahead of the
+    /// walk) and any other packet read.
+    #[cold]
+    pub(super) fn error_offset(&self) -> usize {
+        match self.peeked {
+            Some((at, Flow::Tip(_) | Flow::Bind { .. })) => at,
+            _ => self.packets.offset(),
+        }
+    }
+
     /// Takes the peeked flow packet: what follows it ran after the timing
     /// packets before it.
     #[inline(always)]

@@ -98,6 +98,26 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
     }
 
+    /// After an error, the FUP at `from` just taken: with a TIP after it,
+    /// an asynchronous event that says where execution went
+    /// ([`FlowEvent::Trap`]), where the walk resumes, as libipt takes it;
+    /// else the FUP alone is dropped.
+    #[cold]
+    pub(super) fn resume_at_event(&self, st: &mut State<'a>, from: u64, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
+        let Some((_, Flow::Tip(Some(to)))) = self.peek_flow(st)? else { return Ok(true) };
+        st.take_peeked();
+        if !trial {
+            if !st.events.is_empty() {
+                self.flush(st, sink, false);
+            }
+            sink.event(FlowEvent::Trap { from, to, time: st.clock.lo });
+        }
+        st.after_error = false;
+        st.resumed_at = Some(to);
+        st.ip = Some(to);
+        Ok(true)
+    }
+
     /// Whether no packet is left to read.
     pub(super) fn at_trace_end(&self, st: &State<'a>) -> bool {
         st.peeked.is_none() && st.packets.offset() < st.stop_at && matches!(st.packets.dec.clone().skip_packet(), Ok(None))

@@ -39,7 +39,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
         }
         if options.is_empty() {
-            return Err(first_err.unwrap_or(Failure { offset: st.packets.offset(), kind: FlowErrorKind::Unmapped }));
+            return Err(first_err.unwrap_or(Failure { offset: st.error_offset(), kind: FlowErrorKind::Unmapped }));
         }
         Ok(options)
     }

@@ -158,7 +158,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.pgd_ip = ip;
                     return Err(Failure { offset: DISABLED_AT_BRANCH, kind: FlowErrorKind::NoTnt });
                 }
-                (offset, _) => return Err(Failure { offset, kind: FlowErrorKind::NoTnt }),
+                (offset, flow) => return Err(mismatch(st, offset, flow, FlowErrorKind::NoTnt)),
             }
         }
         st.tnt_count -= 1;
@@ -179,7 +179,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 st.pgd_ip = ip;
                 Ok(None)
             }
-            (offset, _) => Err(Failure { offset, kind: FlowErrorKind::NoTip }),
+            (offset, flow) => Err(mismatch(st, offset, flow, FlowErrorKind::NoTip)),
         }
     }
 
@@ -214,6 +214,32 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.resumed_at = Some(at);
                     st.ip = Some(at);
                     Ok(true)
+                }
+                Some((_, Flow::Bind { ip: Some(at), .. })) if st.after_error => {
+                    // The FUP of state packets says where execution is.
+                    st.take_peeked();
+                    if !trial {
+                        self.flush_bound(st, at, sink);
+                    }
+                    st.after_error = false;
+                    st.resumed_at = Some(at);
+                    st.ip = Some(at);
+                    Ok(true)
+                }
+                Some((_, Flow::Pgd(to))) if st.after_error && self.state_events => {
+                    // Waiting for a TIP after an error, tracing counts as
+                    // on (as libipt resyncs): it stops here.
+                    st.take_peeked();
+                    if !trial {
+                        self.flush(st, sink, false);
+                        sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to });
+                    }
+                    st.after_error = false;
+                    Ok(true)
+                }
+                Some((_, Flow::Fup(Some(from)))) if st.after_error => {
+                    st.take_peeked();
+                    self.resume_at_event(st, from, sink, trial)
                 }
                 Some((_, Flow::Fup(Some(at)) | Flow::Bind { ip: Some(at), .. })) if st.after_ovf => {
                     st.take_peeked();
@@ -255,7 +281,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         let mut buf = [0u8; 16];
         let (insn, uncertain) = match self.code.fetch(ip, st.clock.lo, st.clock.hi, 0, &mut buf) {
-            Fetch::Unmapped => return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::Unmapped }),
+            Fetch::Unmapped => return Err(Failure { offset: st.error_offset(), kind: FlowErrorKind::Unmapped }),
             Fetch::Exact(n) => match self.classify(ip, &buf[..n], st) {
                 Ok(insn) => (insn, false),
                 Err(f) => return self.undecodable(st, ip, f, sink, trial),
@@ -415,7 +441,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     }
 
     pub(super) fn classify(&self, ip: u64, bytes: &[u8], st: &State<'a>) -> Result<Insn, Failure> {
-        isa::classify_x86_64(ip, bytes, &self.cfg.idioms).map_err(|_| Failure { offset: st.packets.offset(), kind: FlowErrorKind::BadInsn })
+        isa::classify_x86_64(ip, bytes, &self.cfg.idioms).map_err(|_| Failure { offset: st.error_offset(), kind: FlowErrorKind::BadInsn })
     }
 
     /// Moves past `insn` at `ip`, consuming the packets it needs.
@@ -469,6 +495,18 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         };
         Ok(())
     }
+}
+
+/// The walk needed a TNT or TIP (`kind`) and the trace has `flow`, at
+/// `offset`, instead. A FUP is read ahead as an event (libipt's error is
+/// after it) and stays, to say where execution went after the error.
+#[cold]
+fn mismatch(st: &mut State<'_>, offset: usize, flow: Flow, kind: FlowErrorKind) -> Failure {
+    if let Flow::Fup(Some(_)) = flow {
+        st.peeked = Some((offset, flow));
+        return Failure { offset: st.packets.offset(), kind };
+    }
+    Failure { offset, kind }
 }
 
 /// Where tracing that stopped at `insn` at `ip` (a TIP.PGD as its TIP) would
