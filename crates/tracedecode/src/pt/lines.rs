@@ -294,3 +294,54 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codeimage::window::{Interval, Static};
+    use codeimage::{BaseImage, Poke, TimelineBuilder};
+
+    const K: u64 = 0x1000;
+
+    /// `nop2; ret` at K, the NOP poked into `jmp +0` at time 100.
+    fn code() -> CodeTimeline {
+        let mut base = BaseImage::new();
+        base.add_bytes(K, vec![0x66, 0x90, 0xc3, 0x90], "f");
+        let mut b = TimelineBuilder::new(base);
+        b.poke(Poke { time: 100, settled: None, addr: K, old: &[0x66, 0x90], new: &[0xeb, 0x00], cpu: None });
+        b.build()
+    }
+
+    /// The instruction lines made of `events` over `src`, with bytes.
+    fn insn_bytes<C: CodeSource>(src: &C, tl: &CodeTimeline, events: &[FlowEvent]) -> Vec<Vec<u8>> {
+        let itrace = Itrace { branches: false, instructions: true, errors: false, period: 1, insn_bytes: true };
+        let lanes = Lanes::new(1);
+        let mut c = Collector::new(0, 0, &itrace, (src, tl), &lanes, None);
+        events.iter().for_each(|&e| c.event(e));
+        c.lines.iter().map(|l| if let Kind::Insn { bytes, .. } = &l.kind { bytes.as_slice().to_vec() } else { vec![] }).collect()
+    }
+
+    /// A line's bytes are those the decoder decoded: the content it chose,
+    /// or the one content its source has over the instruction's window,
+    /// not the timeline's at the line's time.
+    #[test]
+    fn lines_carry_the_bytes_decoded_not_the_code_at_their_time() {
+        let tl = code();
+        let insn = |lo, hi, code| FlowEvent::Insn { ip: K, len: 2, class: BranchClass::None, lo, hi, uncertain: true, code };
+        let old = InsnCode::Chosen([0x66, 0x90, 0xc3, 0x90, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Chosen: the old content, though the line's time (150) is past the poke.
+        assert_eq!(insn_bytes(&Interval(&tl), &tl, &[insn(150, 150, old)]), [vec![0x66, 0x90]]);
+        // Exact over the static image: the code before the poke, at any time.
+        assert_eq!(insn_bytes(&Static(&tl), &tl, &[insn(150, 150, InsnCode::Exact)]), [vec![0x66, 0x90]]);
+        // Exact over the timeline: the content over the window, each side of the poke.
+        let both = insn_bytes(&Interval(&tl), &tl, &[insn(50, 60, InsnCode::Exact), insn(150, 160, InsnCode::Exact)]);
+        assert_eq!(both, [vec![0x66, 0x90], vec![0xeb, 0x00]]);
+        // Not asked for: no bytes.
+        let itrace = Itrace { branches: false, instructions: true, errors: false, period: 1, insn_bytes: false };
+        let lanes = Lanes::new(1);
+        let before = Static(&tl);
+        let mut c = Collector::new(0, 0, &itrace, (&before, &tl), &lanes, None);
+        c.event(insn(150, 150, InsnCode::Exact));
+        assert!(matches!(&c.lines[0].kind, Kind::Insn { bytes, .. } if bytes.as_slice().is_empty()));
+    }
+}
