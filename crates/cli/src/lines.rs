@@ -17,7 +17,7 @@ pub fn decode_all(
     queues: &[Queue],
     emit: &mut impl FnMut(&Out) -> Result<()>,
 ) -> Result<Vec<String>> {
-    let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1 };
+    let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1, insn_bytes: false };
     let mut base = BaseImage::new();
     codeimage::add_base(file, &mut base)?;
     let built = codeimage::over_base(file, base, PokeEvents::Single)?;

@@ -291,13 +291,14 @@ fn main() {
         }
         Command::Check { dir, json } => check(&dir, json, &mut out),
         Command::Decode { input, itrace, image, json, fields, ns, symfs, stat, threads, segments } => (|| {
-            let itrace = tracedecode::Itrace::parse(&itrace)?;
+            let mut itrace = tracedecode::Itrace::parse(&itrace)?;
             // -F takes precedence over --json.
             let layout = match (fields, json) {
                 (Some(f), _) => print::Layout::Perf(print::perf::Fields::parse(&f, ns)?),
                 (None, true) => print::Layout::Json,
                 (None, false) => print::Layout::Text,
             };
+            itrace.insn_bytes = layout.shows_insn_bytes();
             let opts = decode::Options { itrace, image, layout, user: symbols::user_code(symfs), stat, threads, segments };
             decode::run(&input, &opts, &mut out)
         })(),

@@ -23,13 +23,24 @@ pub enum Layout {
 }
 
 impl Layout {
+    /// Whether lines show the bytes of their instructions (JSON's
+    /// instruction lines, perf's `insn`): the decode then makes lines carry them.
+    pub fn shows_insn_bytes(&self) -> bool {
+        match self {
+            Layout::Text => false,
+            Layout::Perf(fields) => fields.insn(),
+            Layout::Json => true,
+        }
+    }
+
     /// Writes `l` to `t`; `who` is the (pid, tid, comm) that ran it, `tl` the
-    /// code the line's instruction bytes are read from.
+    /// code an event's instruction bytes are read from (a trap's, an
+    /// asynchronous end's: the lines carry the others').
     pub fn write(&self, t: &mut Text, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer, tl: &CodeTimeline) {
         match self {
             Layout::Text => text::write_line(t, l, l.cpu, who, symbols),
             Layout::Perf(fields) => perf::write_perf_line(t, fields, l, l.cpu, who, symbols, tl),
-            Layout::Json => json::write_json_line(t, l, l.cpu, who, symbols, tl),
+            Layout::Json => json::write_json_line(t, l, l.cpu, who, symbols),
         }
     }
 }

@@ -16,7 +16,7 @@ use alt::AltAt;
 use codeimage::window::Static;
 use codeimage::{BaseImage, CodeTimeline, TimelineBuilder};
 use hand::{Trace, K};
-use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, Time};
+use intel_pt::flow::{CodeSource, Fetch, FlowConfig, FlowDecoder, FlowErrorKind, FlowEvent, InsnCode, Time};
 use intel_pt::parallel::ParallelFlow;
 use intel_pt::{Packet, Tnt};
 
@@ -197,10 +197,22 @@ fn a_fup_reached_through_one_candidate_content_is_not_an_error_and_picks_it() {
     want.extend_from_slice(&WHOLE[2..]);
     assert_eq!(short(&got), want);
     assert!(got.iter().any(|e| matches!(e, FlowEvent::Insn { ip, uncertain: false, .. } if *ip == K + 2)));
+    // The event carries the bytes of the content taken; others, one content.
+    assert_eq!(chosen_at(&got, K + 2), Some(vec![0xeb, 0x00]));
+    assert!(got.iter().all(|e| !matches!(e, FlowEvent::Insn { ip, code, .. } if *ip != K + 2 && *code != InsnCode::Exact)));
     // Without the PSB+, both fit: uncertain, the first content taken.
     let got = decode(&finish(&mut start()), &src, &cfg(true));
     assert_eq!(short(&got), WHOLE);
     assert!(got.iter().any(|e| matches!(e, FlowEvent::Insn { ip, uncertain: true, .. } if *ip == K + 2)));
+    assert_eq!(chosen_at(&got, K + 2), Some(vec![0xeb, 0x04]));
+}
+
+/// The bytes of the content chosen for the first instruction at `at`, as its event carries them.
+fn chosen_at(got: &[FlowEvent], at: u64) -> Option<Vec<u8>> {
+    got.iter().find_map(|e| match e {
+        FlowEvent::Insn { ip, len, code: InsnCode::Chosen(b), .. } if *ip == at => Some(b[..usize::from(*len)].to_vec()),
+        _ => None,
+    })
 }
 
 /// The code source, counting its fetches.

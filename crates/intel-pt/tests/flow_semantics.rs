@@ -113,7 +113,7 @@ fn insn(events: &[FlowEvent], off: u64) -> (BranchClass, u8, bool, Time, Time) {
     events
         .iter()
         .find_map(|e| match *e {
-            FlowEvent::Insn { ip, len, class, lo, hi, uncertain } if ip == K + off => Some((class, len, uncertain, lo, hi)),
+            FlowEvent::Insn { ip, len, class, lo, hi, uncertain, .. } if ip == K + off => Some((class, len, uncertain, lo, hi)),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no instruction at +{off:#x} in {events:?}"))

@@ -470,7 +470,7 @@ fn without_upper_bounds_only_hi_changes() {
     }
     fn unbounded(e: &FlowEvent) -> FlowEvent {
         match *e {
-            FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => FlowEvent::Insn { ip, len, class, lo, hi: Time::MAX, uncertain },
+            FlowEvent::Insn { ip, len, class, lo, uncertain, code, .. } => FlowEvent::Insn { ip, len, class, lo, hi: Time::MAX, uncertain, code },
             other => other,
         }
     }

@@ -20,12 +20,13 @@ use perfdata::TimeConv;
 
 use crate::itrace::Itrace;
 use crate::lanes::{Lanes, BATCH};
-use crate::line::{Kind, Out};
+use crate::line::{InsnBytes, Kind, Out};
 use crate::queue::Queue;
 use crate::setup::etm_configs;
 use crate::Error;
 
-/// The trace's timestamps on the perf clock, and the code the lines print.
+/// The trace's timestamps on the perf clock, and the code decoded (whose
+/// bytes the lines carry).
 struct PerfClock<'a> {
     code: &'a CodeTimeline,
     conv: Option<TimeConv>,
@@ -34,6 +35,16 @@ struct PerfClock<'a> {
 impl PerfClock<'_> {
     fn perf_time(&self, ts: u64) -> u64 {
         self.conv.map_or(ts, |c| c.to_perf_time(ts))
+    }
+
+    /// The 4 bytes of the instruction at `ip` at `time`, when `itrace` asks for them.
+    fn bytes(&self, itrace: &Itrace, ip: u64, time: u64) -> InsnBytes {
+        if !itrace.insn_bytes {
+            return InsnBytes::default();
+        }
+        let mut word = [0u8; 4];
+        self.code.read_into(ip, &mut word, time);
+        InsnBytes::new(&word, 4)
     }
 }
 
@@ -139,12 +150,14 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
         ElemKind::InstrRange(r) => {
             if itrace.branches {
                 if !f.tracing {
-                    out.push(line(f.time, Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None }));
+                    out.push(line(f.time, Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default() }));
                 } else if let Some((from, flags)) = taken(f.prev) {
-                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4) }));
+                    let from_bytes = clock.bytes(itrace, from, f.time);
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4), from_bytes }));
                 }
                 if let Some(from) = f.exception.take() {
-                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4) }));
+                    let from_bytes = clock.bytes(itrace, from, f.time);
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4), from_bytes }));
                 }
             }
             if itrace.instructions {
@@ -156,7 +169,8 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
                     clock.code.read_into(ip, &mut word, f.time);
                     let class = isa::classify_aarch64(ip, u32::from_le_bytes(word)).class;
                     // The last instruction's taken branch goes where the next range starts: not known yet.
-                    out.push(line(f.time, Kind::Insn { ip, len: 4, class, to: None, uncertain: r.uncertain, ends: false }));
+                    let bytes = InsnBytes::new(&word, 4);
+                    out.push(line(f.time, Kind::Insn { ip, len: 4, class, to: None, uncertain: r.uncertain, ends: false, bytes }));
                 }
             }
             f.tracing = true;
@@ -166,7 +180,8 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
         ElemKind::Exception { ret_addr, .. } => {
             if itrace.branches && f.tracing {
                 if let Some((from, flags)) = taken(f.prev) {
-                    out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4) }));
+                    let from_bytes = clock.bytes(itrace, from, f.time);
+                    out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4), from_bytes }));
                 }
             }
             f.exception = Some(ret_addr);

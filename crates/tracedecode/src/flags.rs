@@ -1,6 +1,5 @@
 //! perf's flag words for branches.
 
-use codeimage::CodeTimeline;
 use isa::BranchClass;
 
 /// perf's flags for a branch of this class that a TIP.PGD ended tracing at.
@@ -16,8 +15,9 @@ pub fn end_flags(class: BranchClass) -> &'static str {
     }
 }
 
-/// perf's flag words for a branch from an instruction of this class at `ip`.
-pub fn branch_flags(class: BranchClass, ip: u64, t: u64, tl: &CodeTimeline) -> &'static str {
+/// perf's flag words for a branch from an instruction of this class,
+/// decoded from `bytes` (which tell a far transfer's kind).
+pub fn branch_flags(class: BranchClass, bytes: &[u8]) -> &'static str {
     match class {
         BranchClass::CondBranch => "jcc",
         BranchClass::DirectJump | BranchClass::IndirectJump => "jmp",
@@ -25,7 +25,8 @@ pub fn branch_flags(class: BranchClass, ip: u64, t: u64, tl: &CodeTimeline) -> &
         BranchClass::Return => "return",
         BranchClass::FarTransfer => {
             let mut b = [0u8; 3];
-            tl.read_into(ip, &mut b, t);
+            let n = bytes.len().min(3);
+            b[..n].copy_from_slice(&bytes[..n]);
             match b {
                 [0xcf, ..] | [0x48, 0xcf, _] => "iret",
                 [0x0f, 0x05, _] => "syscall",

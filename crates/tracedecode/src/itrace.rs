@@ -11,6 +11,9 @@ pub struct Itrace {
     pub errors: bool,
     /// With `instructions`: a line every this many instructions (1: each).
     pub period: u64,
+    /// Lines carry the bytes their instructions were decoded from (set
+    /// when the output prints them; a far branch's always do, for its flags).
+    pub insn_bytes: bool,
 }
 
 impl Itrace {
@@ -19,7 +22,7 @@ impl Itrace {
     /// refused unless zero (perf: as often as possible). `i` alone gives
     /// each instruction (perf's default period there, 100 us, is not taken).
     pub fn parse(s: &str) -> Result<Itrace, Error> {
-        let mut t = Itrace { branches: false, instructions: false, errors: false, period: 1 };
+        let mut t = Itrace { branches: false, instructions: false, errors: false, period: 1, insn_bytes: false };
         let mut rest = s;
         while let Some(c) = rest.chars().next() {
             if c.is_ascii_digit() {

@@ -27,7 +27,7 @@ pub mod units;
 
 pub use input::{Input, Trace};
 pub use itrace::Itrace;
-pub use line::{Kind, Out};
+pub use line::{InsnBytes, Kind, Out};
 pub use mode::ImageMode;
 pub use queue::{AuxBreak, Queue};
 pub use stats::Stats;

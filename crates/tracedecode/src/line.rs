@@ -11,13 +11,37 @@ pub struct Out {
 }
 
 pub enum Kind {
-    /// A taken branch; `from_len` is the branching instruction's length when known.
-    Branch { from: u64, to: u64, flags: &'static str, from_len: Option<u8> },
-    /// An instruction; `class` and, once the next one is known, where a
-    /// taken branch went (perf's `flags` and `addr` of instruction samples);
-    /// `ends` when tracing stopped at its branch (a direct branch out of the
-    /// address filter: perf's flags gain `tr end`).
-    Insn { ip: u64, len: u8, class: BranchClass, to: Option<u64>, uncertain: bool, ends: bool },
+    /// A taken branch; `from_len` is the branching instruction's length
+    /// when known, and then `from_bytes` the bytes it was decoded from.
+    Branch { from: u64, to: u64, flags: &'static str, from_len: Option<u8>, from_bytes: InsnBytes },
+    /// An instruction, and the bytes it was decoded from; `class` and, once
+    /// the next one is known, where a taken branch went (perf's `flags` and
+    /// `addr` of instruction samples); `ends` when tracing stopped at its
+    /// branch (a direct branch out of the address filter: perf's flags gain
+    /// `tr end`).
+    Insn { ip: u64, len: u8, class: BranchClass, to: Option<u64>, uncertain: bool, ends: bool, bytes: InsnBytes },
     /// A decode error: perf's error `code` and our reason.
     Error { offset: usize, ip: Option<u64>, code: u32, reason: String },
+}
+
+/// The bytes an instruction was decoded from (up to 15, the longest
+/// instruction); none for an instruction that was not decoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InsnBytes {
+    bytes: [u8; 15],
+    len: u8,
+}
+
+impl InsnBytes {
+    /// The first `len` of `bytes` (at most 15).
+    pub fn new(bytes: &[u8], len: usize) -> InsnBytes {
+        let len = len.min(15).min(bytes.len());
+        let mut b = [0u8; 15];
+        b[..len].copy_from_slice(&bytes[..len]);
+        InsnBytes { bytes: b, len: len as u8 }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }

@@ -63,7 +63,7 @@ mod tests {
         let lines_of = |queue: usize| (0..5 * queue % 11 + 6).map(move |k| (k as u64 / 3 + (queue % 4) as u64, queue, k));
         let decode = |queue: usize, lanes: &Lanes| {
             for (time, queue, k) in lines_of(queue) {
-                let kind = Kind::Branch { from: k as u64, to: 0, flags: "jmp", from_len: None };
+                let kind = Kind::Branch { from: k as u64, to: 0, flags: "jmp", from_len: None, from_bytes: Default::default() };
                 lanes.send(queue, vec![Out { time, queue, cpu: 0, kind }]);
             }
         };
@@ -86,7 +86,15 @@ mod tests {
     fn a_failed_output_stops_every_decoder() {
         let decode = |queue: usize, lanes: &Lanes| {
             for k in 0..100u64 {
-                lanes.send(queue, vec![Out { time: k, queue, cpu: 0, kind: Kind::Branch { from: 0, to: 0, flags: "jmp", from_len: None } }]);
+                lanes.send(
+                    queue,
+                    vec![Out {
+                        time: k,
+                        queue,
+                        cpu: 0,
+                        kind: Kind::Branch { from: 0, to: 0, flags: "jmp", from_len: None, from_bytes: Default::default() },
+                    }],
+                );
             }
         };
         let mut n = 0;

@@ -67,9 +67,12 @@ mod tests {
     #[test]
     fn errors_count_printed_or_not_and_make_the_output_incomplete() {
         let mut s = Summary::default();
-        s.observe(&line(Kind::Branch { from: 1, to: 2, flags: "jmp", from_len: None }), true);
+        s.observe(&line(Kind::Branch { from: 1, to: 2, flags: "jmp", from_len: None, from_bytes: Default::default() }), true);
         assert!(!s.incomplete());
-        s.observe(&line(Kind::Insn { ip: 1, len: 1, class: isa::BranchClass::None, to: None, uncertain: true, ends: false }), true);
+        s.observe(
+            &line(Kind::Insn { ip: 1, len: 1, class: isa::BranchClass::None, to: None, uncertain: true, ends: false, bytes: Default::default() }),
+            true,
+        );
         assert_eq!((s.lines, s.uncertain), (2, 1));
         assert!(!s.incomplete(), "uncertain lines are printed as such");
         s.observe(&line(Kind::Error { offset: 3, ip: None, code: 6, reason: "x".into() }), false);

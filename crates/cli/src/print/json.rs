@@ -1,6 +1,5 @@
 //! `decode`'s lines as JSON objects, one a line.
 
-use codeimage::CodeTimeline;
 use tracedecode::{Kind, Out};
 
 use crate::symbols::Symbolizer;
@@ -10,7 +9,7 @@ use crate::text::Text;
 /// writes a map): `addr`, `addr_sym`, `code`, `comm`, `cpu`, `error`,
 /// `flags`, `insn`, `ip`, `offset`, `pid`, `sym`, `tid`, `time`, `uncertain`,
 /// those the line has.
-pub fn write_json_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer, tl: &CodeTimeline) {
+pub fn write_json_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) {
     let cpu = i64::from(cpu as i32);
     let sym = |t: &mut Text, addr: u64| {
         t.byte(b'"');
@@ -54,16 +53,13 @@ pub fn write_json_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &
             t.str(",\"sym\":");
             sym(t, *from);
         }
-        Kind::Insn { ip, len, .. } => {
+        Kind::Insn { ip, bytes, .. } => {
             t.byte(b'{');
-            let mut bytes = [0u8; 16];
-            let bytes = &mut bytes[..usize::from(*len).min(16)];
-            tl.read_into(*ip, bytes, l.time);
             if let Some(c) = comm {
                 t.str("\"comm\":\"").json_chars(c).str("\",");
             }
             t.str("\"cpu\":").int(cpu).str(",\"insn\":\"");
-            for &b in bytes.iter() {
+            for &b in bytes.as_slice() {
                 t.hex_byte(b);
             }
             t.str("\",\"ip\":").dec(*ip);
@@ -101,12 +97,15 @@ mod tests {
     #[test]
     fn json_lines_are_what_serde_json_writes() {
         use serde_json::json;
-        let tl = codeimage::TimelineBuilder::new(codeimage::BaseImage::new()).build();
         let symbols = Symbolizer::default();
         let line = |time, kind| Out { time, queue: 0, cpu: 3, kind };
+        let nop3 = tracedecode::InsnBytes::new(&[0x0f, 0x1f, 0x00], 3);
         let lines = [
-            line(1_000_000_123, Kind::Branch { from: u64::MAX, to: 0x1234, flags: "tr end  call", from_len: Some(5) }),
-            line(7, Kind::Insn { ip: 0xffff_ffff_8100_0000, len: 3, class: BranchClass::None, to: None, uncertain: true, ends: false }),
+            line(
+                1_000_000_123,
+                Kind::Branch { from: u64::MAX, to: 0x1234, flags: "tr end  call", from_len: Some(5), from_bytes: Default::default() },
+            ),
+            line(7, Kind::Insn { ip: 0xffff_ffff_8100_0000, len: 3, class: BranchClass::None, to: None, uncertain: true, ends: false, bytes: nop3 }),
             line(0, Kind::Error { offset: 99, ip: None, code: 6, reason: "no \"TIP\"\there".into() }),
             line(u64::MAX, Kind::Error { offset: 0, ip: Some(1), code: 3, reason: String::new() }),
         ];
@@ -118,7 +117,7 @@ mod tests {
                         "flags": flags.split(' ').filter(|f| !f.is_empty()).collect::<Vec<_>>(),
                     }),
                     Kind::Insn { ip, uncertain, .. } => {
-                        json!({"time": l.time, "cpu": 3, "ip": ip, "sym": "", "insn": "000000", "uncertain": uncertain})
+                        json!({"time": l.time, "cpu": 3, "ip": ip, "sym": "", "insn": "0f1f00", "uncertain": uncertain})
                     }
                     Kind::Error { offset, ip, code, reason } => {
                         json!({"time": l.time, "cpu": 3, "ip": ip, "offset": offset, "error": reason, "code": code})
@@ -130,7 +129,7 @@ mod tests {
                     m.insert("comm".into(), json!(comm));
                 }
                 let mut t = Text::default();
-                write_json_line(&mut t, l, 3, who, &symbols, &tl);
+                write_json_line(&mut t, l, 3, who, &symbols);
                 assert_eq!(std::str::from_utf8(t.as_bytes()).unwrap(), format!("{v}\n"));
             }
         }

@@ -33,6 +33,11 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// Whether lines show their instruction's bytes (`insn`).
+    pub fn insn(&self) -> bool {
+        self.insn
+    }
+
     pub fn parse(s: &str, ns: bool) -> Result<Fields> {
         let mut f = Fields { ns, ..Fields::default() };
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -137,10 +142,10 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
             t.str(" (").str(if addr == 0 { "[unknown]" } else { symbols.dso(addr) }).byte(b')');
         }
     };
-    let (ip, len, flags, addr, branch) = match &l.kind {
-        Kind::Branch { from, to, flags, from_len } => (*from, *from_len, *flags, *to, true),
-        Kind::Insn { ip, len, class, to, ends: true, .. } => (*ip, Some(*len), end_flags(*class), to.unwrap_or(0), false),
-        Kind::Insn { ip, len, class, to, .. } => (*ip, Some(*len), branch_flags(*class, *ip, l.time, tl), to.unwrap_or(0), false),
+    let (ip, len, bytes, flags, addr, branch) = match &l.kind {
+        Kind::Branch { from, to, flags, from_len, from_bytes } => (*from, *from_len, from_bytes, *flags, *to, true),
+        Kind::Insn { ip, len, class, to, ends: true, bytes, .. } => (*ip, Some(*len), bytes, end_flags(*class), to.unwrap_or(0), false),
+        Kind::Insn { ip, len, class, to, bytes, .. } => (*ip, Some(*len), bytes, branch_flags(*class, bytes.as_slice()), to.unwrap_or(0), false),
         Kind::Error { .. } => unreachable!("written above"),
     };
     if f.flags {
@@ -159,14 +164,18 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
         sym(t, addr);
     }
     if f.insnlen || f.insn {
-        // A branch sample's instruction is the branch itself.
-        let len = match len {
-            Some(n) => n as usize,
-            None => insn_len(tl, ip, l.time),
+        // A branch sample's instruction is the branch itself: the bytes it
+        // was decoded from, read again at the line's time when the decoder
+        // did not say which (an event's: trap, asynchronous end).
+        let mut read = [0u8; 16];
+        let (len, bytes) = match len {
+            Some(n) => (n as usize, bytes.as_slice()),
+            None => {
+                let n = insn_len(tl, ip, l.time);
+                tl.read_into(ip, &mut read[..n], l.time);
+                (n, &read[..n])
+            }
         };
-        let mut bytes = [0u8; 16];
-        let bytes = &mut bytes[..len];
-        tl.read_into(ip, bytes, l.time);
         if f.insnlen {
             t.str(" ilen: ").dec(len as u64);
         }

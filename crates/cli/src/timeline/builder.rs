@@ -91,7 +91,7 @@ impl<'a> Builder<'a> {
                 self.counts.uncertain += uncertain as u64;
                 lane_cpu(&mut self.cpus, lane).instruction(t, uncertain, &mut self.w)
             }
-            Kind::Branch { from, to, flags, from_len } => {
+            Kind::Branch { from, to, flags, from_len, .. } => {
                 lane_cpu(&mut self.cpus, lane).decoded(t, &mut self.w)?;
                 self.branch(l, lane, from, to, flags, from_len)
             }

@@ -6,10 +6,10 @@ use std::ops::Range;
 
 use isa::{BranchClass, Insn};
 
-use super::event::{FlowEvent, FlowSink, InsnBlock};
+use super::event::{FlowEvent, FlowSink, InsnBlock, InsnCode};
 use super::stack::ReturnStack;
 use super::state::{Failure, Flow, State};
-use super::walk::Walker;
+use super::walk::{Decoded, Walker};
 use crate::blocks::{Block, BlockCache, MAX_BLOCK_INSNS};
 use codeimage::window::{CodeSource, Time};
 
@@ -100,7 +100,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.walked += 1;
         if !whole {
-            return self.run_insn(st, ip, cache.first(b), false, sink, false);
+            let code = InsnCode::Exact;
+            return self.run_insn(st, ip, Decoded { insn: cache.first(b), uncertain: false, code }, sink, false);
         }
         st.walked += count - 1;
         self.run_block(st, cache, b, sink)?;

@@ -12,8 +12,8 @@ use crate::Packet;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowEvent {
     /// An executed instruction, run within `[lo, hi]`; `uncertain` when
-    /// several code contents fit the trace.
-    Insn { ip: u64, len: u8, class: BranchClass, lo: Time, hi: Time, uncertain: bool },
+    /// several code contents fit the trace; `code`, the bytes it was decoded from.
+    Insn { ip: u64, len: u8, class: BranchClass, lo: Time, hi: Time, uncertain: bool, code: InsnCode },
     /// The instruction at `from` trapped (INT3, a kprobe or a site being
     /// poked) or was interrupted, into the handler at `to`. The trapping
     /// instruction is reported here, not as an [`FlowEvent::Insn`].
@@ -37,6 +37,30 @@ pub enum FlowEvent {
     /// when a PSB+ repeats the state. Only with
     /// [`super::FlowDecoder::with_state_events`].
     State { time: Time, ip: Option<u64>, packet: Packet, restated: bool },
+}
+
+/// The bytes an instruction was decoded from, or where the decoder's code
+/// source gives them again: read when a line shows them, not per instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsnCode {
+    /// What the code source's `fetch` gives at the instruction's IP for
+    /// the event's `[lo, hi]`: the one content there over that window.
+    /// (Read at `lo`, [`codeimage::window::PerfStyle`] read an instruction
+    /// that takes a flow packet at the walk's time before the timing
+    /// packets that precede the packet, where the event's `lo` is theirs.)
+    Exact,
+    /// These bytes (the instruction's length of them): the content the
+    /// trace chose among several the code had over the window.
+    Chosen([u8; 15]),
+}
+
+impl InsnCode {
+    /// The chosen content `bytes` (its first 15: the longest instruction).
+    pub(crate) fn chosen(bytes: &[u8; 16]) -> InsnCode {
+        let mut b = [0u8; 15];
+        b.copy_from_slice(&bytes[..15]);
+        InsnCode::Chosen(b)
+    }
 }
 
 /// Where a decoder's events go. A closure taking [`FlowEvent`]s is one. A
@@ -137,26 +161,27 @@ impl<'c> InsnBlock<'c> {
     #[inline(always)]
     pub fn for_each_insn(&self, mut f: impl FnMut(FlowEvent)) {
         let (lo, hi) = (self.lo, self.hi);
+        let code = InsnCode::Exact;
         let mut at = self.ip;
         if self.targets.is_empty() {
             // One straight run: no jump or call before the last instruction.
             for &l in self.lens {
                 let len = l & 15;
-                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false });
+                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 1], lo, hi, uncertain: false, code });
                 at = at.wrapping_add(len as u64);
             }
         } else {
             let mut targets = self.targets.iter();
             for &l in self.lens {
                 let len = l & 15;
-                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 3], lo, hi, uncertain: false });
+                f(FlowEvent::Insn { ip: at, len, class: CLASSES[(l >> 4) as usize & 3], lo, hi, uncertain: false, code });
                 at = match l & !15 {
                     JUMP | CALL => *targets.next().expect("a target per jump or call"),
                     _ => at.wrapping_add(len as u64),
                 };
             }
         }
-        f(FlowEvent::Insn { ip: self.last_ip, len: self.last.len, class: self.last.class, lo: self.last_lo, hi, uncertain: false });
+        f(FlowEvent::Insn { ip: self.last_ip, len: self.last.len, class: self.last.class, lo: self.last_lo, hi, uncertain: false, code });
     }
 }
 

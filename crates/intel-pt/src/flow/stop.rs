@@ -3,30 +3,21 @@
 //! tracing before its code is read (a TIP.PGD at its IP, or the end of the
 //! trace).
 
-use isa::Insn;
-
 use super::event::{FlowEvent, FlowSink};
 use super::state::{Failure, Flow, State};
-use super::walk::Walker;
+use super::walk::{Decoded, Walker};
 use codeimage::window::CodeSource;
 
 impl<'a, C: CodeSource> Walker<'a, C> {
     /// A FUP at `ip`, taken: with a TIP after it, an event into a handler
     /// ([`FlowEvent::Trap`]); with a TIP.PGD, tracing stops here.
-    pub(super) fn async_event(
-        &self,
-        st: &mut State<'a>,
-        ip: u64,
-        insn: Insn,
-        uncertain: bool,
-        sink: &mut impl FlowSink,
-        trial: bool,
-    ) -> Result<bool, Failure> {
+    pub(super) fn async_event(&self, st: &mut State<'a>, ip: u64, d: Decoded, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
+        let Decoded { insn, uncertain, code } = d;
         let to = self.take_tip(st)?;
         if to.is_none() && self.errata.skd022 && self.is_vm_entry(st, ip) {
             // SKD022: the VM entry ran; tracing stopped after it.
             if !trial {
-                sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.clock.lo, hi: st.clock.hi, uncertain });
+                sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.clock.lo, hi: st.clock.hi, uncertain, code });
                 self.flush(st, sink, false);
                 sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
             }

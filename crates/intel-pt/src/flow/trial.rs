@@ -5,22 +5,26 @@
 use isa::Insn;
 
 use super::event::FlowErrorKind;
-use super::event::FlowEvent;
+use super::event::{FlowEvent, InsnCode};
 use super::state::{Failure, State};
-use super::walk::{next_without_packet, Walker};
+use super::walk::{next_without_packet, Decoded, Walker};
 use codeimage::window::{CodeSource, Content, Fetch, Time};
+
+/// A distinct instruction the contents at an IP decode to: it, the earliest
+/// time one of its contents holds, and the bytes of the first of them.
+pub(super) type TrialOption = (Insn, Time, [u8; 16]);
 
 impl<'a, C: CodeSource> Walker<'a, C> {
     /// The distinct instructions the candidate contents at `ip` decode to
     /// (as far as control flow goes: length, class, target), each with the
     /// earliest time one of its contents holds (the instruction ran no
-    /// earlier). In candidate order, except that those that hold at or after
+    /// earlier) and the bytes of the first of its contents. In candidate order, except that those that hold at or after
     /// the time of the timing packets read so far come first: an instruction
     /// right after a flow packet ran after the timing packets that follow it
     /// when the processor sends them there (as it sends a TSC after a
     /// branch), so among contents that fit the trace alike that one is taken.
-    pub(super) fn options(&self, st: &State<'a>, ip: u64, count: usize) -> Result<Vec<(Insn, Time)>, Failure> {
-        let mut options: Vec<(Insn, Time)> = Vec::with_capacity(2);
+    pub(super) fn options(&self, st: &State<'a>, ip: u64, count: usize) -> Result<Vec<TrialOption>, Failure> {
+        let mut options: Vec<TrialOption> = Vec::with_capacity(2);
         let mut first_err = None;
         let mut contents = Vec::with_capacity(count.min(8));
         self.code.candidates(ip, st.clock.lo, st.clock.hi, count.min(8), &mut contents);
@@ -31,7 +35,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             match self.classify(ip, &c.bytes[..c.len], st) {
                 Ok(i) => match options.iter_mut().find(|o| o.0 == i) {
                     Some(o) => o.1 = o.1.min(c.from),
-                    None => options.push((i, c.from)),
+                    None => options.push((i, c.from, c.bytes)),
                 },
                 Err(f) => {
                     first_err.get_or_insert(f);
@@ -46,16 +50,16 @@ impl<'a, C: CodeSource> Walker<'a, C> {
 
     /// Tries each option at `ip` against the packets that follow; returns
     /// the first that fits, and whether another fits too.
-    pub(super) fn choose(&self, st: &State<'a>, ip: u64, options: &[(Insn, Time)]) -> Result<((Insn, Time), bool), Failure> {
-        let mut fits: Vec<(Insn, Time)> = Vec::new();
-        for &(insn, from) in options {
+    pub(super) fn choose(&self, st: &State<'a>, ip: u64, options: &[TrialOption]) -> Result<(TrialOption, bool), Failure> {
+        let mut fits: Vec<TrialOption> = Vec::new();
+        for &(insn, from, bytes) in options {
             let mut trial = st.clone();
             trial.clock.lo = trial.clock.lo.max(from);
             trial.clock.now = trial.clock.now.max(trial.clock.lo);
             trial.stop_at = usize::MAX;
             let mut sink = |_e: FlowEvent| {};
             trial.tried = Some((ip, insn));
-            let first = self.run_insn(&mut trial, ip, insn, true, &mut sink, true);
+            let first = self.run_insn(&mut trial, ip, Decoded { insn, uncertain: true, code: InsnCode::chosen(&bytes) }, &mut sink, true);
             trial.tried = None;
             let ok = first.is_ok() && {
                 let mut left = self.cfg.trial_insns;
@@ -72,7 +76,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 }
             };
             if ok {
-                fits.push((insn, from));
+                fits.push((insn, from, bytes));
             }
         }
         match fits.first() {

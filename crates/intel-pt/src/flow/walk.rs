@@ -8,7 +8,7 @@ use isa::{BranchClass, Insn};
 
 use super::clock::Timing;
 use super::config::{AddrFilter, Errata, FlowConfig, Recovery};
-use super::event::{FlowErrorKind, FlowEvent, FlowSink};
+use super::event::{FlowErrorKind, FlowEvent, FlowSink, InsnCode};
 use super::state::{Failure, Flow, State, DISABLED_AT_BRANCH};
 use crate::blocks::BlockCache;
 use crate::Packet;
@@ -280,10 +280,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             self.check_loop(st, ip)?;
         }
         let mut buf = [0u8; 16];
-        let (insn, uncertain) = match self.code.fetch(ip, st.clock.lo, st.clock.hi, 0, &mut buf) {
+        let exact = InsnCode::Exact;
+        let (insn, uncertain, code) = match self.code.fetch(ip, st.clock.lo, st.clock.hi, 0, &mut buf) {
             Fetch::Unmapped => return Err(Failure { offset: st.error_offset(), kind: FlowErrorKind::Unmapped }),
             Fetch::Exact(n) => match self.classify(ip, &buf[..n], st) {
-                Ok(insn) => (insn, false),
+                Ok(insn) => (insn, false, exact),
                 Err(f) => return self.undecodable(st, ip, f, sink, trial),
             },
             Fetch::Candidate { count, .. } => {
@@ -294,7 +295,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     Err(f) if matches!(f.kind, FlowErrorKind::BadInsn) => return self.undecodable(st, ip, f, sink, trial),
                     Err(f) => return Err(f),
                 };
-                let ((insn, from), uncertain) = match options.as_slice() {
+                let ((insn, from, bytes), uncertain) = match options.as_slice() {
                     [only] => (*only, false),
                     [first, ..] if trial => (*first, true),
                     _ => self.choose(st, ip, &options)?,
@@ -305,23 +306,16 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.clock.lo = st.clock.lo.max(from);
                     st.clock.now = st.clock.now.max(st.clock.lo);
                 }
-                (insn, uncertain)
+                (insn, uncertain, InsnCode::chosen(&bytes))
             }
         };
-        self.run_insn(st, ip, insn, uncertain, sink, trial)
+        self.run_insn(st, ip, Decoded { insn, uncertain, code }, sink, trial)
     }
 
     /// Runs `insn` at `ip`: first an asynchronous event or the end of tracing
     /// at this IP, if the trace has one here, else the instruction itself.
-    pub(super) fn run_insn(
-        &self,
-        st: &mut State<'a>,
-        ip: u64,
-        insn: Insn,
-        uncertain: bool,
-        sink: &mut impl FlowSink,
-        trial: bool,
-    ) -> Result<bool, Failure> {
+    pub(super) fn run_insn(&self, st: &mut State<'a>, ip: u64, d: Decoded, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
+        let Decoded { insn, uncertain, code } = d;
         // An event at this instruction (FUP at this IP, then the handler's
         // TIP): a trap it raises (INT3) or an interrupt before it; or the end
         // of tracing here (TIP.PGD at this IP, maybe after a FUP). Reported
@@ -359,17 +353,17 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 self.release_counted(st, sink);
             }
             match peeked {
-                _ if shared_fup => return self.async_event(st, ip, insn, uncertain, sink, trial),
+                _ if shared_fup => return self.async_event(st, ip, d, sink, trial),
                 Some((_, Flow::Fup(Some(f)))) if f == ip => {
                     st.take_peeked();
-                    return self.async_event(st, ip, insn, uncertain, sink, trial);
+                    return self.async_event(st, ip, d, sink, trial);
                 }
                 Some((_, Flow::Pgd(None))) if self.leaves_filter(&insn) || self.is_cr3_write(st, ip, &insn) => {
                     // A direct branch out of the filter's ranges (the
                     // TIP.PGD's IP suppressed, SKL014), or a MOV to CR3:
                     // tracing stopped at it.
                     if !trial {
-                        sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.clock.lo, hi: st.clock.hi, uncertain });
+                        sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.clock.lo, hi: st.clock.hi, uncertain, code });
                     }
                     st.take_peeked();
                     st.pgd_ip = None;
@@ -397,7 +391,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             }
         }
         if !trial {
-            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.packet_lo(insn.class), hi: st.clock.hi, uncertain });
+            sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.packet_lo(insn.class), hi: st.clock.hi, uncertain, code });
             if bound_after {
                 self.flush_bound(st, ip, sink);
             }
@@ -437,7 +431,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         st.take_peeked();
         let unknown = Insn { len: 0, class: BranchClass::None, target: None };
-        self.async_event(st, ip, unknown, false, sink, trial)
+        let code = InsnCode::Exact;
+        self.async_event(st, ip, Decoded { insn: unknown, uncertain: false, code }, sink, trial)
     }
 
     pub(super) fn classify(&self, ip: u64, bytes: &[u8], st: &State<'a>) -> Result<Insn, Failure> {
@@ -507,6 +502,15 @@ fn mismatch(st: &mut State<'_>, offset: usize, flow: Flow, kind: FlowErrorKind) 
         return Failure { offset: st.packets.offset(), kind };
     }
     Failure { offset, kind }
+}
+
+/// An instruction the walk read: its class, whether other contents fit
+/// the trace too, and the bytes it was read from.
+#[derive(Clone, Copy)]
+pub(super) struct Decoded {
+    pub insn: Insn,
+    pub uncertain: bool,
+    pub code: InsnCode,
 }
 
 /// Where tracing that stopped at `insn` at `ip` (a TIP.PGD as its TIP) would

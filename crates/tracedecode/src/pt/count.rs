@@ -172,7 +172,7 @@ impl FlowSink for Count {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use intel_pt::flow::FlowErrorKind;
+    use intel_pt::flow::{FlowErrorKind, InsnCode};
 
     /// A random run of events: instructions of every class that often go
     /// where their branch points (taken or not), traps, ends (with and
@@ -189,7 +189,8 @@ mod tests {
                 2 => FlowEvent::Error { offset: 0, time, ip: None, kind: FlowErrorKind::NoTip },
                 _ => {
                     let (len, class) = (1 + rng.below(6) as u8, CLASSES[rng.below(6) as usize]);
-                    let e = FlowEvent::Insn { ip, len, class, lo: time, hi: time, uncertain: rng.below(50) == 0 };
+                    let code = InsnCode::Exact;
+                    let e = FlowEvent::Insn { ip, len, class, lo: time, hi: time, uncertain: rng.below(50) == 0, code };
                     // Falls through, or goes elsewhere.
                     ip = if rng.below(2) == 0 { ip + len as u64 } else { 0x1000 + rng.below(64) * 4 };
                     e

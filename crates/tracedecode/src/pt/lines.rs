@@ -2,29 +2,44 @@
 //! branches (from the instruction before to the one after), instructions,
 //! trace ends, traps, errors.
 
+use codeimage::window::{CodeSource, Fetch};
 use codeimage::CodeTimeline;
-use intel_pt::flow::{AddrFilter, FlowEvent, FlowSink, InsnBlock};
+use intel_pt::flow::{AddrFilter, FlowEvent, FlowSink, InsnBlock, InsnCode};
 use isa::BranchClass;
 
 use super::error_code::perf_error_code;
 use crate::flags::{branch_flags, end_flags};
 use crate::itrace::Itrace;
 use crate::lanes::{Lanes, BATCH};
-use crate::line::{Kind, Out};
+use crate::line::{InsnBytes, Kind, Out};
+
+/// An instruction that ran: where, how long, its class, within which
+/// times, and the bytes it was decoded from.
+#[derive(Clone, Copy)]
+struct Ran {
+    ip: u64,
+    len: u8,
+    class: BranchClass,
+    lo: u64,
+    hi: u64,
+    code: InsnCode,
+}
 
 /// Turns one CPU's flow events into output lines: taken branches (from the
-/// instruction before to the one after), instructions, traps, errors.
-pub(super) struct Collector<'a> {
+/// instruction before to the one after), instructions, traps, errors;
+/// their instructions' bytes from `code`, the source the decoder read.
+pub(super) struct Collector<'a, C: CodeSource> {
     queue: usize,
     cpu: u32,
     itrace: &'a Itrace,
+    code: &'a C,
     tl: &'a CodeTimeline,
     /// Lines not yet handed on.
     lines: Vec<Out>,
     /// Where full batches of lines go.
     lanes: &'a Lanes,
-    /// The last instruction: IP, length, class, time.
-    prev: Option<(u64, u8, BranchClass, u64)>,
+    /// The last instruction.
+    prev: Option<Ran>,
     tracing: bool,
     /// The line of the previous instruction, to note where its branch went.
     prev_line: Option<usize>,
@@ -34,12 +49,22 @@ pub(super) struct Collector<'a> {
     filter: Option<AddrFilter>,
 }
 
-impl<'a> Collector<'a> {
-    pub(super) fn new(queue: usize, cpu: u32, itrace: &'a Itrace, tl: &'a CodeTimeline, lanes: &'a Lanes, filter: Option<AddrFilter>) -> Self {
+impl<'a, C: CodeSource> Collector<'a, C> {
+    /// Lines of queue `queue` on `cpu`, decoded over `code`; `tl` is the
+    /// code timeline (where a direct branch went when the trace does not say).
+    pub(super) fn new(
+        queue: usize,
+        cpu: u32,
+        itrace: &'a Itrace,
+        (code, tl): (&'a C, &'a CodeTimeline),
+        lanes: &'a Lanes,
+        filter: Option<AddrFilter>,
+    ) -> Self {
         Collector {
             queue,
             cpu,
             itrace,
+            code,
             tl,
             lines: Vec::with_capacity(BATCH),
             lanes,
@@ -48,6 +73,27 @@ impl<'a> Collector<'a> {
             prev_line: None,
             insns_seen: 0,
             filter,
+        }
+    }
+
+    /// The bytes instruction `r` was decoded from, when the line shows
+    /// them or its flags need them.
+    fn bytes(&self, r: &Ran) -> InsnBytes {
+        if !self.itrace.insn_bytes && r.class != BranchClass::FarTransfer {
+            return InsnBytes::default();
+        }
+        match r.code {
+            InsnCode::Chosen(b) => InsnBytes::new(&b, r.len.into()),
+            InsnCode::Exact => Self::fetched(self.code, r.ip, r.len, r.lo, r.hi),
+        }
+    }
+
+    #[cold]
+    fn fetched(code: &C, ip: u64, len: u8, lo: u64, hi: u64) -> InsnBytes {
+        let mut b = [0u8; 16];
+        match code.fetch(ip, lo, hi, 0, &mut b) {
+            Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => InsnBytes::new(&b[..n], len.into()),
+            Fetch::Unmapped => InsnBytes::default(),
         }
     }
 
@@ -69,7 +115,7 @@ impl<'a> Collector<'a> {
         let target = match (at, to) {
             (Some(at), Some(to)) if at == to && self.left_filter(at) => Some(at),
             (None, Some(to)) => Some(to),
-            (None, None) => self.prev.and_then(|p| self.direct_target(p.0, p.3)),
+            (None, None) => self.prev.and_then(|p| self.direct_target(p.ip, p.lo)),
             _ => return,
         };
         let line = &mut self.lines[i];
@@ -86,7 +132,7 @@ impl<'a> Collector<'a> {
     /// line from the branch; an asynchronous stop there has a FUP first,
     /// and the code at `at` is traced).
     fn left_filter(&self, at: u64) -> bool {
-        let direct = matches!(self.prev, Some((_, _, BranchClass::DirectCall | BranchClass::DirectJump, _)));
+        let direct = matches!(self.prev, Some(Ran { class: BranchClass::DirectCall | BranchClass::DirectJump, .. }));
         direct && self.filter.is_some_and(|f| !f.traces(at))
     }
 
@@ -116,12 +162,12 @@ impl<'a> Collector<'a> {
     /// The taken branch of the previous instruction, now that where it went (`to`) is known.
     fn taken(&self, to: u64) -> Option<Out> {
         match self.prev {
-            Some((from, len, class, t)) if Self::is_taken(from, len, class, to) => Some(Out {
-                time: t,
-                queue: self.queue,
-                cpu: self.cpu,
-                kind: Kind::Branch { from, to, flags: branch_flags(class, from, t, self.tl), from_len: Some(len) },
-            }),
+            Some(r) if Self::is_taken(r.ip, r.len, r.class, to) => {
+                let from_bytes = self.bytes(&r);
+                let flags = branch_flags(r.class, from_bytes.as_slice());
+                let kind = Kind::Branch { from: r.ip, to, flags, from_len: Some(r.len), from_bytes };
+                Some(Out { time: r.lo, queue: self.queue, cpu: self.cpu, kind })
+            }
             _ => None,
         }
     }
@@ -136,7 +182,7 @@ impl<'a> Collector<'a> {
                     time,
                     queue: self.queue,
                     cpu: self.cpu,
-                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None },
+                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default() },
                 }),
                 None => {}
             }
@@ -145,7 +191,7 @@ impl<'a> Collector<'a> {
     }
 }
 
-impl FlowSink for Collector<'_> {
+impl<C: CodeSource> FlowSink for Collector<'_, C> {
     /// A straight run of instructions (no jump or call before the last)
     /// holds no branch but the one its last may take: unless instruction
     /// lines are asked for, only where it starts and its last matter.
@@ -156,14 +202,15 @@ impl FlowSink for Collector<'_> {
         }
         self.flush();
         self.arrive(b.ip, b.lo);
-        self.prev = Some((b.last_ip, b.last().len, b.last().class, b.last_lo));
+        let last = b.last();
+        self.prev = Some(Ran { ip: b.last_ip, len: last.len, class: last.class, lo: b.last_lo, hi: b.hi, code: InsnCode::Exact });
     }
 
     fn event(&mut self, e: FlowEvent) {
         let (queue, cpu) = (self.queue, self.cpu);
         let prev_line = self.prev_line.take();
         // Where the previous instruction's branch went, for its instruction line.
-        if let (Some(i), Some((from, len, class, _))) = (prev_line, self.prev) {
+        if let (Some(i), Some(Ran { ip: from, len, class, .. })) = (prev_line, self.prev) {
             let next = match e {
                 FlowEvent::Insn { ip, .. } => Some(ip),
                 FlowEvent::Trap { from, .. } => Some(from),
@@ -176,19 +223,26 @@ impl FlowSink for Collector<'_> {
         }
         self.flush();
         match e {
-            FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
+            FlowEvent::Insn { ip, len, class, lo, hi, uncertain, code } => {
                 self.arrive(ip, lo);
+                let ran = Ran { ip, len, class, lo, hi, code };
                 if self.itrace.instructions && self.itrace.sampled(&mut self.insns_seen) {
                     self.prev_line = Some(self.lines.len());
-                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain, ends: false } });
+                    let bytes = self.bytes(&ran);
+                    self.lines.push(Out { time: lo, queue, cpu, kind: Kind::Insn { ip, len, class, to: None, uncertain, ends: false, bytes } });
                 }
-                self.prev = Some((ip, len, class, lo));
+                self.prev = Some(ran);
             }
             FlowEvent::Trap { from, to, time } => {
                 if self.itrace.branches {
                     let b = self.taken(from);
                     self.lines.extend(b);
-                    self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len: None } });
+                    self.lines.push(Out {
+                        time,
+                        queue,
+                        cpu,
+                        kind: Kind::Branch { from, to, flags: "hw int", from_len: None, from_bytes: InsnBytes::default() },
+                    });
                 }
                 self.prev = None;
             }
@@ -204,20 +258,25 @@ impl FlowSink for Collector<'_> {
                     let to = to.unwrap_or(0);
                     match at {
                         Some(at) if to == at && self.left_filter(at) => {
-                            let (from, len, class, _) = self.prev.unwrap_or((0, 0, BranchClass::None, time));
-                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: Some(len) } });
+                            let (from, len, class) = self.prev.map_or((0, 0, BranchClass::None), |p| (p.ip, p.len, p.class));
+                            let from_bytes = self.prev.map_or(InsnBytes::default(), |p| self.bytes(&p));
+                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: Some(len), from_bytes };
+                            self.lines.push(Out { time, queue, cpu, kind });
                         }
                         Some(at) => {
                             let b = self.taken(at);
                             self.lines.extend(b);
                             let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
-                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from: at, to, flags, from_len: None } });
+                            let kind = Kind::Branch { from: at, to, flags, from_len: None, from_bytes: InsnBytes::default() };
+                            self.lines.push(Out { time, queue, cpu, kind });
                         }
                         None => {
-                            let (from, len, class) = self.prev.map_or((0, None, BranchClass::None), |p| (p.0, Some(p.1), p.2));
+                            let (from, len, class) = self.prev.map_or((0, None, BranchClass::None), |p| (p.ip, Some(p.len), p.class));
+                            let from_bytes = self.prev.map_or(InsnBytes::default(), |p| self.bytes(&p));
                             // Without the TIP.PGD's IP a direct branch still says where it went.
                             let to = if to == 0 && len.is_some() { self.direct_target(from, time).unwrap_or(0) } else { to };
-                            self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: end_flags(class), from_len: len } });
+                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: len, from_bytes };
+                            self.lines.push(Out { time, queue, cpu, kind });
                         }
                     }
                 }
@@ -233,5 +292,56 @@ impl FlowSink for Collector<'_> {
             // Not asked for (no state events).
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codeimage::window::{Interval, Static};
+    use codeimage::{BaseImage, Poke, TimelineBuilder};
+
+    const K: u64 = 0x1000;
+
+    /// `nop2; ret` at K, the NOP poked into `jmp +0` at time 100.
+    fn code() -> CodeTimeline {
+        let mut base = BaseImage::new();
+        base.add_bytes(K, vec![0x66, 0x90, 0xc3, 0x90], "f");
+        let mut b = TimelineBuilder::new(base);
+        b.poke(Poke { time: 100, settled: None, addr: K, old: &[0x66, 0x90], new: &[0xeb, 0x00], cpu: None });
+        b.build()
+    }
+
+    /// The instruction lines made of `events` over `src`, with bytes.
+    fn insn_bytes<C: CodeSource>(src: &C, tl: &CodeTimeline, events: &[FlowEvent]) -> Vec<Vec<u8>> {
+        let itrace = Itrace { branches: false, instructions: true, errors: false, period: 1, insn_bytes: true };
+        let lanes = Lanes::new(1);
+        let mut c = Collector::new(0, 0, &itrace, (src, tl), &lanes, None);
+        events.iter().for_each(|&e| c.event(e));
+        c.lines.iter().map(|l| if let Kind::Insn { bytes, .. } = &l.kind { bytes.as_slice().to_vec() } else { vec![] }).collect()
+    }
+
+    /// A line's bytes are those the decoder decoded: the content it chose,
+    /// or the one content its source has over the instruction's window,
+    /// not the timeline's at the line's time.
+    #[test]
+    fn lines_carry_the_bytes_decoded_not_the_code_at_their_time() {
+        let tl = code();
+        let insn = |lo, hi, code| FlowEvent::Insn { ip: K, len: 2, class: BranchClass::None, lo, hi, uncertain: true, code };
+        let old = InsnCode::Chosen([0x66, 0x90, 0xc3, 0x90, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Chosen: the old content, though the line's time (150) is past the poke.
+        assert_eq!(insn_bytes(&Interval(&tl), &tl, &[insn(150, 150, old)]), [vec![0x66, 0x90]]);
+        // Exact over the static image: the code before the poke, at any time.
+        assert_eq!(insn_bytes(&Static(&tl), &tl, &[insn(150, 150, InsnCode::Exact)]), [vec![0x66, 0x90]]);
+        // Exact over the timeline: the content over the window, each side of the poke.
+        let both = insn_bytes(&Interval(&tl), &tl, &[insn(50, 60, InsnCode::Exact), insn(150, 160, InsnCode::Exact)]);
+        assert_eq!(both, [vec![0x66, 0x90], vec![0xeb, 0x00]]);
+        // Not asked for: no bytes.
+        let itrace = Itrace { branches: false, instructions: true, errors: false, period: 1, insn_bytes: false };
+        let lanes = Lanes::new(1);
+        let before = Static(&tl);
+        let mut c = Collector::new(0, 0, &itrace, (&before, &tl), &lanes, None);
+        c.event(insn(150, 150, InsnCode::Exact));
+        assert!(matches!(&c.lines[0].kind, Kind::Insn { bytes, .. } if bytes.as_slice().is_empty()));
     }
 }

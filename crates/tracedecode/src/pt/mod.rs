@@ -54,7 +54,7 @@ pub fn decode<E: From<Error>>(
 }
 
 /// [`decode`] over `code`, working out instructions' latest times when
-/// `upper_bounds`; `tl` gives the flags of far branches.
+/// `upper_bounds`; the lines' instruction bytes are those read from `code`.
 fn decode_over<C: CodeSource + Sync, E: From<Error>>(
     plan: Plan<'_>,
     queues: &[Queue],
@@ -69,7 +69,7 @@ fn decode_over<C: CodeSource + Sync, E: From<Error>>(
         let q = &queues[queue];
         let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
         if itrace.branches || itrace.instructions {
-            let sink = &mut Collector::new(queue, q.cpu, itrace, tl, lanes, plan.setup.filter);
+            let sink = &mut Collector::new(queue, q.cpu, itrace, (code, tl), lanes, plan.setup.filter);
             run_pieces(&mut dec, q, sink);
             sink.finish();
         } else if plan.cut() && q.breaks.is_empty() {

@@ -1,0 +1,55 @@
+//! The instruction bytes `decode` prints are those the decoder decoded,
+//! not the code read again at the line's time: with `--image static` over
+//! a run whose code is poked, the code before any change.
+
+use codeimage::{BaseImage, PokeEvents};
+use perfdata::PerfFile;
+use serde_json::Value;
+
+mod common;
+
+/// `poketrace decode ARGS`'s stdout; exit status 1 (decode errors, as a
+/// static image over poked code has) is fine, not another.
+fn decode(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("decode").args(args).output().unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "decode {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `--image static`: every instruction line (JSON `insn`, perf's `-F insn`)
+/// shows the code before any change at its IP, also where the timeline
+/// holds other bytes at the line's time (poked sites the run executed).
+#[test]
+fn a_static_decode_prints_the_static_bytes_it_decoded() {
+    let dir = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/decoded-bytes-static"));
+    let run = dir.join("run");
+    common::simulate(&run, &["--cpus", "1", "--instructions", "20000", "--pokes", "20", "--seed", "7"]);
+    let file = PerfFile::open(&run).unwrap();
+    let mut base = BaseImage::new();
+    codeimage::add_base(&file, &mut base).unwrap();
+    let tl = codeimage::over_base(&file, base, PokeEvents::Single).unwrap().timeline;
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let code = |ip: u64, len: usize, time: u64| {
+        let mut b = vec![0u8; len];
+        tl.read_into(ip, &mut b, time);
+        hex(&b)
+    };
+    let run = run.to_str().unwrap();
+    let json = decode(&[run, "--image", "static", "--itrace=i", "--json"]);
+    let perf = decode(&[run, "--image", "static", "--itrace=i", "-F", "ip,insnlen,insn", "--ns"]);
+    let (mut lines, mut poked) = (0, 0);
+    for (j, p) in json.lines().zip(perf.lines()) {
+        let v: Value = serde_json::from_str(j).unwrap();
+        let (ip, time, insn) = (v["ip"].as_u64().unwrap(), v["time"].as_u64().unwrap(), v["insn"].as_str().unwrap());
+        let len = insn.len() / 2;
+        assert_eq!(insn, code(ip, len, 0), "{j}");
+        let printed: String = p.split("insn:").nth(1).unwrap_or("").split_whitespace().collect();
+        assert_eq!(printed, insn, "{p} vs {j}");
+        lines += 1;
+        poked += (code(ip, len, time) != insn) as usize;
+    }
+    assert_eq!(json.lines().count(), perf.lines().count());
+    assert!(lines > 10_000, "{lines} instruction lines");
+    // The run executed poked code: there, the bytes read again would differ.
+    assert!(poked > 0, "no instruction line where the code at its time differs from the static code");
+}
