@@ -341,10 +341,15 @@ fn main() {
 }
 
 fn simulate(cfg: &sim::SimConfig, elf: Option<&std::path::Path>, dir: &std::path::Path, out: &mut impl Write) -> Result<i32> {
+    let mut bar = progress::Progress::counting("simulate", cfg.instructions.saturating_mul(u64::from(cfg.cpus)));
+    let mut progress = |n: u64| bar.at(n);
     let s = match elf {
-        Some(elf) => sim::simulate_elf(&sim::SimConfig { pokes: 0, protocol: sim::Protocol::None, ..cfg.clone() }, elf, dir)?,
-        None => sim::simulate(cfg, dir)?,
+        Some(elf) => {
+            sim::simulate_elf_reporting(&sim::SimConfig { pokes: 0, protocol: sim::Protocol::None, ..cfg.clone() }, elf, dir, &mut progress)?
+        }
+        None => sim::simulate_reporting(cfg, dir, &mut progress)?,
     };
+    bar.finish();
     writeln!(
         out,
         "{}: {} CPUs, protocol {}, {} instructions, {} pokes, {} ksymbols, {} bytes of {}",

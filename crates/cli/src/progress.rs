@@ -41,6 +41,19 @@ impl Progress {
         }
     }
 
+    /// A bar named `what` that counts to `total` (work items: instructions
+    /// simulated), moved with [`Progress::at`].
+    pub fn counting(what: &str, total: u64) -> Progress {
+        Progress::over(what, 0, total)
+    }
+
+    /// `n` of the total done.
+    pub fn at(&mut self, n: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position((n.min(self.span) as u128 * 1000 / self.span as u128) as u64);
+        }
+    }
+
     /// A line decoded at perf time `t`.
     #[inline]
     pub fn line(&mut self, t: u64) {

@@ -188,7 +188,7 @@ impl Emitter for etm::EtmEmitter {
 }
 
 /// Receives the run: truth and trace go to their files as they are made.
-struct Collect<E> {
+struct Collect<'p, E> {
     truth: Vec<truth::TruthWriter>,
     emitters: Vec<E>,
     spools: Vec<Spool>,
@@ -197,10 +197,20 @@ struct Collect<E> {
     error: Option<std::io::Error>,
     /// The truth holds only what is traced: the code this filter lets through.
     filter: Option<filter::AddrFilter>,
+    /// Instructions run so far, told to `progress` every [`PROGRESS_EVERY`].
+    run: u64,
+    progress: &'p mut dyn FnMut(u64),
 }
 
-impl<E: Emitter> machine::Sink for Collect<E> {
+/// Instructions between calls of a run's progress callback (a power of two).
+pub const PROGRESS_EVERY: u64 = 1 << 16;
+
+impl<E: Emitter> machine::Sink for Collect<'_, E> {
     fn instruction(&mut self, cpu: u32, time: u64, addr: u64, flow: Flow, next: u64) {
+        self.run += 1;
+        if self.run & (PROGRESS_EVERY - 1) == 0 {
+            (self.progress)(self.run);
+        }
         let c = cpu as usize;
         if self.filter.as_ref().is_none_or(|f| f.traces(addr)) {
             if let Err(e) = self.truth[c].push(time, addr) {
@@ -242,6 +252,12 @@ impl Traces {
 /// Runs the simulation and writes the perf.data directory `dir` with the
 /// truth beside it; for aarch64 also an OpenCSD snapshot in `DIR/snapshot/`.
 pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
+    simulate_reporting(cfg, dir, &mut |_| {})
+}
+
+/// [`simulate`], telling `progress` how many instructions have run, every
+/// [`PROGRESS_EVERY`] (of `cfg.instructions` per CPU).
+pub fn simulate_reporting(cfg: &SimConfig, dir: &Path, progress: &mut dyn FnMut(u64)) -> Result<Summary, SimError> {
     let arch = cfg.arch;
     let mut rng = rng::Rng::new(cfg.seed);
     let prog = match arch {
@@ -264,7 +280,7 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
             let emitters = (0..cfg.cpus)
                 .map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh).with_filter(filter.clone()))
                 .collect();
-            record_run(cfg, dir, emitters, filter.clone(), |sink| {
+            record_run(cfg, dir, emitters, filter.clone(), progress, |sink| {
                 machine::run(&prog, &run, &mut rng, sink);
             })?
         }
@@ -273,7 +289,7 @@ pub fn simulate(cfg: &SimConfig, dir: &Path) -> Result<Summary, SimError> {
                 return Err(SimError::Config(format!("--cpus {} (ETMv4 trace IDs allow 1 to {MAX_ETM_CPUS})", cfg.cpus)));
             }
             let emitters = (0..cfg.cpus).map(|c| etm::EtmEmitter::new(c, cfg.tsc_period, cfg.psb_period)).collect();
-            record_run(cfg, dir, emitters, None, |sink| {
+            record_run(cfg, dir, emitters, None, progress, |sink| {
                 machine::run(&prog, &run, &mut rng, sink);
             })?
         }
@@ -315,13 +331,18 @@ pub const PIE_BASE: u64 = 0x5555_5555_4000;
 /// `elf` (a user program, traced as one process with a thread per CPU):
 /// the same outputs as [`simulate`], without changes to the code.
 pub fn simulate_elf(cfg: &SimConfig, elf: &Path, dir: &Path) -> Result<Summary, SimError> {
+    simulate_elf_reporting(cfg, elf, dir, &mut |_| {})
+}
+
+/// [`simulate_elf`], telling `progress` how many instructions have run, as [`simulate_reporting`] does.
+pub fn simulate_elf_reporting(cfg: &SimConfig, elf: &Path, dir: &Path, progress: &mut dyn FnMut(u64)) -> Result<Summary, SimError> {
     if cfg.arch != isa::Arch::X86_64 {
         return Err(SimError::Config("--elf: only x86_64 programs".into()));
     }
     let code = walk::RealCode::load(elf, PIE_BASE)?;
     let mut rng = rng::Rng::new(cfg.seed);
     let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh)).collect();
-    let (traces, counts) = record_run(cfg, dir, emitters, None, |sink| {
+    let (traces, counts) = record_run(cfg, dir, emitters, None, progress, |sink| {
         walk::walk(&code, cfg.cpus, cfg.instructions, TIME_ZERO, &mut rng, sink);
     })?;
     let result = write_perf_data(cfg, dir, &Space::User(&code), Aux::IntelPt, None, &traces);
@@ -354,7 +375,8 @@ fn record_run<E: Emitter>(
     dir: &Path,
     emitters: Vec<E>,
     filter: Option<filter::AddrFilter>,
-    execute: impl FnOnce(&mut Collect<E>),
+    progress: &mut dyn FnMut(u64),
+    execute: impl FnOnce(&mut Collect<'_, E>),
 ) -> Result<(Traces, Vec<u64>), SimError> {
     if cfg.cpus == 0 || cfg.cpus > 256 {
         return Err(SimError::Config(format!("--cpus {} (1 to 256)", cfg.cpus)));
@@ -365,7 +387,8 @@ fn record_run<E: Emitter>(
     };
     let truth_dir = dir.join("truth");
     std::fs::create_dir_all(&truth_dir).map_err(io(&truth_dir))?;
-    let mut sink = Collect { truth: Vec::new(), emitters, spools: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None, filter };
+    let mut sink =
+        Collect { truth: Vec::new(), emitters, spools: Vec::new(), pokes: Vec::new(), ksyms: Vec::new(), error: None, filter, run: 0, progress };
     for c in 0..cfg.cpus {
         let p = truth_dir.join(format!("cpu{c}.bin"));
         sink.truth.push(truth::TruthWriter::create(&p).map_err(io(&p))?);
