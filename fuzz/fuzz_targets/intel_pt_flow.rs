@@ -155,7 +155,7 @@ fn check(trace: &[u8], code: &(impl CodeSource + Sync), cfg: &FlowConfig, recove
         stepped
             .iter()
             .map(|e| match *e {
-                FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => FlowEvent::Insn { ip, len, class, lo, hi: Time::MAX, uncertain },
+                FlowEvent::Insn { ip, len, class, lo, uncertain, code, .. } => FlowEvent::Insn { ip, len, class, lo, hi: Time::MAX, uncertain, code },
                 other => other,
             })
             .collect()
