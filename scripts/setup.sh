@@ -22,7 +22,8 @@ esac
 packages=(gcc libc6-dev)
 if ((tests)); then
 	# cmake and libclang-dev: libipt-sys builds libipt and its bindings (the
-	# Intel PT oracle of the tests and benches).
+	# Intel PT oracle of the tests and benches); g++: libFuzzer, which the
+	# fuzz targets' check builds.
 	# linux-perf: the oracle (perf record/script/report); zstd: perf -z files;
 	# libopencsd-bin: trc_pkt_lister, the CoreSight oracle; linux-libc-dev
 	# (<linux/bpf.h>): scripts/bpf-load.c for scripts/record-real.sh;
@@ -32,7 +33,7 @@ if ((tests)); then
 	# tag, beside the recorder's.
 	# chromium: the headless browser of the timeline and report tests
 	# (speedscope, below); python3-pip: perfetto's trace protos for the .pftrace test.
-	packages+=(cmake libclang-dev linux-perf zstd libopencsd-bin linux-libc-dev python3 qemu-system-x86 qemu-utils busybox-static cpio bpftool chromium python3-pip)
+	packages+=(cmake libclang-dev g++ linux-perf zstd libopencsd-bin linux-libc-dev python3 qemu-system-x86 qemu-utils busybox-static cpio bpftool chromium python3-pip)
 fi
 
 missing=()

@@ -10,4 +10,7 @@ fi
 # Style first: formatting and lints are part of the tests.
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The fuzz targets (their own crate, outside the workspace) must keep building.
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+cargo check --manifest-path fuzz/Cargo.toml --locked --bins
 exec cargo test --workspace --locked "$@"
