@@ -4,30 +4,10 @@
 //! damaged in the middle. And a buffer cut at its PSBs and decoded on
 //! several threads gives what one thread gives, byte for byte.
 
-use std::path::Path;
 
 use serde_json::Value;
 
 mod common;
-
-/// Overwrites 256 bytes of trace data after the middle PSB of the file,
-/// and a few bytes across some PSBs after it, with a pattern the decoder
-/// reports errors for (same size: the records stay whole).
-fn damage(dir: &Path) {
-    let path = dir.join("data");
-    let mut data = std::fs::read(&path).unwrap();
-    let psb = [0x02, 0x82].repeat(8);
-    let psbs: Vec<usize> = data.windows(16).enumerate().filter(|(_, w)| *w == psb.as_slice()).map(|(i, _)| i).collect();
-    assert!(psbs.len() > 12, "{} PSBs", psbs.len());
-    let at = psbs[psbs.len() / 2] + 64;
-    for (i, b) in data[at..at + 256].iter_mut().enumerate() {
-        *b = ((i * 151 + 7) % 256) as u8;
-    }
-    for &p in psbs[psbs.len() / 2 + 2..].iter().step_by(5) {
-        data[p - 3..p + 2].copy_from_slice(&[0x5a, 0xa5, 0x5a, 0xa5, 0x5a]);
-    }
-    std::fs::write(&path, data).unwrap();
-}
 
 /// `poketrace decode ARGS`: its stdout, and whether it exited 1 (output
 /// known incomplete: decode errors) rather than 0; any other status fails.
@@ -83,7 +63,7 @@ fn stat_counts_what_the_lines_show_and_threads_change_nothing() {
         let dir = root.join(name);
         common::simulate(&dir, &[&["--cpus", "2", "--instructions", "100000"], args].concat());
         if damaged {
-            damage(&dir);
+            common::damage_trace(&dir);
         }
         let d = dir.to_str().unwrap();
         let (stat, incomplete) = decode(&[d, "--stat", "--json"]);

@@ -27,25 +27,6 @@ fn units(dir: &str, target: usize) -> Vec<Value> {
     listed.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// Overwrites 256 bytes after the middle PSB of the trace, and a few bytes
-/// across some PSBs after it, with a pattern the decoder reports errors for
-/// (same size: the records stay whole).
-fn damage(dir: &Path) {
-    let path = dir.join("data");
-    let mut data = std::fs::read(&path).unwrap();
-    let psb = [0x02, 0x82].repeat(8);
-    let psbs: Vec<usize> = data.windows(16).enumerate().filter(|(_, w)| *w == psb.as_slice()).map(|(i, _)| i).collect();
-    assert!(psbs.len() > 12, "{} PSBs", psbs.len());
-    let at = psbs[psbs.len() / 2] + 64;
-    for (i, b) in data[at..at + 256].iter_mut().enumerate() {
-        *b = ((i * 151 + 7) % 256) as u8;
-    }
-    for &p in psbs[psbs.len() / 2 + 2..].iter().step_by(5) {
-        data[p - 3..p + 2].copy_from_slice(&[0x5a, 0xa5, 0x5a, 0xa5, 0x5a]);
-    }
-    std::fs::write(&path, data).unwrap();
-}
-
 /// Moves the AUX offsets of buffer 0's AUXTRACE records from its middle one
 /// on 64 bytes on: a gap in the AUX data there.
 fn aux_gap(dir: &Path) {
@@ -84,7 +65,7 @@ fn units_decoded_apart_give_the_whole_decode() {
         let dir = root.join(name);
         common::simulate(&dir, &["--cpus", "2", "--instructions", instructions, "--protocol", "int3", "--pokes", "200", "--seed", "7"]);
         if damaged {
-            damage(&dir);
+            common::damage_trace(&dir);
         }
         if gap {
             aux_gap(&dir);

@@ -43,3 +43,22 @@ pub fn simulate(out: &Path, args: &[&str]) {
     let o = Command::new(env!("CARGO_BIN_EXE_poketrace")).arg("simulate").args(args).arg("-o").arg(out).output().unwrap();
     testkit::success(o, &format!("simulate {args:?}"));
 }
+
+/// Intel PT: overwrites 256 bytes after the middle PSB of `dir`'s trace, and a few bytes
+/// across some PSBs after it, with a pattern the decoder reports errors for
+/// (same size: the records stay whole).
+pub fn damage_trace(dir: &Path) {
+    let path = dir.join("data");
+    let mut data = std::fs::read(&path).unwrap();
+    let psb = [0x02, 0x82].repeat(8);
+    let psbs: Vec<usize> = data.windows(16).enumerate().filter(|(_, w)| *w == psb.as_slice()).map(|(i, _)| i).collect();
+    assert!(psbs.len() > 12, "{} PSBs", psbs.len());
+    let at = psbs[psbs.len() / 2] + 64;
+    for (i, b) in data[at..at + 256].iter_mut().enumerate() {
+        *b = ((i * 151 + 7) % 256) as u8;
+    }
+    for &p in psbs[psbs.len() / 2 + 2..].iter().step_by(5) {
+        data[p - 3..p + 2].copy_from_slice(&[0x5a, 0xa5, 0x5a, 0xa5, 0x5a]);
+    }
+    std::fs::write(&path, data).unwrap();
+}
