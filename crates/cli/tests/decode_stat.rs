@@ -4,7 +4,6 @@
 //! damaged in the middle. And a buffer cut at its PSBs and decoded on
 //! several threads gives what one thread gives, byte for byte.
 
-
 use serde_json::Value;
 
 mod common;
