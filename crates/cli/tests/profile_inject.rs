@@ -67,7 +67,7 @@ fn user_trace_samples_and_stacks_equal_perf_inject() {
     let home = scratch("user-home");
     perf_inject(&home, &trace, &theirs, 997);
     let fields = ["-F", "pid,tid,cpu,time,ip,period,brstack,event", "--ns"];
-    let (a, b) = (perf_script(&home, &ours, &fields), perf_script(&home, &theirs.join("data"), &fields));
+    let (a, b) = (perf_script(&home, &ours, &fields), perf_script(&home, &theirs, &fields));
     assert!(a.lines().count() >= 170, "{} samples", a.lines().count());
     // Most stacks are full: 64 entries of from/to/flags.
     let full = a.lines().filter(|l| l.matches("/-/-/-/0/").count() == 64).count();
@@ -79,8 +79,9 @@ fn user_trace_samples_and_stacks_equal_perf_inject() {
 }
 
 /// A kernel trace (unpatched) on two CPUs: the same samples as perf
-/// inject's. (perf's own stacks are empty there: it keeps none for the
-/// idle task, pid 0, that the simulated kernel runs as; ours are not.)
+/// inject's, symbolised by the kcore_dir both copy. (perf's own stacks are
+/// empty there: it keeps none for the idle task, pid 0, that the simulated
+/// kernel runs as; ours are not.)
 #[test]
 fn kernel_trace_samples_equal_perf_inject() {
     if !perf_available() {
@@ -94,12 +95,13 @@ fn kernel_trace_samples_equal_perf_inject() {
     assert_eq!(code, Some(0), "{stderr}");
     let home = scratch("kernel-home");
     perf_inject(&home, &trace, &theirs, 500);
-    let fields = ["-F", "pid,tid,cpu,time,ip,period", "--ns"];
-    let (a, b) = (perf_script(&home, &ours, &fields), perf_script(&home, &theirs.join("data"), &fields));
+    let fields = ["-F", "pid,tid,cpu,time,ip,sym,symoff,period", "--ns"];
+    let (a, b) = (perf_script(&home, &ours, &fields), perf_script(&home, &theirs, &fields));
     assert!(a.lines().count() >= 190, "{} samples", a.lines().count());
     assert_eq!(a, b);
     let stacks = perf_script(&home, &ours, &["-F", "brstack"]);
     assert!(stacks.lines().all(|l| l.split_whitespace().count() == 64), "every kernel stack is full");
+    assert!(ours.join("kcore_dir/kallsyms").is_file() && ours.join("data").is_file());
 }
 
 /// One sample read back: cpu, ip, and its stack oldest first.
@@ -207,4 +209,20 @@ fn truncated_input_writes_nothing() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("could not be read") && stderr.contains("truncated"), "{stderr}");
     assert!(!out.exists() && !dir.join("out.data.tmp").exists());
+}
+
+/// An input without a kcore_dir (a plain perf.data file) gives a plain
+/// file; an earlier output in the way is replaced whole.
+#[test]
+fn plain_file_input_gives_a_file_and_replaces_an_earlier_output() {
+    let dir = scratch("plain");
+    let trace = dir.join("trace");
+    simulate(&trace, &["--elf", env!("CARGO_BIN_EXE_poketrace"), "--cpus", "1", "--instructions", "20000"]);
+    let out = dir.join("out.data");
+    std::fs::write(&out, b"an earlier output").unwrap();
+    let (code, stderr) = profile(&trace.join("data"), &out, 1000);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(out.is_file() && !dir.join("out.data.tmp").exists());
+    let samples = read_samples(&out);
+    assert!(samples.len() >= 19 && samples.iter().all(|s| s.cpu == 0 && !s.stack.is_empty()), "{} samples", samples.len());
 }

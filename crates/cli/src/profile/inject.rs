@@ -5,7 +5,7 @@
 //! with hw_idx), the side-band copied, the trace and its set-up left out.
 //! The branches are those that ran: at a patched site, the code of that time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use codeimage::{BaseImage, PokeEvents};
@@ -14,6 +14,8 @@ use perfdata::{AttrWithIds, BranchEntry, BranchStack, EventAttr, FeatureData, Pe
 use tracedecode::pt::{BranchSample, Plan};
 use tracedecode::setup::{self, PtSetup};
 use tracedecode::{ImageMode, Input, Queue, Threads, Trace};
+
+use super::staging::Staging;
 
 /// perf's default for `--itrace=i`: 100 us of trace; here a count of
 /// instructions is taken instead (see [`write`]).
@@ -28,8 +30,9 @@ const INSTRUCTIONS: u64 = 1;
 
 /// Decodes the Intel PT trace in `input` (a perf.data directory or file)
 /// and writes `out`: a sample every `period` instructions with the
-/// branches before it. `out` appears whole or not at all (written as
-/// OUT.tmp, then renamed). Exit status 1 when the trace had decode errors
+/// branches before it. `out` is a perf.data directory with a copy of the
+/// input's kcore_dir when it has one (as perf inject writes), else a file;
+/// it appears whole or not at all (written as OUT.tmp, then renamed). Exit status 1 when the trace had decode errors
 /// (the samples around them are written; a stack never spans one).
 pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
     if period == 0 {
@@ -62,23 +65,22 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
     let setup = PtSetup::new(&file, &info, setup::kernel_idioms(&file)?);
     let plan = Plan { setup: &setup, segments: false };
 
-    let tmp = temporary(out);
+    let staging = Staging::new(out, file.kcore_dir().as_deref())?;
     let written = (|| {
-        let mut w = OutFile::create(&tmp, &file, period)?;
+        let mut w = OutFile::create(&staging.data(), &file, period)?;
         w.side_band(&file)?;
         let counts = tracedecode::pt::branch_samples(plan, &queues, ImageMode::Timeline, (tl, tl), period, &mut |s| w.sample(s, &queues, &threads));
         w.finish()?;
         anyhow::Ok(counts)
     })();
-    let counts = match written
-        .and_then(|c| std::fs::rename(&tmp, out).with_context(|| format!("renaming {} to {}", tmp.display(), out.display())).map(|()| c))
-    {
+    let counts = match written {
         Ok(c) => c,
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            staging.abandon();
             return Err(e);
         }
     };
+    staging.commit(out)?;
     eprintln!(
         "poketrace profile: {} samples of {} instructions each, {} instructions, {} decode errors, {} gaps in the AUX data",
         counts.samples,
@@ -88,13 +90,6 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
         breaks.len()
     );
     Ok(if counts.errors > 0 || !breaks.is_empty() { 1 } else { 0 })
-}
-
-/// `OUT.tmp` beside `out`.
-fn temporary(out: &Path) -> PathBuf {
-    let mut name = out.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    out.with_file_name(name)
 }
 
 /// The output being written: the first write error is kept (the decoder

@@ -2,6 +2,7 @@
 //! code from them. (On this branch only the perf-inject format.)
 
 pub mod inject;
+mod staging;
 
 use clap::ValueEnum;
 
