@@ -67,7 +67,7 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
 
     let staging = Staging::new(out, file.kcore_dir().as_deref())?;
     let written = (|| {
-        let mut w = OutFile::create(&staging.data(), &file, period)?;
+        let mut w = OutFile::create(&staging.data(), &file, info.pmu_type, period)?;
         w.side_band(&file)?;
         let counts = tracedecode::pt::branch_samples(plan, &queues, ImageMode::Timeline, (tl, tl), period, &mut |s| w.sample(s, &queues, &threads));
         w.finish()?;
@@ -102,11 +102,11 @@ struct OutFile {
 }
 
 impl OutFile {
-    /// `path` with `input`'s events and the synthesized one, and its features.
-    fn create(path: &Path, input: &PerfFile, period: u64) -> Result<OutFile> {
+    /// `path` with `input`'s events and the synthesized one (after the
+    /// traced event, of PMU type `pmu_type`), and its features.
+    fn create(path: &Path, input: &PerfFile, pmu_type: u64, period: u64) -> Result<OutFile> {
         let attrs = input.attrs();
-        let traced =
-            attrs.iter().find(|a| a.attr.type_ == pt_pmu_type(input).unwrap_or(u32::MAX)).or(attrs.first()).context("the input has no event")?;
+        let traced = attrs.iter().find(|a| u64::from(a.attr.type_) == pmu_type).or(attrs.first()).context("the input has no event")?;
         let used = |id: u64| attrs.iter().any(|a| a.ids.contains(&id));
         let mut id = traced.ids.first().copied().unwrap_or(0) + SYNTH_ID_OFFSET;
         while used(id) {
@@ -203,14 +203,6 @@ impl OutFile {
         self.w.finish()?;
         Ok(())
     }
-}
-
-/// The Intel PT PMU's type, from AUXTRACE_INFO.
-fn pt_pmu_type(input: &PerfFile) -> Option<u32> {
-    input.records().find_map(|r| match r.ok()?.body {
-        RecordBody::AuxtraceInfo(i) => perfdata::auxtrace::IntelPtInfo::parse(&i).ok().map(|p| p.pmu_type as u32),
-        _ => None,
-    })
 }
 
 /// Each event's name: the input's (HEADER_EVENT_DESC), and
