@@ -146,28 +146,20 @@ fn truth(dir: &Path, tl: &CodeTimeline, cpu: u32) -> Vec<(u64, bool)> {
     out
 }
 
-/// A simulated kernel run with jump labels, static calls and kprobes
-/// patched while it runs: every sample's stack is, oldest to newest, the
-/// taken branches that ran last before its instruction, at the patched
-/// sites too (a JMP half taken, a NOP half not, a static call's target of
-/// that time).
-#[test]
-fn stacks_at_patched_sites_follow_the_truth() {
-    let dir = scratch("pokes");
-    let trace = dir.join("trace");
-    simulate(&trace, &["--cpus", "2", "--instructions", "60000", "--pokes", "300", "--tsc-period", "20", "--seed", "4"]);
-    let out = dir.join("ours.data");
-    let (code, stderr) = profile(&trace, &out, 301);
-    assert_eq!(code, Some(0), "{stderr}");
-    let file = PerfFile::open(&trace).unwrap();
+/// Checks every sample of `out` (made of the simulated run in `trace` on
+/// `cpus` CPUs) against what ran: its stack, oldest to newest, is the last
+/// taken branches before its instruction. Returns the samples checked and
+/// the entries at patched sites.
+fn assert_stacks_follow_truth(trace: &Path, out: &Path, cpus: u32) -> (usize, usize) {
+    let file = PerfFile::open(trace).unwrap();
     let mut base = BaseImage::new();
     codeimage::add_base_with(&file, &mut base, &UserCode::default()).unwrap();
     let tl = codeimage::over_base(&file, base, PokeEvents::Single).unwrap().timeline;
     let sites: std::collections::HashSet<u64> = tl.pokes().iter().map(|p| p.addr).collect();
-    let samples = read_samples(&out);
+    let samples = read_samples(out);
     let (mut at_sites, mut checked) = (0, 0);
-    for cpu in 0..2 {
-        let ran = truth(&trace, &tl, cpu);
+    for cpu in 0..cpus {
+        let ran = truth(trace, &tl, cpu);
         // The taken branches, as (from, to, index of the instruction it went to).
         let taken: Vec<(u64, u64, usize)> = (0..ran.len() - 1).filter(|&i| ran[i].1).map(|i| (ran[i].0, ran[i + 1].0, i + 1)).collect();
         let mut pos = 0;
@@ -191,8 +183,43 @@ fn stacks_at_patched_sites_follow_the_truth() {
             checked += 1;
         }
     }
+    (checked, at_sites)
+}
+
+/// A simulated kernel run with jump labels, static calls and kprobes
+/// patched while it runs: every sample's stack is, oldest to newest, the
+/// taken branches that ran last before its instruction, at the patched
+/// sites too (a JMP half taken, a NOP half not, a static call's target of
+/// that time, an INT3 as a trap into its handler).
+#[test]
+fn stacks_at_patched_sites_follow_the_truth() {
+    let dir = scratch("pokes");
+    let trace = dir.join("trace");
+    simulate(&trace, &["--cpus", "2", "--instructions", "60000", "--pokes", "300", "--tsc-period", "20", "--seed", "4"]);
+    let out = dir.join("ours.data");
+    let (code, stderr) = profile(&trace, &out, 301);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (checked, at_sites) = assert_stacks_follow_truth(&trace, &out, 2);
     assert!(checked >= 300, "{checked} samples");
     assert!(at_sites > 0, "no stack holds a branch at a patched site");
+}
+
+/// A trace with stretches the decoder cannot read: exit status 1, the
+/// samples around them written, and no stack reaches across a decode
+/// error (each is still what ran last).
+#[test]
+fn decode_errors_end_stacks() {
+    let dir = scratch("errors");
+    let trace = dir.join("trace");
+    simulate(&trace, &["--cpus", "1", "--instructions", "200000", "--pokes", "100", "--tsc-period", "20", "--seed", "6"]);
+    common::damage_trace(&trace);
+    let out = dir.join("ours.data");
+    let (code, stderr) = profile(&trace, &out, 211);
+    assert_eq!(code, Some(1), "{stderr}");
+    let errors: u64 = stderr.split(" decode errors").next().and_then(|h| h.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(errors > 0, "{stderr}");
+    let (checked, _) = assert_stacks_follow_truth(&trace, &out, 1);
+    assert!(checked >= 800, "{checked} samples");
 }
 
 /// A trace cut short: a clear error, and neither the output nor its temporary file is left.

@@ -123,6 +123,14 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
         }
     }
 
+    /// Starts over where the trace does not follow on from what came
+    /// before (a gap in the AUX data): no branch is known.
+    pub(super) fn restart(&mut self) {
+        self.ring.clear();
+        self.tracing = false;
+        self.prev = None;
+    }
+
     /// The previous instruction's branch, if it was taken to `to`.
     #[inline(always)]
     fn resolve(&mut self, to: u64) {
@@ -235,9 +243,7 @@ impl<F: FnMut(&BranchSample<'_>)> FlowSink for BranchStacks<'_, F> {
             // a stack across it would show branches next to each other that were not.
             FlowEvent::Error { .. } => {
                 self.errors += 1;
-                self.ring.clear();
-                self.tracing = false;
-                self.prev = None;
+                self.restart();
             }
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
@@ -299,5 +305,19 @@ mod tests {
         assert_eq!(got[0].2[DEPTH - 1], (0x1000 + 0x10 * 35, 0x1000 + 0x10 * 36));
         let after = samples(&evs, 102);
         assert_eq!(after[0], (0x21, 102, vec![(0, 0x20)]));
+    }
+
+    /// After a restart (a gap in the AUX data) the stack starts empty, with the trace's start.
+    #[test]
+    fn restart_forgets_the_branches_before() {
+        let tl = TimelineBuilder::new(BaseImage::new()).build();
+        let mut out = Vec::new();
+        let mut s = BranchStacks::new(0, 0, 3, &tl, None, |s: &BranchSample<'_>| out.push(s.branches.newest_first().collect::<Vec<_>>()));
+        for e in [insn(0x10, 2, BranchClass::DirectJump), insn(0x40, 2, BranchClass::DirectJump)] {
+            s.event(e);
+        }
+        s.restart();
+        s.event(insn(0x80, 1, BranchClass::None));
+        assert_eq!(out, [vec![Branch { from: 0, to: 0x80 }]]);
     }
 }

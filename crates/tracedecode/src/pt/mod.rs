@@ -160,7 +160,12 @@ fn samples_over<C: CodeSource>(
     for (i, q) in queues.iter().enumerate() {
         let mut dec = decoder(plan.setup, code, upper_bounds);
         let mut sink = BranchStacks::new(i, q.cpu, period, tl, plan.setup.filter, &mut *emit);
-        run_pieces(&mut dec, q, &mut sink);
+        // Each run of the AUX data on its own: nothing is known across a gap.
+        for (base, piece) in q.pieces() {
+            sink.restart();
+            dec.reset_at(piece, base);
+            dec.run_with(&mut sink);
+        }
         counts.instructions += sink.instructions;
         counts.errors += sink.errors;
         counts.samples += sink.samples;
