@@ -204,20 +204,30 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
 }
 
 impl<F: FnMut(&BranchSample<'_>)> FlowSink for BranchStacks<'_, F> {
-    /// A straight run (no jump or call before its last instruction) that
-    /// completes no period: only where it starts and its last matter.
+    /// A block that completes no period: only its taken branches matter,
+    /// those of its jumps and calls (each taken) and of its last
+    /// instruction, which the next place reached tells.
     #[inline(always)]
     fn block(&mut self, b: InsnBlock<'_>) {
         let n = b.len() as u64;
-        if b.has_inner_branches() || self.seen + n >= self.period {
+        if self.seen + n >= self.period {
             b.for_each_insn(|e| self.event(e));
             return;
         }
-        self.arrive(b.ip);
+        if b.has_inner_branches() {
+            b.for_each_insn(|e| {
+                if let FlowEvent::Insn { ip, len, class, .. } = e {
+                    self.arrive(ip);
+                    self.prev = Some(Prev { ip, len, class });
+                }
+            });
+        } else {
+            self.arrive(b.ip);
+            let last = b.last();
+            self.prev = Some(Prev { ip: b.last_ip, len: last.len, class: last.class });
+        }
         self.seen += n;
         self.instructions += n;
-        let last = b.last();
-        self.prev = Some(Prev { ip: b.last_ip, len: last.len, class: last.class });
     }
 
     fn event(&mut self, e: FlowEvent) {
