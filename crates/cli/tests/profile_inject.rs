@@ -202,6 +202,24 @@ fn stacks_at_patched_sites_follow_the_truth() {
     let (checked, at_sites) = assert_stacks_follow_truth(&trace, &out, 2);
     assert!(checked >= 300, "{checked} samples");
     assert!(at_sites > 0, "no stack holds a branch at a patched site");
+    assert!(stderr.contains(", 0 samples with branches decoded where the code may have been either version"), "{stderr}");
+}
+
+/// Coarse timing (a TSC every 2 us) leaves pokes between timing packets:
+/// the samples whose stacks hold branches decoded there are counted apart.
+#[test]
+fn uncertain_stacks_are_counted() {
+    let dir = scratch("uncertain");
+    let trace = dir.join("trace");
+    simulate(&trace, &["--cpus", "1", "--instructions", "100000", "--pokes", "400", "--tsc-period", "2000", "--seed", "2"]);
+    let stat = common::poketrace(&["decode", trace.to_str().unwrap(), "--stat", "--json"]);
+    let uncertain = serde_json::from_str::<serde_json::Value>(&stat).unwrap()["uncertain"].as_u64().unwrap();
+    assert!(uncertain > 0, "the run has no uncertain instruction: {stat}");
+    let (code, stderr) = profile(&trace, &dir.join("ours.data"), 97);
+    assert_eq!(code, Some(0), "{stderr}");
+    let counted: u64 =
+        stderr.split(" samples with branches decoded where").next().and_then(|h| h.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(counted > 0, "{stderr}");
 }
 
 /// A trace with stretches the decoder cannot read: exit status 1, the

@@ -82,12 +82,14 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
     };
     staging.commit(out)?;
     eprintln!(
-        "poketrace profile: {} samples of {} instructions each, {} instructions, {} decode errors, {} gaps in the AUX data",
+        "poketrace profile: {} samples of {} instructions each, {} instructions, {} decode errors, {} gaps in the AUX data, \
+         {} samples with branches decoded where the code may have been either version (uncertain)",
         counts.samples,
         period,
         counts.instructions,
         counts.errors,
-        breaks.len()
+        breaks.len(),
+        counts.uncertain_samples
     );
     Ok(if counts.errors > 0 || !breaks.is_empty() { 1 } else { 0 })
 }

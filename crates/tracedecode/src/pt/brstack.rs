@@ -23,6 +23,9 @@ pub struct Branch {
 #[derive(Clone)]
 pub struct Ring {
     slots: [Branch; DEPTH],
+    /// Bit i: slot i's branch was decoded in an uncertain window (the code
+    /// there may have been either version). Emptied slots have it clear.
+    uncertain: u64,
     /// Where the next branch goes.
     next: usize,
     len: usize,
@@ -30,20 +33,27 @@ pub struct Ring {
 
 impl Default for Ring {
     fn default() -> Ring {
-        Ring { slots: [Branch::default(); DEPTH], next: 0, len: 0 }
+        Ring { slots: [Branch::default(); DEPTH], uncertain: 0, next: 0, len: 0 }
     }
 }
 
 impl Ring {
     #[inline(always)]
-    fn push(&mut self, from: u64, to: u64) {
+    fn push(&mut self, from: u64, to: u64, uncertain: bool) {
         self.slots[self.next] = Branch { from, to };
+        self.uncertain = (self.uncertain & !(1 << self.next)) | (u64::from(uncertain) << self.next);
         self.next = (self.next + 1) % DEPTH;
         self.len = (self.len + 1).min(DEPTH);
     }
 
     fn clear(&mut self) {
         self.len = 0;
+        self.uncertain = 0;
+    }
+
+    /// How many of the branches were decoded in uncertain windows.
+    pub fn uncertain(&self) -> u32 {
+        self.uncertain.count_ones()
     }
 
     pub fn len(&self) -> usize {
@@ -79,6 +89,7 @@ struct Prev {
     ip: u64,
     len: u8,
     class: BranchClass,
+    uncertain: bool,
 }
 
 /// One queue's ring and sampling; samples go to `emit` as they are made.
@@ -99,6 +110,8 @@ pub(super) struct BranchStacks<'a, F: FnMut(&BranchSample<'_>)> {
     pub(super) errors: u64,
     pub(super) instructions: u64,
     pub(super) samples: u64,
+    /// Samples whose stack holds a branch decoded in an uncertain window.
+    pub(super) uncertain_samples: u64,
 }
 
 impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
@@ -120,6 +133,7 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
             errors: 0,
             instructions: 0,
             samples: 0,
+            uncertain_samples: 0,
         }
     }
 
@@ -136,7 +150,7 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
     fn resolve(&mut self, to: u64) {
         if let Some(p) = self.prev.take() {
             if p.class.is_branch() && (p.class != BranchClass::CondBranch || to != p.ip.wrapping_add(p.len as u64)) {
-                self.ring.push(p.ip, to);
+                self.ring.push(p.ip, to, p.uncertain);
             }
         }
     }
@@ -147,7 +161,7 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
         if self.prev.is_some() {
             self.resolve(ip);
         } else if !self.tracing {
-            self.ring.push(0, ip);
+            self.ring.push(0, ip, false);
         }
         self.tracing = true;
     }
@@ -162,6 +176,7 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
             (self.emit)(&s);
             self.seen = 0;
             self.samples += 1;
+            self.uncertain_samples += u64::from(self.ring.uncertain() > 0);
         }
     }
 
@@ -186,18 +201,18 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
         let to = to.unwrap_or(0);
         match at {
             Some(at) if to == at && self.left_filter(at) => {
-                let from = self.prev.map_or(0, |p| p.ip);
-                self.ring.push(from, to);
+                let (from, uncertain) = self.prev.map_or((0, false), |p| (p.ip, p.uncertain));
+                self.ring.push(from, to, uncertain);
             }
             Some(at) => {
                 self.resolve(at);
-                self.ring.push(at, to);
+                self.ring.push(at, to, false);
             }
             None => {
                 // Without the TIP.PGD's IP a direct branch still says where it went.
-                let from = self.prev.map_or(0, |p| p.ip);
+                let (from, uncertain) = self.prev.map_or((0, false), |p| (p.ip, p.uncertain));
                 let to = if to == 0 && self.prev.is_some() { self.direct_target(from, time).unwrap_or(0) } else { to };
-                self.ring.push(from, to);
+                self.ring.push(from, to, uncertain);
             }
         }
     }
@@ -216,15 +231,15 @@ impl<F: FnMut(&BranchSample<'_>)> FlowSink for BranchStacks<'_, F> {
         }
         if b.has_inner_branches() {
             b.for_each_insn(|e| {
-                if let FlowEvent::Insn { ip, len, class, .. } = e {
+                if let FlowEvent::Insn { ip, len, class, uncertain, .. } = e {
                     self.arrive(ip);
-                    self.prev = Some(Prev { ip, len, class });
+                    self.prev = Some(Prev { ip, len, class, uncertain });
                 }
             });
         } else {
             self.arrive(b.ip);
             let last = b.last();
-            self.prev = Some(Prev { ip: b.last_ip, len: last.len, class: last.class });
+            self.prev = Some(Prev { ip: b.last_ip, len: last.len, class: last.class, uncertain: false });
         }
         self.seen += n;
         self.instructions += n;
@@ -232,14 +247,14 @@ impl<F: FnMut(&BranchSample<'_>)> FlowSink for BranchStacks<'_, F> {
 
     fn event(&mut self, e: FlowEvent) {
         match e {
-            FlowEvent::Insn { ip, len, class, lo, .. } => {
+            FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
                 self.arrive(ip);
                 self.count(ip, lo);
-                self.prev = Some(Prev { ip, len, class });
+                self.prev = Some(Prev { ip, len, class, uncertain });
             }
             FlowEvent::Trap { from, to, .. } => {
                 self.resolve(from);
-                self.ring.push(from, to);
+                self.ring.push(from, to, false);
                 self.prev = None;
             }
             FlowEvent::End { at, disabled, to, time } => {
@@ -315,6 +330,24 @@ mod tests {
         assert_eq!(got[0].2[DEPTH - 1], (0x1000 + 0x10 * 35, 0x1000 + 0x10 * 36));
         let after = samples(&evs, 102);
         assert_eq!(after[0], (0x21, 102, vec![(0, 0x20)]));
+    }
+
+    /// A branch from an instruction decoded in an uncertain window is
+    /// counted while it stays in the stack, and no longer once pushed out.
+    #[test]
+    fn uncertain_branches_are_counted_while_in_the_stack() {
+        let tl = TimelineBuilder::new(BaseImage::new()).build();
+        let mut out = Vec::new();
+        let mut s = BranchStacks::new(0, 0, 1, &tl, None, |s: &BranchSample<'_>| out.push(s.branches.uncertain()));
+        s.event(FlowEvent::Insn { ip: 0x10, len: 2, class: BranchClass::DirectJump, lo: 0, hi: 9, uncertain: true, code: InsnCode::Exact });
+        for i in 0..=DEPTH as u64 {
+            s.event(insn(0x100 + 0x10 * i, 2, BranchClass::DirectJump));
+        }
+        // Behind the trace start, the uncertain jump stays until DEPTH more branches push it out.
+        let counted = s.uncertain_samples;
+        assert_eq!(out[..3], [0, 1, 1]);
+        assert_eq!(out[DEPTH..], [1, 0]);
+        assert_eq!(counted, DEPTH as u64);
     }
 
     /// After a restart (a gap in the AUX data) the stack starts empty, with the trace's start.

@@ -125,6 +125,8 @@ pub struct SampleCounts {
     pub samples: u64,
     pub instructions: u64,
     pub errors: u64,
+    /// Samples whose stack holds a branch decoded in an uncertain window.
+    pub uncertain_samples: u64,
 }
 
 /// Decodes every queue as [`decode`] does and hands `emit` a sample every
@@ -169,6 +171,7 @@ fn samples_over<C: CodeSource>(
         counts.instructions += sink.instructions;
         counts.errors += sink.errors;
         counts.samples += sink.samples;
+        counts.uncertain_samples += sink.uncertain_samples;
     }
     counts
 }
