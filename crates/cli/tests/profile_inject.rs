@@ -104,6 +104,65 @@ fn kernel_trace_samples_equal_perf_inject() {
     assert!(ours.join("kcore_dir/kallsyms").is_file() && ours.join("data").is_file());
 }
 
+/// The simulated kernel trace rewritten as thread 77's own buffer (perf
+/// record --per-thread: AUXTRACE cpu -1, per_cpu_mmaps 0), where perf
+/// keeps branch stacks: the same samples and the same kernel stacks.
+#[test]
+fn per_thread_kernel_trace_stacks_equal_perf_inject() {
+    if !perf_available() {
+        return;
+    }
+    use perfdata::auxtrace::IntelPtInfo;
+    use perfdata::{Auxtrace, AuxtraceInfo, Comm, SampleId, Writer};
+    let dir = scratch("per-thread");
+    let cpu_wide = dir.join("cpu-wide");
+    simulate(&cpu_wide, &["--cpus", "1", "--pokes", "0", "--protocol", "none", "--instructions", "40000", "--seed", "8"]);
+    let trace = dir.join("trace");
+    std::fs::create_dir_all(trace.join("kcore_dir")).unwrap();
+    for f in std::fs::read_dir(cpu_wide.join("kcore_dir")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), trace.join("kcore_dir").join(f.file_name())).unwrap();
+    }
+    let file = PerfFile::open(&cpu_wide).unwrap();
+    let mut w = Writer::create(trace.join("data"), file.attrs().to_vec()).unwrap();
+    let info = file
+        .records()
+        .find_map(|r| match r.unwrap().body {
+            RecordBody::AuxtraceInfo(i) => Some(IntelPtInfo { per_cpu_mmaps: 0, ..IntelPtInfo::parse(&i).unwrap() }.to_priv_bytes()),
+            _ => None,
+        })
+        .unwrap();
+    let mut commed = false;
+    for r in file.records() {
+        let r = r.unwrap();
+        let body = match r.body {
+            RecordBody::AuxtraceInfo(i) => RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: i.auxtrace_type, priv_data: &info }),
+            RecordBody::Auxtrace(a) => RecordBody::Auxtrace(Auxtrace { cpu: u32::MAX, tid: 77, ..a }),
+            other => other,
+        };
+        if !commed && matches!(body, RecordBody::Auxtrace(_)) {
+            let sid = SampleId { pid: Some(70), tid: Some(77), time: Some(1), cpu: Some(0), ..r.sample_id };
+            w.write(0, &RecordBody::Comm(Comm { pid: 70, tid: 77, comm: b"worker" }), &sid).unwrap();
+            commed = true;
+        }
+        w.write(r.misc, &body, &r.sample_id).unwrap();
+    }
+    w.finish().unwrap();
+    let (ours, theirs) = (dir.join("ours.data"), dir.join("theirs.data"));
+    let (code, stderr) = profile(&trace, &ours, 331);
+    assert_eq!(code, Some(0), "{stderr}");
+    let home = scratch("per-thread-home");
+    perf_inject(&home, &trace, &theirs, 331);
+    let fields = ["-F", "comm,pid,tid,time,ip,sym,period,brstack", "--ns"];
+    let (a, b) = (perf_script(&home, &ours, &fields), perf_script(&home, &theirs, &fields));
+    assert!(a.lines().count() >= 100, "{} samples", a.lines().count());
+    assert!(a.lines().all(|l| l.trim_start().starts_with("worker    70/77") && l.matches("/-/-/-/0/").count() > 0), "{}", a.lines().next().unwrap());
+    for (i, (x, y)) in a.lines().zip(b.lines()).enumerate() {
+        assert_eq!(x, y, "sample {i}");
+    }
+    assert_eq!(a.lines().count(), b.lines().count());
+}
+
 /// One sample read back: cpu, ip, and its stack oldest first.
 struct Read {
     cpu: u32,
