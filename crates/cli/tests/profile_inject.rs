@@ -315,6 +315,19 @@ fn truncated_input_writes_nothing() {
     assert!(!out.exists() && !dir.join("out.data.tmp").exists());
 }
 
+/// An output in a directory that does not exist: an error naming it, and the directory is not made.
+#[test]
+fn missing_output_directory_is_an_error() {
+    let dir = scratch("no-dir");
+    let trace = dir.join("trace");
+    simulate(&trace, &["--cpus", "1", "--instructions", "5000", "--pokes", "5"]);
+    let out = dir.join("missing/out.data");
+    let (code, stderr) = profile(&trace, &out, 100);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("missing/out.data.tmp: No such file or directory"), "{stderr}");
+    assert!(!dir.join("missing").exists());
+}
+
 /// An input without a kcore_dir (a plain perf.data file) gives a plain
 /// file; an earlier output in the way is replaced whole.
 #[test]

@@ -22,9 +22,12 @@ impl Staging {
         let staging = Staging { tmp: out.with_file_name(name), dir: kcore_dir.is_some() };
         staging.abandon();
         if let Some(kcore) = kcore_dir {
+            // Not its parents: a missing directory is the caller's error.
+            let mut dir = std::fs::DirBuilder::new();
+            std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
+            dir.create(&staging.tmp).with_context(|| format!("creating {}", staging.tmp.display()))?;
             let to = staging.tmp.join("kcore_dir");
-            perfdata::create_private_dir(&to).with_context(|| format!("creating {}", to.display()))?;
-            let copied = copy_files(kcore, &to);
+            let copied = dir.create(&to).with_context(|| format!("creating {}", to.display())).and_then(|()| copy_files(kcore, &to));
             if copied.is_err() {
                 staging.abandon();
             }
