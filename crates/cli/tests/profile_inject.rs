@@ -66,6 +66,7 @@ fn user_trace_samples_and_stacks_equal_perf_inject() {
     assert_eq!(code, Some(0), "{stderr}");
     let home = scratch("user-home");
     perf_inject(&home, &trace, &theirs, 997);
+    assert!(assert_time_ordered(&ours).0 >= 170);
     let fields = ["-F", "pid,tid,cpu,time,ip,period,brstack,event", "--ns"];
     let (a, b) = (perf_script(&home, &ours, &fields), perf_script(&home, &theirs, &fields));
     assert!(a.lines().count() >= 170, "{} samples", a.lines().count());
@@ -161,6 +162,27 @@ fn per_thread_kernel_trace_stacks_equal_perf_inject() {
         assert_eq!(x, y, "sample {i}");
     }
     assert_eq!(a.lines().count(), b.lines().count());
+}
+
+/// The records of `path` are in time order (samples of all CPUs and the
+/// side-band among them, as perf inject writes them); returns how many
+/// samples and side-band records have a time.
+fn assert_time_ordered(path: &Path) -> (usize, usize) {
+    let file = PerfFile::open(path).unwrap();
+    let (mut last, mut samples, mut side) = (0, 0, 0);
+    for r in file.records() {
+        let r = r.unwrap();
+        if let Some(t) = r.time() {
+            assert!(t >= last, "record at {:#x}: time {t} after {last}", r.offset);
+            last = t;
+            if matches!(r.body, RecordBody::Sample(_)) {
+                samples += 1;
+            } else {
+                side += 1;
+            }
+        }
+    }
+    (samples, side)
 }
 
 /// One sample read back: cpu, ip, and its stack oldest first.
@@ -260,6 +282,8 @@ fn stacks_at_patched_sites_follow_the_truth() {
     assert_eq!(code, Some(0), "{stderr}");
     let (checked, at_sites) = assert_stacks_follow_truth(&trace, &out, 2);
     assert!(checked >= 300, "{checked} samples");
+    let (samples, side) = assert_time_ordered(&out);
+    assert!(samples == checked && side >= 250, "{samples} samples, {side} side-band records in time order");
     assert!(at_sites > 0, "no stack holds a branch at a patched site");
     assert!(stderr.contains(", 0 samples with branches decoded where the code may have been either version"), "{stderr}");
 }

@@ -68,8 +68,7 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
     let staging = Staging::new(out, file.kcore_dir().as_deref())?;
     let written = (|| {
         let mut w = OutFile::create(&staging.data(), &file, info.pmu_type, period)?;
-        w.side_band(&file)?;
-        let counts = tracedecode::pt::branch_samples(plan, &queues, ImageMode::Timeline, (tl, tl), period, &mut |s| w.sample(s, &queues, &threads));
+        let counts = tracedecode::pt::branch_samples(plan, &queues, ImageMode::Timeline, (tl, tl), period, &mut |s| w.sample(s, &queues, &threads))?;
         w.finish()?;
         anyhow::Ok(counts)
     })();
@@ -94,19 +93,27 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
     Ok(if counts.errors > 0 || !breaks.is_empty() { 1 } else { 0 })
 }
 
-/// The output being written: the first write error is kept (the decoder
+/// Records between FINISHED_ROUNDs: the output is in time order, so a
+/// reader may deliver each round as it comes.
+const ROUND: usize = 4096;
+
+/// The output being written, in time order: the input's side-band records
+/// as the samples' times pass theirs. The first error is kept (the decoder
 /// cannot be stopped from its sink) and returned by [`OutFile::finish`].
-struct OutFile {
+struct OutFile<'f> {
     w: Writer<std::io::BufWriter<std::fs::File>>,
     id: u64,
     stack: Vec<u8>,
     error: Option<perfdata::Error>,
+    side: std::iter::Peekable<perfdata::SortedRecords<'f>>,
+    /// Records since the last FINISHED_ROUND.
+    in_round: usize,
 }
 
-impl OutFile {
+impl<'f> OutFile<'f> {
     /// `path` with `input`'s events and the synthesized one (after the
     /// traced event, of PMU type `pmu_type`), and its features.
-    fn create(path: &Path, input: &PerfFile, pmu_type: u64, period: u64) -> Result<OutFile> {
+    fn create(path: &Path, input: &'f PerfFile, pmu_type: u64, period: u64) -> Result<OutFile<'f>> {
         let attrs = input.attrs();
         let traced = attrs.iter().find(|a| u64::from(a.attr.type_) == pmu_type).or(attrs.first()).context("the input has no event")?;
         let used = |id: u64| attrs.iter().any(|a| a.ids.contains(&id));
@@ -143,14 +150,19 @@ impl OutFile {
             event_names: Some(names),
             branch_stack: true,
         };
-        Ok(OutFile { w, id, stack: Vec::with_capacity(16 + 24 * tracedecode::pt::DEPTH), error: None })
+        let side = input.sorted_records().peekable();
+        Ok(OutFile { w, id, stack: Vec::with_capacity(16 + 24 * tracedecode::pt::DEPTH), error: None, side, in_round: 0 })
     }
 
-    /// The input's side-band records, as perf inject keeps them: not the
-    /// trace (AUXTRACE, AUX, AUXTRACE_INFO, ITRACE_START), nor the ids
-    /// index and the records of perf's own (types 64 and up).
-    fn side_band(&mut self, input: &PerfFile) -> Result<()> {
-        for r in input.records() {
+    /// The input's side-band records up to `time` (all, for `None`), as
+    /// perf inject keeps them: not the trace (AUXTRACE, AUX, AUXTRACE_INFO,
+    /// ITRACE_START), nor the ids index and perf's own records (types 64 and up).
+    fn side_band_until(&mut self, time: Option<u64>) -> perfdata::Result<()> {
+        let due = |r: &perfdata::Result<Record<'_>>| match (r, time) {
+            (Ok(r), Some(t)) => r.time().is_none_or(|rt| rt <= t),
+            _ => true,
+        };
+        while let Some(r) = self.side.next_if(due) {
             let Record { misc, body, sample_id, .. } = r?;
             let kept = match body {
                 RecordBody::Aux(_)
@@ -167,7 +179,18 @@ impl OutFile {
             };
             if kept {
                 self.w.write(misc, &body, &sample_id)?;
+                self.count_record()?;
             }
+        }
+        Ok(())
+    }
+
+    /// One more record in the round; a FINISHED_ROUND when it is full.
+    fn count_record(&mut self) -> perfdata::Result<()> {
+        self.in_round += 1;
+        if self.in_round == ROUND {
+            self.w.finish_round()?;
+            self.in_round = 0;
         }
         Ok(())
     }
@@ -175,6 +198,10 @@ impl OutFile {
     /// One synthesized sample.
     fn sample(&mut self, s: &BranchSample<'_>, queues: &[Queue], threads: &Threads) {
         if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.side_band_until(Some(s.time)) {
+            self.error = Some(e);
             return;
         }
         let (pid, tid) = threads.at(&queues[s.queue], s.cpu, s.time).map_or((-1, -1), |(pid, tid, _)| (pid, tid));
@@ -193,12 +220,18 @@ impl OutFile {
             ..Sample::default()
         };
         let mode = if s.ip >> 63 == 1 { misc::KERNEL } else { misc::USER };
-        if let Err(e) = self.w.write(mode, &RecordBody::Sample(sample), &SampleId::default()) {
+        if let Err(e) = self.w.write(mode, &RecordBody::Sample(sample), &SampleId::default()).and_then(|_| self.count_record()) {
             self.error = Some(e);
         }
     }
 
-    fn finish(self) -> Result<()> {
+    /// The side-band records after the last sample, and the file's end.
+    fn finish(mut self) -> Result<()> {
+        if self.error.is_none() {
+            if let Err(e) = self.side_band_until(None) {
+                self.error = Some(e);
+            }
+        }
         if let Some(e) = self.error {
             return Err(e.into());
         }

@@ -8,6 +8,7 @@ mod error_code;
 mod errors;
 mod lines;
 mod plan;
+mod samples;
 mod units;
 
 use std::sync::Mutex;
@@ -16,12 +17,12 @@ use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
 use intel_pt::parallel::ParallelFlow;
 
-use self::brstack::BranchStacks;
 pub use self::brstack::{Branch, BranchSample, Ring, DEPTH};
 use self::count::Count;
 pub use self::error_code::perf_error_code;
 use self::errors::ErrorLines;
 use self::lines::Collector;
+pub use self::samples::{branch_samples, SampleCounts};
 use crate::itrace::Itrace;
 use crate::lanes::Lanes;
 use crate::line::Out;
@@ -117,61 +118,4 @@ fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue], code: &C, u
     };
     crate::pool::decode_merged::<Error>(queues.len(), decode_one, &mut |_| Ok(()))?;
     Ok(total.into_inner().unwrap_or_else(|e| e.into_inner()))
-}
-
-/// What [`branch_samples`] met: samples made, instructions, decode errors.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SampleCounts {
-    pub samples: u64,
-    pub instructions: u64,
-    pub errors: u64,
-    /// Samples whose stack holds a branch decoded in an uncertain window.
-    pub uncertain_samples: u64,
-}
-
-/// Decodes every queue as [`decode`] does and hands `emit` a sample every
-/// `period` instructions, with the branches taken before it (the last
-/// [`DEPTH`]), as `perf inject --itrace=il64` makes them. The queues are
-/// decoded one after the other, each one's samples in time order.
-pub fn branch_samples(
-    plan: Plan<'_>,
-    queues: &[Queue],
-    image: ImageMode,
-    (tl, code): (&CodeTimeline, &CodeTimeline),
-    period: u64,
-    emit: &mut impl FnMut(&BranchSample<'_>),
-) -> SampleCounts {
-    match image {
-        ImageMode::Timeline => samples_over(plan, queues, &Interval(tl), true, tl, period, emit),
-        ImageMode::PerfStyle => samples_over(plan, queues, &PerfStyle(tl), false, tl, period, emit),
-        ImageMode::Static => samples_over(plan, queues, &Static(code), false, tl, period, emit),
-    }
-}
-
-/// [`branch_samples`] over `code`.
-fn samples_over<C: CodeSource>(
-    plan: Plan<'_>,
-    queues: &[Queue],
-    code: &C,
-    upper_bounds: bool,
-    tl: &CodeTimeline,
-    period: u64,
-    emit: &mut impl FnMut(&BranchSample<'_>),
-) -> SampleCounts {
-    let mut counts = SampleCounts::default();
-    for (i, q) in queues.iter().enumerate() {
-        let mut dec = decoder(plan.setup, code, upper_bounds);
-        let mut sink = BranchStacks::new(i, q.cpu, period, tl, plan.setup.filter, &mut *emit);
-        // Each run of the AUX data on its own: nothing is known across a gap.
-        for (base, piece) in q.pieces() {
-            sink.restart();
-            dec.reset_at(piece, base);
-            dec.run_with(&mut sink);
-        }
-        counts.instructions += sink.instructions;
-        counts.errors += sink.errors;
-        counts.samples += sink.samples;
-        counts.uncertain_samples += sink.uncertain_samples;
-    }
-    counts
 }
