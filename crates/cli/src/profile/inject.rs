@@ -32,8 +32,10 @@ const INSTRUCTIONS: u64 = 1;
 /// and writes `out`: a sample every `period` instructions with the
 /// branches before it. `out` is a perf.data directory with a copy of the
 /// input's kcore_dir when it has one (as perf inject writes), else a file;
-/// it appears whole or not at all (written as OUT.tmp, then renamed). Exit status 1 when the trace had decode errors
-/// (the samples around them are written; a stack never spans one).
+/// it appears whole or not at all (written as OUT.tmp, then renamed).
+/// Exit status 1 when the trace had decode errors or gaps, or the
+/// recording lost records (the samples around them are written; a stack
+/// never spans an error or a gap).
 pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
     if period == 0 {
         bail!("--period 0: a sample needs at least one instruction");
@@ -60,6 +62,10 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
     }
     for b in &breaks {
         eprintln!("poketrace profile: {}", b.describe());
+    }
+    let lost = built.losses.lost_records();
+    for line in built.losses.report(10) {
+        eprintln!("poketrace profile: the recording is incomplete: {line}");
     }
     let tl = &built.timeline;
     let setup = PtSetup::new(&file, &info, setup::kernel_idioms(&file)?);
@@ -90,7 +96,7 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
         breaks.len(),
         counts.uncertain_samples
     );
-    Ok(if counts.errors > 0 || !breaks.is_empty() { 1 } else { 0 })
+    Ok(if counts.errors > 0 || !breaks.is_empty() || lost > 0 { 1 } else { 0 })
 }
 
 /// Records between FINISHED_ROUNDs: the output is in time order, so a
