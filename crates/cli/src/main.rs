@@ -16,6 +16,7 @@ mod image;
 mod lines;
 mod pokes;
 mod print;
+mod profile;
 mod progress;
 mod ptdump;
 mod ptxed;
@@ -258,6 +259,21 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// A profile of an Intel PT trace for the tools that optimise code from
+    /// one, counted over the code as it was when it ran.
+    Profile {
+        /// perf.data directory (kcore_dir gives the base code) or file.
+        input: PathBuf,
+        #[arg(long, value_enum)]
+        format: profile::Format,
+        /// The file to write (whole or not at all: OUT.tmp, then renamed).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// perf-inject: a sample every N instructions (perf's own default,
+        /// 100 us of trace, is a time: a count is taken here).
+        #[arg(long, value_name = "N", default_value_t = profile::inject::DEFAULT_PERIOD, value_parser = clap::value_parser!(u64).range(1..))]
+        period: u64,
+    },
     /// Run the main job on built-in data.
     Demo,
 }
@@ -311,6 +327,9 @@ fn main() {
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),
         Command::Ptxed { args } => ptxed::run(&args, &mut out),
+        Command::Profile { input, format, output, period } => match format {
+            profile::Format::PerfInject => profile::inject::write(&input, &output, period),
+        },
         Command::Demo => demo(&mut out),
     };
     let result = result.and_then(|code| {

@@ -28,6 +28,7 @@
 pub mod abi;
 mod attr;
 pub mod auxtrace;
+mod branch;
 mod cursor;
 mod error;
 mod features;
@@ -41,6 +42,7 @@ mod sorted;
 mod write;
 
 pub use attr::{AttrWithIds, EventAttr, ATTR_SIZE_KNOWN, ATTR_SIZE_VER0, ATTR_SIZE_VER7};
+pub use branch::{BranchEntry, BranchStack, BRANCH_ENTRY_SIZE};
 pub use error::{Error, Result};
 pub use features::{feature_name, AuxtraceIndexEntry, BuildIdEntry, EventDesc, FeatureSection, Features, NrCpus};
 pub use file::{FileHeader, PerfFile, Records, Unfinished, FILE_HEADER_SIZE, MAGIC, PIPE_HEADER_SIZE};

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use crate::abi::{feature, misc, record_type as rt, sample_type as st, BRANCH_SAMPLE_HW_INDEX};
 use crate::attr::{AttrWithIds, EventAttr};
+use crate::branch::BranchStack;
 use crate::error::{Error, Result};
 use crate::features::{BuildIdEntry, NrCpus};
 use crate::file::{FILE_HEADER_SIZE, MAGIC};
@@ -36,6 +37,8 @@ pub struct FeatureData {
     pub build_ids: Vec<BuildIdEntry>,
     /// Event names for HEADER_EVENT_DESC, one per attr, in attr order.
     pub event_names: Option<Vec<String>>,
+    /// HEADER_BRANCH_STACK (no payload): samples carry branch stacks.
+    pub branch_stack: bool,
 }
 
 /// Streams records into a perf.data file.
@@ -154,6 +157,10 @@ impl<W: Write + Seek> Writer<W> {
         match body {
             RecordBody::Sample(s) => {
                 let attr = self.attr_for(s.identifier.or(s.id)).clone();
+                if let (true, Some(raw)) = (attr.sample_type & st::BRANCH_STACK != 0, s.branch_stack) {
+                    let hw_index = attr.branch_sample_type & BRANCH_SAMPLE_HW_INDEX != 0;
+                    BranchStack::parse(raw, hw_index, self.pos).map_err(|e| Error::Unwritable { what: "sample", reason: e.to_string() })?;
+                }
                 encode_sample(&mut buf, s, &attr);
             }
             RecordBody::Auxtrace(a) => {
@@ -275,6 +282,9 @@ impl<W: Write + Seek> Writer<W> {
                 }
             }
             sections.push((feature::EVENT_DESC, b));
+        }
+        if f.branch_stack {
+            sections.push((feature::BRANCH_STACK, Vec::new()));
         }
         if !self.auxtrace_index.is_empty() {
             let mut b = Vec::new();

@@ -2,11 +2,13 @@
 //! output needs (lines of perf's samples, errors only, or counts), all
 //! queues' lines merged in time order as they come.
 
+mod brstack;
 mod count;
 mod error_code;
 mod errors;
 mod lines;
 mod plan;
+mod samples;
 mod units;
 
 use std::sync::Mutex;
@@ -15,10 +17,12 @@ use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
 use codeimage::CodeTimeline;
 use intel_pt::parallel::ParallelFlow;
 
+pub use self::brstack::{Branch, BranchSample, Ring, DEPTH};
 use self::count::Count;
 pub use self::error_code::perf_error_code;
 use self::errors::ErrorLines;
 use self::lines::Collector;
+pub use self::samples::{branch_samples, SampleCounts};
 use crate::itrace::Itrace;
 use crate::lanes::Lanes;
 use crate::line::Out;
