@@ -64,7 +64,6 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         eprintln!("poketrace decode: {e}");
     }
     let mut summary = Summary {
-        buffers: aux.len(),
         bad_records: (built.errors.len() + unsaid.len()) as u64,
         lost: built.losses.lost_records(),
         truncated: built.losses.aux_damaged(),
@@ -76,14 +75,14 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     if opts.stat {
         let Trace::IntelPt(info) = &info else { bail!("--stat: counts are made for Intel PT only") };
         let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-        let stats = tracedecode::pt::stat(Plan { setup: &setup, segments }, &aux, image, tl, code)?;
-        crate::print::stat::write_stat(out, &stats, matches!(opts.layout, Layout::Json))?;
+        let counted = tracedecode::pt::stat(Plan { setup: &setup, segments }, &aux, image, tl, code)?;
+        crate::print::stat::write_stat(out, &counted, matches!(opts.layout, Layout::Json))?;
         report_damage(&breaks, &built.losses);
-        summary.errors = stats.errors;
-        summary.uncertain = stats.uncertain;
+        summary.add(&counted);
         eprintln!("poketrace decode: {summary}, image {}", image_name(image));
         return Ok(if summary.incomplete() { 1 } else { 0 });
     }
+    summary.buffers = aux.len() as u64;
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);
     let mut progress = crate::progress::Progress::over_file("decode", &file);
     let mut emit = |l: &Out| -> Result<()> {
