@@ -3,25 +3,16 @@
 //! the one `from_perf_data` builds.
 
 use codeimage::*;
-use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st, KSYMBOL_FLAG_UNREGISTER};
-use perfdata::{AttrWithIds, EventAttr, Ksymbol, Mmap2, Mmap2FileId, PerfFile, RecordBody, SampleId, TextPoke, Writer, ATTR_SIZE_VER7};
+use perfdata::abi::{ksymbol_type, misc, KSYMBOL_FLAG_UNREGISTER};
+use perfdata::{Ksymbol, PerfFile, RecordBody, TextPoke, Writer};
 
 /// Mappings written at falling times (delivered in time order), a KSYMBOL
 /// registered and unregistered, and a poke inside it.
 fn perf_data() -> PerfFile {
-    let attr = EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        sample_type: st::TID | st::TIME,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::MMAP2,
-        ..EventAttr::default()
-    };
-    let mut w = Writer::new(std::io::Cursor::new(Vec::new()), vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
-    let at = |time| SampleId { pid: Some(7), tid: Some(7), time: Some(time), ..SampleId::default() };
+    let mut w = Writer::new(std::io::Cursor::new(Vec::new()), testkit::perf::mmap2_attrs()).unwrap();
+    let at = testkit::perf::task7_at;
     for (i, name) in ["/a", "/b", "/c"].iter().enumerate() {
-        let file_id = Mmap2FileId::Inode { maj: 8, min: 1, ino: i as u64, ino_generation: 0 };
-        let m = Mmap2 { pid: 7, tid: 7, addr: 0x1000 * (i as u64 + 1), len: 0x1000, pgoff: 0, file_id, prot: 5, flags: 2, filename: name.as_bytes() };
-        w.write(misc::USER, &RecordBody::Mmap2(m), &at(30 - 10 * i as u64)).unwrap();
+        w.write(misc::USER, &testkit::perf::exec_mmap2(name, 0x1000 * (i as u64 + 1), None), &at(30 - 10 * i as u64)).unwrap();
     }
     let k = |flags| Ksymbol { addr: 0xffff_ffff_a000_0000, len: 0x100, ksym_type: ksymbol_type::OOL, flags, name: b"tramp" };
     w.write(misc::KERNEL, &RecordBody::Ksymbol(k(0)), &at(40)).unwrap();
