@@ -99,7 +99,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             return Ok(());
         }
         let who = threads.at(&aux[l.queue], l.cpu, l.time);
-        opts.layout.write(&mut buf, l, who, &symbols, tl);
+        opts.layout.write(&mut buf, l, who, &symbols);
         if buf.as_bytes().len() >= TEXT_FLUSH {
             out.write_all(buf.as_bytes())?;
             buf.clear();

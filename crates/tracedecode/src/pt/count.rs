@@ -184,8 +184,8 @@ mod tests {
         for _ in 0..n {
             time += rng.below(3);
             let e = match rng.below(20) {
-                0 => FlowEvent::Trap { from: ip, to: 0x9000, time },
-                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None },
+                0 => FlowEvent::Trap { from: ip, to: 0x9000, time, insn: None },
+                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None, insn: None },
                 2 => FlowEvent::Error { offset: 0, time, ip: None, kind: FlowErrorKind::NoTip },
                 _ => {
                     let (len, class) = (1 + rng.below(6) as u8, CLASSES[rng.below(6) as usize]);
