@@ -257,11 +257,11 @@ for cmd in "" decode simulate check dump pokes image etm demo ptdump; do
 	compare "help: $cmd --help" $cmd --help
 done
 
-# demo writes into TMPDIR, in a directory named by its process id.
+# demo writes into TMPDIR, in a directory named by its process id (its report lines on stderr name it too).
 mkdir -p "$work/demo-tmp"
 for side in rev cur; do
 	TMPDIR=$work/demo-tmp run_one "$side" demo demo
-	sed -i -E 's#poketrace-demo-[0-9]+#poketrace-demo-PID#g' "$work/$side/demo.out"
+	sed -i -E 's#poketrace-demo-[0-9]+#poketrace-demo-PID#g' "$work/$side/demo.out" "$work/$side/demo.err"
 	rm -rf "$work/demo-tmp"/poketrace-demo-*
 done
 report demo

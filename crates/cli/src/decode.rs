@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
-use codeimage::{BaseImage, CodeTimeline, PokeEvents};
+use codeimage::{BaseImage, CodeTimeline, PokeEvents, Sideband};
 use perfdata::PerfFile;
 use tracedecode::pt::Plan;
 use tracedecode::setup::{self, PtSetup};
@@ -15,7 +15,7 @@ use tracedecode::units::{self, Unit, UnitId};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Summary, Trace};
 
 use crate::print::Layout;
-use crate::symbols::Symbolizer;
+use crate::symbols::{InputKallsyms, Symbolizer};
 use crate::text::Text;
 
 /// What `decode` prints and from which code image.
@@ -43,17 +43,23 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     if matches!(info, Trace::CoreSight(_)) && image == ImageMode::PerfStyle {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
     }
-    let mut symbols = Symbolizer::for_input(&file, None)?;
-    symbols.add_user_mappings(&file, &opts.user);
+    // kallsyms read once: for the symbols, and for the Intel PT decoder's idioms.
+    let kallsyms = InputKallsyms::read(&file, None)?;
+    let mut symbols = Symbolizer::of_kallsyms(kallsyms.as_ref());
+    let idioms = kallsyms.as_ref().map_or_else(Default::default, |k| setup::idioms_of(&k.symbols));
+    drop(kallsyms);
+    // The side-band read once, beside the AUX data.
+    let sideband = Sideband::read(&file, PokeEvents::Single);
+    symbols.add_user_mappings(&sideband.mappings, &opts.user);
     // The code before any change, read from the input once: under the
     // pokes, and on its own for `--image static`.
     let mut base = BaseImage::new();
-    if let Some(refused) = codeimage::add_base_with(&file, &mut base, &opts.user)?.summary() {
+    if let Some(refused) = codeimage::add_base_mapped(&file, &sideband.mappings, &mut base, &opts.user)?.summary() {
         eprintln!("poketrace decode: {refused}");
     }
-    symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &file);
+    symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &sideband.ksymbols);
     let bare = (image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
-    let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
+    let built = sideband.timeline(base);
     // The records codeimage could not read are those the input could not: each said once.
     for e in &built.errors {
         eprintln!("poketrace decode: {e}");
@@ -64,7 +70,6 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         eprintln!("poketrace decode: {e}");
     }
     let mut summary = Summary {
-        buffers: aux.len(),
         bad_records: (built.errors.len() + unsaid.len()) as u64,
         lost: built.losses.lost_records(),
         truncated: built.losses.aux_damaged(),
@@ -75,15 +80,15 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     let code = bare.as_ref().unwrap_or(tl);
     if opts.stat {
         let Trace::IntelPt(info) = &info else { bail!("--stat: counts are made for Intel PT only") };
-        let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-        let stats = tracedecode::pt::stat(Plan { setup: &setup, segments }, &aux, image, tl, code)?;
-        crate::print::stat::write_stat(out, &stats, matches!(opts.layout, Layout::Json))?;
+        let setup = PtSetup::new(&file, info, idioms);
+        let counted = tracedecode::pt::stat(Plan { setup: &setup, segments }, &aux, image, tl, code)?;
+        crate::print::stat::write_stat(out, &counted, matches!(opts.layout, Layout::Json))?;
         report_damage(&breaks, &built.losses);
-        summary.errors = stats.errors;
-        summary.uncertain = stats.uncertain;
+        summary.add(&counted);
         eprintln!("poketrace decode: {summary}, image {}", image_name(image));
         return Ok(if summary.incomplete() { 1 } else { 0 });
     }
+    summary.buffers = aux.len() as u64;
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);
     let mut progress = crate::progress::Progress::over_file("decode", &file);
     let mut emit = |l: &Out| -> Result<()> {
@@ -94,7 +99,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             return Ok(());
         }
         let who = threads.at(&aux[l.queue], l.cpu, l.time);
-        opts.layout.write(&mut buf, l, who, &symbols, tl);
+        opts.layout.write(&mut buf, l, who, &symbols);
         if buf.as_bytes().len() >= TEXT_FLUSH {
             out.write_all(buf.as_bytes())?;
             buf.clear();
@@ -104,7 +109,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     // All buffers in time order, as perf merges its queues.
     match &info {
         Trace::IntelPt(info) => {
-            let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
+            let setup = PtSetup::new(&file, info, idioms);
             let plan = Plan { setup: &setup, segments };
             if opts.segments.is_empty() {
                 tracedecode::pt::decode(plan, &aux, itrace, image, tl, code, &mut emit)?

@@ -2,7 +2,7 @@
 //! code timeline, in time order: what `timeline` and `report` draw from.
 
 use anyhow::Result;
-use codeimage::{BaseImage, PokeEvents};
+use codeimage::{BaseImage, PokeEvents, Sideband, UserCode};
 use perfdata::{PerfFile, Record, RecordBody, TimeConv};
 use tracedecode::pt::Plan;
 use tracedecode::setup::{self, PtSetup};
@@ -18,9 +18,11 @@ pub fn decode_all(
     emit: &mut impl FnMut(&Out) -> Result<()>,
 ) -> Result<Vec<String>> {
     let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1, insn_bytes: false };
+    // The side-band read once, for the base code's user mappings and the changes.
+    let sideband = Sideband::read(file, PokeEvents::Single);
     let mut base = BaseImage::new();
-    codeimage::add_base(file, &mut base)?;
-    let built = codeimage::over_base(file, base, PokeEvents::Single)?;
+    codeimage::add_base_mapped(file, &sideband.mappings, &mut base, &UserCode::default())?;
+    let built = sideband.timeline(base);
     let mut problems: Vec<String> = built.errors.iter().map(|e| format!("code image: {e}")).collect();
     let tl = &built.timeline;
     let decoded = match trace {

@@ -7,7 +7,6 @@ pub mod perf;
 pub mod stat;
 pub mod text;
 
-use codeimage::CodeTimeline;
 use tracedecode::Out;
 
 use crate::symbols::Symbolizer;
@@ -33,13 +32,11 @@ impl Layout {
         }
     }
 
-    /// Writes `l` to `t`; `who` is the (pid, tid, comm) that ran it, `tl` the
-    /// code an event's instruction bytes are read from (a trap's, an
-    /// asynchronous end's: the lines carry the others').
-    pub fn write(&self, t: &mut Text, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer, tl: &CodeTimeline) {
+    /// Writes `l` to `t`; `who` is the (pid, tid, comm) that ran it.
+    pub fn write(&self, t: &mut Text, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) {
         match self {
             Layout::Text => text::write_line(t, l, l.cpu, who, symbols),
-            Layout::Perf(fields) => perf::write_perf_line(t, fields, l, l.cpu, who, symbols, tl),
+            Layout::Perf(fields) => perf::write_perf_line(t, fields, l, l.cpu, who, symbols),
             Layout::Json => json::write_json_line(t, l, l.cpu, who, symbols),
         }
     }

@@ -8,16 +8,34 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use codeimage::UserCode;
+use codeimage::{UserCode, UserMapping};
 use object::{Object, ObjectSegment, ObjectSymbol};
 use perfdata::kcore::Kallsyms;
-use perfdata::{Ksymbol, PerfFile, RecordBody};
+use perfdata::{Ksymbol, PerfFile};
 
 /// Where user files are looked up: under `symfs` when given, and first in
 /// perf's build-id cache (`$HOME/.debug`) for a recorded build-id.
 pub fn user_code(symfs: Option<PathBuf>) -> UserCode {
     let build_id_dir = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".debug")).filter(|d| d.is_dir());
     UserCode { symfs, build_id_dir }
+}
+
+/// A kallsyms file read for an input: its path, its symbols (all kinds),
+/// and how many of its lines were malformed.
+pub struct InputKallsyms {
+    pub path: PathBuf,
+    pub symbols: Kallsyms,
+    pub malformed: usize,
+}
+
+impl InputKallsyms {
+    /// The input's kcore_dir/kallsyms, else `fallback`; none without either.
+    pub fn read(file: &PerfFile, fallback: Option<&Path>) -> Result<Option<InputKallsyms>> {
+        let path = file.kcore_dir().map(|d| d.join("kallsyms")).filter(|p| p.is_file()).or(fallback.map(Path::to_path_buf));
+        let Some(path) = path else { return Ok(None) };
+        let (symbols, malformed) = Kallsyms::load(&path).with_context(|| format!("reading symbols from {}", path.display()))?;
+        Ok(Some(InputKallsyms { path, symbols, malformed }))
+    }
 }
 
 /// One executable file mapping and the symbols of its file.
@@ -103,28 +121,31 @@ pub struct Symbolizer {
 impl Symbolizer {
     /// Symbols from the input's kcore_dir/kallsyms, else `fallback`; never the host's /proc/kallsyms.
     pub fn for_input(file: &PerfFile, fallback: Option<&Path>) -> Result<Symbolizer> {
-        let path = file.kcore_dir().map(|d| d.join("kallsyms")).filter(|p| p.is_file()).or(fallback.map(Path::to_path_buf));
-        let Some(path) = path else {
-            return Ok(Symbolizer { source: "none (no kcore_dir/kallsyms and no --kallsyms)".into(), ..Default::default() });
+        Ok(Symbolizer::of_kallsyms(InputKallsyms::read(file, fallback)?.as_ref()))
+    }
+
+    /// Symbols from `kallsyms` (none without).
+    pub fn of_kallsyms(kallsyms: Option<&InputKallsyms>) -> Symbolizer {
+        let Some(k) = kallsyms else {
+            return Symbolizer { source: "none (no kcore_dir/kallsyms and no --kallsyms)".into(), ..Default::default() };
         };
-        let (mut kallsyms, bad) = Kallsyms::load(&path).with_context(|| format!("reading symbols from {}", path.display()))?;
         // perf keeps only text, weak, data and bss symbols (symbol_type__filter).
-        kallsyms = Kallsyms::from_symbols(
-            kallsyms.symbols().iter().filter(|s| matches!(s.kind.to_ascii_uppercase(), 'T' | 'W' | 'D' | 'B')).cloned().collect(),
+        let kallsyms = Kallsyms::from_symbols(
+            k.symbols.symbols().iter().filter(|s| matches!(s.kind.to_ascii_uppercase(), 'T' | 'W' | 'D' | 'B')).cloned().collect(),
         );
-        let mut source = path.display().to_string();
-        if bad > 0 {
-            source.push_str(&format!(" ({bad} malformed lines skipped)"));
+        let mut source = k.path.display().to_string();
+        if k.malformed > 0 {
+            source.push_str(&format!(" ({} malformed lines skipped)", k.malformed));
         }
-        Ok(Symbolizer { kallsyms, source, ..Default::default() })
+        Symbolizer { kallsyms, source, ..Default::default() }
     }
 
     /// Adds the symbols of every executable file the input mapped (MMAP2
     /// with PROT_EXEC, MMAP without MAP_DATA) whose file `user` finds and
     /// accepts (see [`UserCode::open`]).
-    pub fn add_user_mappings(&mut self, file: &PerfFile, user: &UserCode) {
+    pub fn add_user_mappings(&mut self, mappings: &[UserMapping<'_>], user: &UserCode) {
         let mut refused = std::collections::HashSet::new();
-        for m in codeimage::user_mappings(file) {
+        for m in mappings {
             let (start, len, pgoff) = (m.addr, m.len, m.pgoff);
             let Ok(path) = std::str::from_utf8(m.name) else { continue };
             if refused.contains(path) {
@@ -149,19 +170,15 @@ impl Symbolizer {
         }
     }
 
-    /// The kernel code `file` holds, `ranges` (as perf maps it from kcore),
-    /// and what its KSYMBOL records announce: a kernel address outside all
-    /// of them has no symbol and dso `[unknown]`.
-    pub fn set_kernel_code(&mut self, ranges: impl IntoIterator<Item = Range<u64>>, file: &PerfFile) {
+    /// The kernel code the input holds, `ranges` (as perf maps it from kcore),
+    /// and what its KSYMBOL records announce at any time, `ksymbols`: a kernel
+    /// address outside all of them has no symbol and dso `[unknown]`.
+    pub fn set_kernel_code(&mut self, ranges: impl IntoIterator<Item = Range<u64>>, ksymbols: &[Range<u64>]) {
         self.kernel_code = ranges.into_iter().filter(|r| r.start >> 63 == 1).collect();
         if self.kernel_code.is_empty() {
             return;
         }
-        for r in file.records().flatten() {
-            if let RecordBody::Ksymbol(k) = r.body {
-                self.kernel_code.push(k.addr..k.addr.saturating_add(k.len as u64));
-            }
-        }
+        self.kernel_code.extend_from_slice(ksymbols);
         // Merged, so that one binary search finds the range holding an address.
         self.kernel_code.sort_by_key(|r| r.start);
         let mut merged: Vec<Range<u64>> = Vec::with_capacity(self.kernel_code.len());

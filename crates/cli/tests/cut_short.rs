@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use perfdata::abi::misc;
 use perfdata::*;
 
-use common::{at, sideband_writer};
+use common::at;
+use testkit::perf::sideband_writer;
 
 #[test]
 fn a_file_cut_short_while_dump_reads_it_is_reported() {

@@ -53,3 +53,38 @@ fn a_static_decode_prints_the_static_bytes_it_decoded() {
     // The run executed poked code: there, the bytes read again would differ.
     assert!(poked > 0, "no instruction line where the code at its time differs from the static code");
 }
+
+/// `--image static`: a trap line (`hw int`) shows the instruction the
+/// decoder decoded where the trap stopped it, the code before any change,
+/// not the INT3 the timeline holds there at the line's time.
+#[test]
+fn a_static_decode_prints_the_static_bytes_of_trap_lines() {
+    let dir = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/decoded-bytes-traps"));
+    let run = dir.join("run");
+    common::simulate(&run, &["--cpus", "1", "--instructions", "20000", "--pokes", "20", "--seed", "7"]);
+    let file = PerfFile::open(&run).unwrap();
+    let mut base = BaseImage::new();
+    codeimage::add_base(&file, &mut base).unwrap();
+    let tl = codeimage::over_base(&file, base, PokeEvents::Single).unwrap().timeline;
+    let code = |ip: u64, len: usize, time: u64| {
+        let mut b = vec![0u8; len];
+        tl.read_into(ip, &mut b, time);
+        b.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let perf = decode(&[run.to_str().unwrap(), "--image", "static", "--itrace=b", "-F", "time,flags,ip,insnlen,insn", "--ns"]);
+    let (mut traps, mut poked) = (0, 0);
+    for line in perf.lines().filter(|l| l.contains("hw int")) {
+        // "   1.000002032:   hw int   ffffffff81001425 ilen: 3 insn: 48 89 c3" (or "tr end  hw int")
+        let (time, rest) = line.trim().split_once(':').unwrap();
+        let time: u64 = time.replace('.', "").parse().unwrap();
+        let ip = u64::from_str_radix(rest.split("ilen:").next().unwrap().split_whitespace().last().unwrap(), 16).unwrap();
+        let len: usize = line.split("ilen:").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+        let printed: String = line.split("insn:").nth(1).unwrap_or("").split_whitespace().collect();
+        assert_eq!(printed, code(ip, len, 0), "{line}");
+        assert!(len > 0, "{line}");
+        traps += 1;
+        poked += (code(ip, 1, time) != code(ip, 1, 0)) as usize;
+    }
+    assert!(traps > 10, "{traps} trap lines");
+    assert!(poked > 0, "no trap line where the code at its time differs from the static code");
+}

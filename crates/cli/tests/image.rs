@@ -9,8 +9,9 @@ use perfdata::abi::misc;
 use perfdata::kcore::{write_kcore_dir, Machine, Segment};
 use perfdata::*;
 
-use common::{at, sideband_writer, JMP, NOP5};
+use common::{at, JMP, NOP5};
 use serde_json::Value;
+use testkit::perf::sideband_writer;
 
 const TEXT: u64 = 0xffff_ffff_8100_0000;
 

@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use perfdata::abi::misc;
 use perfdata::*;
 
-use common::{at, sideband_writer, JMP, NOP5};
+use common::{at, JMP, NOP5};
+use testkit::perf::sideband_writer;
 
 const SITE: u64 = 0xffff_ffff_8100_0040;
 

@@ -4,24 +4,15 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use perfdata::abi::{attr_flag, misc, sample_type as st};
-use perfdata::{AttrWithIds, EventAttr, Mmap2, Mmap2FileId, RecordBody, SampleId, Writer, ATTR_SIZE_VER7};
+use perfdata::abi::misc;
+use perfdata::Writer;
 
 const SECRET: &[u8] = b"root:$6$secret-hash:19000:0:99999:7:::\n";
 
 /// A perf.data file with one executable MMAP2 of `name` at `addr`.
 fn perf_data(path: &Path, name: &str, addr: u64) {
-    let attr = EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        sample_type: st::TID | st::TIME,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::MMAP2,
-        ..EventAttr::default()
-    };
-    let mut w = Writer::create(path, vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
-    let file_id = Mmap2FileId::Inode { maj: 8, min: 1, ino: 42, ino_generation: 0 };
-    let body = RecordBody::Mmap2(Mmap2 { pid: 7, tid: 7, addr, len: 0x1000, pgoff: 0, file_id, prot: 5, flags: 2, filename: name.as_bytes() });
-    w.write(misc::USER, &body, &SampleId { pid: Some(7), tid: Some(7), time: Some(1), ..SampleId::default() }).unwrap();
+    let mut w = Writer::create(path, testkit::perf::mmap2_attrs()).unwrap();
+    w.write(misc::USER, &testkit::perf::exec_mmap2(name, addr, None), &testkit::perf::task7_at(1)).unwrap();
     w.finish().unwrap();
 }
 

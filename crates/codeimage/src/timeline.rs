@@ -164,6 +164,11 @@ impl TimelineBuilder {
         TimelineBuilder { base, ..TimelineBuilder::default() }
     }
 
+    /// The same changes over `base` instead.
+    pub fn over(self, base: BaseImage) -> TimelineBuilder {
+        TimelineBuilder { base, ..self }
+    }
+
     /// Adds a change. Pokes may come in any time order; equal times keep the order given.
     pub fn poke(&mut self, p: Poke<'_>) {
         let old = self.stash(p.old);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectKind};
 use perfdata::mapped::MappedFile;
-use perfdata::{Mmap2FileId, PerfFile, RecordBody};
+use perfdata::{Mmap2FileId, PerfFile, Record, RecordBody};
 
 /// Where the files of user mappings are looked up.
 #[derive(Clone, Debug, Default)]
@@ -40,24 +40,34 @@ pub struct UserMapping<'a> {
 /// Every executable file mapping of `file` (MMAP2 with PROT_EXEC, MMAP
 /// without MAP_DATA), in file order, with the build-id recorded for it.
 pub fn user_mappings(file: &PerfFile) -> Vec<UserMapping<'_>> {
-    let by_name: HashMap<&[u8], &[u8]> = file.features().build_ids.iter().map(|e| (e.filename.as_bytes(), &e.build_id[..])).collect();
-    let mut out = Vec::new();
-    for r in file.records().flatten() {
-        let (addr, len, pgoff, name, own_id) = match r.body {
-            RecordBody::Mmap2(m) if m.prot & 4 != 0 => {
-                let id = match m.file_id {
-                    Mmap2FileId::BuildId(id) => Some(id),
-                    Mmap2FileId::Inode { .. } => None,
-                };
-                (m.addr, m.len, m.pgoff, m.filename, id)
-            }
-            RecordBody::Mmap(m) if r.misc & perfdata::abi::misc::MMAP_DATA == 0 => (m.addr, m.len, m.pgoff, m.filename, None),
-            _ => continue,
-        };
-        let build_id = own_id.or_else(|| by_name.get(name).copied());
-        out.push(UserMapping { addr, len, pgoff, name, build_id });
+    let build_ids = BuildIds::of(file);
+    file.records().flatten().filter_map(|r| mapping_of(&r, &build_ids)).collect()
+}
+
+/// The build-ids a perf.data's header records, by file name.
+pub(crate) struct BuildIds<'a>(HashMap<&'a [u8], &'a [u8]>);
+
+impl<'a> BuildIds<'a> {
+    pub(crate) fn of(file: &'a PerfFile) -> BuildIds<'a> {
+        BuildIds(file.features().build_ids.iter().map(|e| (e.filename.as_bytes(), &e.build_id[..])).collect())
     }
-    out
+}
+
+/// The executable file mapping `r` makes, if it makes one (see [`user_mappings`]).
+pub(crate) fn mapping_of<'a>(r: &Record<'a>, build_ids: &BuildIds<'a>) -> Option<UserMapping<'a>> {
+    let (addr, len, pgoff, name, own_id) = match &r.body {
+        RecordBody::Mmap2(m) if m.prot & 4 != 0 => {
+            let id = match m.file_id {
+                Mmap2FileId::BuildId(id) => Some(id),
+                Mmap2FileId::Inode { .. } => None,
+            };
+            (m.addr, m.len, m.pgoff, m.filename, id)
+        }
+        RecordBody::Mmap(m) if r.misc & perfdata::abi::misc::MMAP_DATA == 0 => (m.addr, m.len, m.pgoff, m.filename, None),
+        _ => return None,
+    };
+    let build_id = own_id.or_else(|| build_ids.0.get(name).copied());
+    Some(UserMapping { addr, len, pgoff, name, build_id })
 }
 
 /// What became of the user mappings: added, their file missing, or refused.

@@ -81,7 +81,7 @@ fn bytes_past_the_top_of_the_address_space_are_clipped_and_said() {
 
 #[test]
 fn from_a_perf_data_directory() {
-    use perfdata::abi::{attr_flag, ksymbol_type, misc, sample_type as st};
+    use perfdata::abi::{ksymbol_type, misc};
     use perfdata::*;
     let d = tmp("perfdir");
     let text = 0xffff_ffff_8100_0000u64;
@@ -97,14 +97,7 @@ fn from_a_perf_data_directory() {
         "",
     )
     .unwrap();
-    let attr = EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        sample_type: st::TID | st::TIME | st::CPU,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE,
-        ..EventAttr::default()
-    };
-    let mut w = Writer::create(d.join("data"), vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
+    let mut w = testkit::perf::sideband_writer(d.join("data"));
     let sid = |t| SampleId { pid: Some(0), tid: Some(0), time: Some(t), cpu: Some(1), ..SampleId::default() };
     w.write(misc::KERNEL, &RecordBody::TextPoke(TextPoke { addr: text + 0x40, old: &nop5, new: &jmp }), &sid(1000)).unwrap();
     w.write(
@@ -132,27 +125,13 @@ fn from_a_perf_data_directory() {
 
 /// An ELF64 whose `n` PT_LOADs all map the same `len` file bytes, each one byte above the last.
 fn shifted_segments_elf(n: usize, len: u64, vaddr: u64) -> Vec<u8> {
-    let (ehsize, phentsize) = (64u64, 56u64);
-    let data_at = ehsize + phentsize * n as u64;
+    use testkit::elf;
+    let data_at = elf::EHSIZE + elf::PHENTSIZE * n as u64;
     let mut f = Vec::new();
-    f.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
-    f.extend_from_slice(&4u16.to_le_bytes()); // e_type ET_CORE
-    f.extend_from_slice(&62u16.to_le_bytes()); // e_machine x86-64
-    f.extend_from_slice(&1u32.to_le_bytes());
-    f.extend_from_slice(&0u64.to_le_bytes()); // e_entry
-    f.extend_from_slice(&ehsize.to_le_bytes()); // e_phoff
-    f.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
-    f.extend_from_slice(&0u32.to_le_bytes());
-    f.extend_from_slice(&(ehsize as u16).to_le_bytes());
-    f.extend_from_slice(&(phentsize as u16).to_le_bytes());
-    f.extend_from_slice(&(n as u16).to_le_bytes());
-    f.extend_from_slice(&[0; 6]); // e_shentsize, e_shnum, e_shstrndx
+    elf::put_header(&mut f, &elf::Header { e_type: elf::ET_CORE, phnum: n as u16, ..Default::default() });
     for i in 0..n as u64 {
-        f.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
-        f.extend_from_slice(&5u32.to_le_bytes()); // R X
-        for v in [data_at, vaddr + i, 0, len, len, 1] {
-            f.extend_from_slice(&v.to_le_bytes());
-        }
+        let p = elf::Phdr { p_type: elf::PT_LOAD, flags: 5, offset: data_at, vaddr: vaddr + i, paddr: 0, filesz: len, memsz: len, align: 1 };
+        elf::put_phdr(&mut f, &p);
     }
     f.extend((0..len).map(|i| i as u8));
     f

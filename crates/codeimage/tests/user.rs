@@ -5,8 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use codeimage::*;
-use perfdata::abi::{attr_flag, misc, sample_type as st};
-use perfdata::{AttrWithIds, BuildIdEntry, EventAttr, Mmap2, Mmap2FileId, PerfFile, RecordBody, SampleId, Writer, ATTR_SIZE_VER7};
+use perfdata::abi::misc;
+use perfdata::{BuildIdEntry, PerfFile, Writer};
+use testkit::elf;
+use testkit::le::put32;
 
 const AT: u64 = 0x40_0000;
 /// Where the code starts in the test executables (file offset = address - AT).
@@ -18,16 +20,6 @@ fn tmp(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn put16(b: &mut Vec<u8>, v: u16) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
 }
 
 /// A minimal x86-64 ELF of type `e_type` (2: executable, 3: shared object):
@@ -44,33 +36,17 @@ fn elf(e_type: u16, code: &[u8], build_id: Option<&[u8]>) -> Vec<u8> {
         note.resize(note.len().next_multiple_of(4), 0);
     }
     let phnum: u16 = if build_id.is_some() { 2 } else { 1 };
-    let note_at = 64 + 56 * phnum as u64;
+    let note_at = elf::EHSIZE + elf::PHENTSIZE * phnum as u64;
     let len = CODE + code.len() as u64;
     let mut b = Vec::new();
-    b.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    put16(&mut b, e_type);
-    put16(&mut b, 62); // EM_X86_64
-    put32(&mut b, 1);
-    put64(&mut b, AT + CODE); // entry
-    put64(&mut b, 64); // phoff
-    put64(&mut b, 0); // shoff
-    put32(&mut b, 0);
-    for v in [64, 56, phnum, 64, 0, 0] {
-        put16(&mut b, v);
-    }
-    let phdr = |b: &mut Vec<u8>, ty: u32, flags: u32, off: u64, size: u64| {
-        put32(b, ty);
-        put32(b, flags);
-        put64(b, off);
-        put64(b, AT + off);
-        put64(b, AT + off);
-        put64(b, size);
-        put64(b, size);
-        put64(b, if ty == 1 { 0x1000 } else { 4 });
+    elf::put_header(&mut b, &elf::Header { e_type, entry: AT + CODE, phnum, shentsize: 64, ..Default::default() });
+    let phdr = |b: &mut Vec<u8>, p_type: u32, flags: u32, offset: u64, size: u64| {
+        let align = if p_type == elf::PT_LOAD { 0x1000 } else { 4 };
+        elf::put_phdr(b, &elf::Phdr { p_type, flags, offset, vaddr: AT + offset, paddr: AT + offset, filesz: size, memsz: size, align });
     };
-    phdr(&mut b, 1, 5, 0, len); // PT_LOAD, R+X
+    phdr(&mut b, elf::PT_LOAD, 5, 0, len); // R+X
     if build_id.is_some() {
-        phdr(&mut b, 4, 4, note_at, note.len() as u64); // PT_NOTE
+        phdr(&mut b, elf::PT_NOTE, 4, note_at, note.len() as u64);
     }
     b.extend_from_slice(&note);
     assert!(b.len() as u64 <= CODE);
@@ -90,23 +66,10 @@ struct Map<'a> {
 /// A perf.data holding an MMAP2 (PROT_READ|PROT_EXEC) for each map, and
 /// the HEADER_BUILD_ID entries given.
 fn perf_data(maps: &[Map<'_>], build_ids: Vec<BuildIdEntry>) -> PerfFile {
-    let attr = EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        sample_type: st::TID | st::TIME,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::MMAP2,
-        ..EventAttr::default()
-    };
-    let mut w = Writer::new(std::io::Cursor::new(Vec::new()), vec![AttrWithIds { attr, ids: vec![1] }]).unwrap();
+    let mut w = Writer::new(std::io::Cursor::new(Vec::new()), testkit::perf::mmap2_attrs()).unwrap();
     w.features.build_ids = build_ids;
     for m in maps {
-        let file_id = match m.build_id {
-            Some(id) => Mmap2FileId::BuildId(id),
-            None => Mmap2FileId::Inode { maj: 8, min: 1, ino: 42, ino_generation: 0 },
-        };
-        let body =
-            RecordBody::Mmap2(Mmap2 { pid: 7, tid: 7, addr: m.addr, len: 0x1000, pgoff: 0, file_id, prot: 5, flags: 2, filename: m.name.as_bytes() });
-        w.write(misc::USER, &body, &SampleId { pid: Some(7), tid: Some(7), time: Some(1), ..SampleId::default() }).unwrap();
+        w.write(misc::USER, &testkit::perf::exec_mmap2(m.name, m.addr, m.build_id), &testkit::perf::task7_at(1)).unwrap();
     }
     PerfFile::from_vec(w.finish().unwrap().into_inner()).unwrap()
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
-use codeimage::{BaseImage, CodeTimeline, PokeEvents, TimelineBuilder};
+use codeimage::{BaseImage, CodeTimeline, PokeEvents, Sideband, TimelineBuilder};
 use intel_pt::flow::{FlowDecoder, FlowEvent, Recovery, Time};
 use perfdata::PerfFile;
 use serde::Serialize;
@@ -399,7 +399,7 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
     let setup = pt_setup(&file, &input)?;
     let aux = per_cpu_aux(input, summary.config.cpus);
     let trace = aux.get(cpu).ok_or_else(|| SimError::Config(format!("cpu {cpu}: the run has {} CPUs", aux.len())))?;
-    let full = poked_image(&file, &summary, base_image(&file)?)?;
+    let full = poked_image(&file, &summary)?;
     let mut out = Vec::new();
     let code = Interval(&full);
     let mut decoder = FlowDecoder::new(trace, &code, setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc);
@@ -429,25 +429,27 @@ fn pt_setup(file: &PerfFile, input: &Input) -> Result<PtSetup, SimError> {
     }
 }
 
-/// The code before any change.
-fn base_image(file: &PerfFile) -> Result<BaseImage, SimError> {
+/// The code before any change, and the side-band with every change the run
+/// recorded (begin/end pairs for the PRE/POST protocol), read once.
+fn base_and_sideband<'a>(file: &'a PerfFile, summary: &crate::Summary) -> Result<(BaseImage, Sideband<'a>), SimError> {
+    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
+    let sideband = Sideband::read(file, events);
     let mut base = BaseImage::new();
-    codeimage::add_base(file, &mut base).map_err(|e| SimError::Config(e.to_string()))?;
-    Ok(base)
+    codeimage::add_base_mapped(file, &sideband.mappings, &mut base, &codeimage::UserCode::default()).map_err(|e| SimError::Config(e.to_string()))?;
+    Ok((base, sideband))
 }
 
-/// The code with every change the run recorded over `base` (begin/end
-/// pairs for the PRE/POST protocol).
-fn poked_image(file: &PerfFile, summary: &crate::Summary, base: BaseImage) -> Result<CodeTimeline, SimError> {
-    let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
-    Ok(codeimage::over_base(file, base, events).map_err(|e| SimError::Config(e.to_string()))?.timeline)
+/// The code with every change the run recorded.
+fn poked_image(file: &PerfFile, summary: &crate::Summary) -> Result<CodeTimeline, SimError> {
+    let (base, sideband) = base_and_sideband(file, summary)?;
+    Ok(sideband.timeline(base).timeline)
 }
 
 /// The code with every change and the code before any, from one reading of the base.
 fn images(file: &PerfFile, summary: &crate::Summary) -> Result<(CodeTimeline, CodeTimeline), SimError> {
-    let base = base_image(file)?;
+    let (base, sideband) = base_and_sideband(file, summary)?;
     let bare = TimelineBuilder::new(base.clone()).build();
-    Ok((poked_image(file, summary, base)?, bare))
+    Ok((sideband.timeline(base).timeline, bare))
 }
 
 /// The ETMv4 runs: each CPU's AUXTRACE buffers, decoded by etm's flow decoder.

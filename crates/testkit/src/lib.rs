@@ -2,11 +2,15 @@
 //! dev-dependency only): when a missing external tool (perf,
 //! trc_pkt_lister, gcc, qemu) skips a test and when it fails it, running
 //! perf with a clean environment, fresh scratch directories, and a
-//! deterministic RNG so random cases are the same every run; and
+//! deterministic RNG so random cases are the same every run;
 //! [`modules`], each crate's module graph, by which a test keeps the
-//! workspace free of import cycles.
+//! workspace free of import cycles; and inputs written by hand: [`le`]
+//! integers, [`elf`] headers, [`perf`] side-band records.
 
+pub mod elf;
+pub mod le;
 pub mod modules;
+pub mod perf;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

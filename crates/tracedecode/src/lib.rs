@@ -4,8 +4,7 @@
 //! ran where ([`Threads`]), each decoder's set-up from AUXTRACE_INFO
 //! ([`setup`]), the image the decoders walk ([`ImageMode`]), perf's branch
 //! samples made of the decoders' events ([`pt`], [`cs`]) or their counts
-//! ([`Stats`]), and the merge of
-//! all queues' lines in time order on a bounded pool of threads.
+//! ([`Summary`]), and the merge of all queues' lines in time order on a bounded pool of threads.
 
 pub mod cs;
 pub mod filter;
@@ -20,7 +19,6 @@ mod pool;
 pub mod pt;
 mod queue;
 pub mod setup;
-mod stats;
 mod summary;
 mod threads;
 pub mod units;
@@ -30,7 +28,6 @@ pub use itrace::Itrace;
 pub use line::{InsnBytes, Kind, Out};
 pub use mode::ImageMode;
 pub use queue::{AuxBreak, Queue};
-pub use stats::Stats;
 pub use summary::Summary;
 pub use threads::Threads;
 

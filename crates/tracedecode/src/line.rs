@@ -12,7 +12,8 @@ pub struct Out {
 
 pub enum Kind {
     /// A taken branch; `from_len` is the branching instruction's length
-    /// when known, and then `from_bytes` the bytes it was decoded from.
+    /// when there is one (not where tracing starts), and then `from_bytes`
+    /// the bytes it was decoded from (when the line shows them).
     Branch { from: u64, to: u64, flags: &'static str, from_len: Option<u8>, from_bytes: InsnBytes },
     /// An instruction, and the bytes it was decoded from; `class` and, once
     /// the next one is known, where a taken branch went (perf's `flags` and

@@ -55,10 +55,15 @@ pub fn kernel_idioms(file: &PerfFile) -> Result<KernelIdioms, Error> {
     Ok(match file.kcore_dir() {
         Some(d) if d.join("kallsyms").is_file() => {
             let (ks, _) = perfdata::kcore::Kallsyms::load(&d.join("kallsyms"))?;
-            KernelIdioms::from_symbols(ks.symbols().iter().map(|s| (s.name.as_str(), s.addr)))
+            idioms_of(&ks)
         }
         _ => KernelIdioms::default(),
     })
+}
+
+/// The kernel's code idioms, from its symbols (of every kind).
+pub fn idioms_of(kallsyms: &perfdata::kcore::Kallsyms) -> KernelIdioms {
+    KernelIdioms::from_symbols(kallsyms.symbols().iter().map(|s| (s.name.as_str(), s.addr)))
 }
 
 /// Each CPU's ETMv4 trace unit set-up, in AUXTRACE_INFO's order; an error

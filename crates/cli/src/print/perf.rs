@@ -1,8 +1,6 @@
 //! `decode`'s lines in `perf script`'s layout (`-F` fields).
 
 use anyhow::{bail, Result};
-use codeimage::CodeTimeline;
-use isa::KernelIdioms;
 use tracedecode::flags::{branch_flags, end_flags};
 use tracedecode::{Kind, Out};
 
@@ -78,7 +76,7 @@ fn perf_error_message(code: u32) -> &'static str {
 }
 
 /// One line in `perf script -F`'s layout (the fields in perf's order and widths).
-pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer, tl: &CodeTimeline) {
+pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) {
     let (pid, tid, comm) = who.unwrap_or((-1, -1, ":-1"));
     if let Kind::Error { ip, code, .. } = &l.kind {
         t.str(" instruction trace error type 1 time ");
@@ -164,18 +162,9 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
         sym(t, addr);
     }
     if f.insnlen || f.insn {
-        // A branch sample's instruction is the branch itself: the bytes it
-        // was decoded from, read again at the line's time when the decoder
-        // did not say which (an event's: trap, asynchronous end).
-        let mut read = [0u8; 16];
-        let (len, bytes) = match len {
-            Some(n) => (n as usize, bytes.as_slice()),
-            None => {
-                let n = insn_len(tl, ip, l.time);
-                tl.read_into(ip, &mut read[..n], l.time);
-                (n, &read[..n])
-            }
-        };
+        // A branch sample's instruction is the branch itself (an event's:
+        // the instruction it stopped), as it was decoded.
+        let (len, bytes) = (len.map_or(0, usize::from), bytes.as_slice());
         if f.insnlen {
             t.str(" ilen: ").dec(len as u64);
         }
@@ -187,14 +176,4 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
         }
     }
     t.byte(b'\n');
-}
-
-/// Length of the instruction at `ip` at time `t` (0 when there is none).
-fn insn_len(tl: &CodeTimeline, ip: u64, t: u64) -> usize {
-    if ip == 0 {
-        return 0;
-    }
-    let mut b = [0u8; 16];
-    tl.read_into(ip, &mut b, t);
-    isa::classify_x86_64(ip, &b, &KernelIdioms::default()).map_or(0, |i| i.len as usize)
 }

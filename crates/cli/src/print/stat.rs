@@ -2,10 +2,10 @@
 
 use std::io::Write;
 
-use tracedecode::Stats;
+use tracedecode::Summary;
 
 /// Writes `s` as name-count lines, or with `json` as one JSON object.
-pub fn write_stat(out: &mut impl Write, s: &Stats, json: bool) -> std::io::Result<()> {
+pub fn write_stat(out: &mut impl Write, s: &Summary, json: bool) -> std::io::Result<()> {
     if json {
         serde_json::to_writer(&mut *out, s)?;
         return writeln!(out);

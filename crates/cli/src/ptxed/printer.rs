@@ -173,11 +173,11 @@ impl<W: Write> FlowSink for Printer<W> {
     fn event(&mut self, event: FlowEvent) {
         match event {
             FlowEvent::Insn { ip, class, .. } => self.insn(ip, class),
-            FlowEvent::Trap { from, to, time } => {
+            FlowEvent::Trap { from, to, time, .. } => {
                 let at = if self.style.event_ip { format!(", from: {from:016x}, to: {to:016x}") } else { String::new() };
                 self.event_line(Some(time), format_args!("interrupt{at}"));
             }
-            FlowEvent::End { time, disabled: true, at, to } => {
+            FlowEvent::End { time, disabled: true, at, to, .. } => {
                 // An asynchronous stop (FUP + TIP.PGD) names where, with
                 // --event:ip; a TIP.PGD at the IP the walk reached is none.
                 let at = match at.filter(|&a| self.style.event_ip && to != Some(a)) {

@@ -52,7 +52,7 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
     let sb = sideband::read(&file, &mut symbols, &mut w)?;
     let (t0, t1) = span.unwrap_or((base, base));
     let mut decode_symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
-    decode_symbols.add_user_mappings(&file, &crate::symbols::user_code(None));
+    decode_symbols.add_user_mappings(&codeimage::user_mappings(&file), &crate::symbols::user_code(None));
     let Input { trace, time_conv, queues, threads, breaks, .. } = Input::read(&file)?;
     let queues: Vec<_> = queues.into_iter().filter(|q| q.cpu == u32::MAX || filter.cpu(q.cpu)).collect();
     if sb.bad_records > 0 {

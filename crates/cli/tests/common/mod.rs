@@ -2,30 +2,14 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 use std::process::Command;
 
-use perfdata::abi::{attr_flag, sample_type as st};
-use perfdata::{AttrWithIds, EventAttr, SampleId, Writer, ATTR_SIZE_VER7};
+use perfdata::SampleId;
 
 /// The two contents of a jump-label site: a 5-byte NOP and a JMP rel32.
 pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 pub const JMP: [u8; 5] = [0xe9, 0x10, 0x00, 0x00, 0x00];
-
-/// A perf.data writer with the one attr kernel side-band needs: TEXT_POKE
-/// records with sample_id_all (tid, time, cpu), id 1.
-pub fn sideband_writer(path: impl AsRef<Path>) -> Writer<BufWriter<File>> {
-    let attr = EventAttr {
-        type_: 1,
-        size: ATTR_SIZE_VER7,
-        sample_type: st::TID | st::TIME | st::CPU,
-        flags: attr_flag::SAMPLE_ID_ALL | attr_flag::TEXT_POKE,
-        ..EventAttr::default()
-    };
-    Writer::create(path, vec![AttrWithIds { attr, ids: vec![1] }]).unwrap()
-}
 
 /// The sample_id of a side-band record written at `time` on CPU 2 by task 0.
 pub fn at(time: u64) -> SampleId {

@@ -239,7 +239,7 @@ fn bad_input_is_shown_on_the_decode_track() {
 
     // No AUX data: only the side-band of a run.
     let sideband = dir.join("sideband.data");
-    let mut w = common::sideband_writer(&sideband);
+    let mut w = testkit::perf::sideband_writer(&sideband);
     w.write(
         perfdata::abi::misc::KERNEL,
         &perfdata::RecordBody::TextPoke(perfdata::TextPoke { addr: 0xffff_ffff_8100_0040, old: &common::NOP5, new: &common::JMP }),

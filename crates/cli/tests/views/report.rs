@@ -111,7 +111,7 @@ fn a_hundred_thousand_pokes_stay_readable() {
     }
     let dir = testkit::scratch!("views", "report-large");
     let data = dir.join("pokes.data");
-    let mut w = common::sideband_writer(&data);
+    let mut w = testkit::perf::sideband_writer(&data);
     for i in 0..100_000u64 {
         let (old, new) = if (i / 1000) % 2 == 0 { (&common::NOP5, &common::JMP) } else { (&common::JMP, &common::NOP5) };
         let poke = perfdata::TextPoke { addr: 0xffff_ffff_8100_0000 + (i % 1000) * 16, old, new };

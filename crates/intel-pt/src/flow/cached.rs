@@ -158,7 +158,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             if !st.events.is_empty() {
                 self.flush(st, sink, false);
             }
-            sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+            sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip, insn: None });
         }
         Ok(())
     }

@@ -16,12 +16,14 @@ pub enum FlowEvent {
     Insn { ip: u64, len: u8, class: BranchClass, lo: Time, hi: Time, uncertain: bool, code: InsnCode },
     /// The instruction at `from` trapped (INT3, a kprobe or a site being
     /// poked) or was interrupted, into the handler at `to`. The trapping
-    /// instruction is reported here, not as an [`FlowEvent::Insn`].
-    Trap { from: u64, to: u64, time: Time },
+    /// instruction is reported here, not as an [`FlowEvent::Insn`]; `insn`,
+    /// that instruction as the walk decoded it (none after an error).
+    Trap { from: u64, to: u64, time: Time, insn: Option<EventInsn> },
     /// Tracing stopped before the instruction at `at` (when known): by a
     /// TIP.PGD when `disabled` (`to` is its IP, when the packet carries one),
-    /// else because the trace data ended.
-    End { time: Time, at: Option<u64>, disabled: bool, to: Option<u64> },
+    /// else because the trace data ended; `insn`, the instruction at `at`
+    /// when the walk decoded it.
+    End { time: Time, at: Option<u64>, disabled: bool, to: Option<u64>, insn: Option<EventInsn> },
     /// The trace and the code disagree; decoding resumes at the next TIP's
     /// target (after a bad packet, at the next PSB; after an overflow, at
     /// the FUP that follows it; after a PSB+ whose FUP the walk does not
@@ -37,6 +39,15 @@ pub enum FlowEvent {
     /// when a PSB+ repeats the state. Only with
     /// [`super::FlowDecoder::with_state_events`].
     State { time: Time, ip: Option<u64>, packet: Packet, restated: bool },
+}
+
+/// The instruction at an event's IP, as the walk decoded it before the
+/// event stopped it: its length and the bytes it was decoded from, where
+/// [`InsnCode::Exact`] is the code source's content at the event's `time`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventInsn {
+    pub len: u8,
+    pub code: InsnCode,
 }
 
 /// The bytes an instruction was decoded from, or where the decoder's code

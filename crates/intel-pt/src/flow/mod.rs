@@ -89,7 +89,7 @@ use std::sync::Arc;
 
 pub use self::clock::{CycConv, MtcConv, TimeConv};
 pub use self::config::{AddrFilter, Errata, FlowConfig, Recovery};
-pub use self::event::{FlowErrorKind, FlowEvent, FlowSink, InsnBlock, InsnCode};
+pub use self::event::{EventInsn, FlowErrorKind, FlowEvent, FlowSink, InsnBlock, InsnCode};
 use self::state::State;
 use self::walk::Walker;
 use crate::blocks::BlockCache;

@@ -40,7 +40,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if f.offset == DISABLED_AT_BRANCH {
             // A TIP.PGD where the branch at `st.ip` needed a TNT: tracing
             // stopped after it.
-            sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+            sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip, insn: None });
             st.ip = None;
             st.walked = 0;
             return true;

@@ -106,7 +106,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if st.after_error {
             // Waiting for a TIP after an error, tracing counts as on (as
             // libipt resyncs): a TIP.PGE says it was off first.
-            st.events.insert(at, FlowEvent::End { time: st.clock.now, at: None, disabled: true, to: None });
+            st.events.insert(at, FlowEvent::End { time: st.clock.now, at: None, disabled: true, to: None, insn: None });
         }
         st.pending = true;
         st.ready = st.events.len();

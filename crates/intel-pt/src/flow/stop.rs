@@ -3,7 +3,7 @@
 //! tracing before its code is read (a TIP.PGD at its IP, or the end of the
 //! trace).
 
-use super::event::{FlowEvent, FlowSink};
+use super::event::{EventInsn, FlowEvent, FlowSink};
 use super::state::{Failure, Flow, State};
 use super::walk::{Decoded, Walker};
 use codeimage::window::CodeSource;
@@ -19,7 +19,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             if !trial {
                 sink.event(FlowEvent::Insn { ip, len: insn.len, class: insn.class, lo: st.clock.lo, hi: st.clock.hi, uncertain, code });
                 self.flush(st, sink, false);
-                sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+                sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip, insn: None });
             }
             st.last_disable = None;
             st.ip = None;
@@ -30,8 +30,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 self.flush(st, sink, false);
             }
             sink.event(match to {
-                Some(to) => FlowEvent::Trap { from: ip, to, time: st.clock.lo },
-                None => FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: st.pgd_ip },
+                Some(to) => FlowEvent::Trap { from: ip, to, time: st.clock.lo, insn: Some(EventInsn { len: insn.len, code }) },
+                None => {
+                    FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: st.pgd_ip, insn: Some(EventInsn { len: insn.len, code }) }
+                }
             });
             if !st.held.is_empty() {
                 self.release_held(st, None, sink);
@@ -53,7 +55,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             if !st.events.is_empty() {
                 self.flush(st, sink, false);
             }
-            sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip) });
+            sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: true, to: Some(ip), insn: None });
         }
         st.last_disable = Some(ip);
         st.ip = None;
@@ -81,7 +83,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     if !st.events.is_empty() {
                         self.flush(st, sink, true);
                     }
-                    sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: false, to: None });
+                    sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: false, to: None, insn: None });
                 }
                 Some(false)
             }
@@ -101,7 +103,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             if !st.events.is_empty() {
                 self.flush(st, sink, false);
             }
-            sink.event(FlowEvent::Trap { from, to, time: st.clock.lo });
+            sink.event(FlowEvent::Trap { from, to, time: st.clock.lo, insn: None });
         }
         st.after_error = false;
         st.resumed_at = Some(to);

@@ -8,7 +8,7 @@ use isa::{BranchClass, Insn};
 
 use super::clock::Timing;
 use super::config::{AddrFilter, Errata, FlowConfig, Recovery};
-use super::event::{FlowErrorKind, FlowEvent, FlowSink, InsnCode};
+use super::event::{EventInsn, FlowErrorKind, FlowEvent, FlowSink, InsnCode};
 use super::state::{Failure, Flow, State, DISABLED_AT_BRANCH};
 use crate::blocks::BlockCache;
 use crate::Packet;
@@ -232,7 +232,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.take_peeked();
                     if !trial {
                         self.flush(st, sink, false);
-                        sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to });
+                        sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to, insn: None });
                     }
                     st.after_error = false;
                     Ok(true)
@@ -369,7 +369,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.pgd_ip = None;
                     if !trial {
                         self.flush(st, sink, false);
-                        sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: None });
+                        sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: None, insn: None });
                     }
                     st.last_disable = insn.target;
                     st.walked = 0;
@@ -383,7 +383,13 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 // (State packets waiting for an instruction keep the walk going.)
                 None if st.held.is_empty() => {
                     if !trial {
-                        sink.event(FlowEvent::End { time: st.clock.lo, at: Some(ip), disabled: false, to: None });
+                        sink.event(FlowEvent::End {
+                            time: st.clock.lo,
+                            at: Some(ip),
+                            disabled: false,
+                            to: None,
+                            insn: Some(EventInsn { len: insn.len, code }),
+                        });
                     }
                     return Ok(false);
                 }
@@ -414,7 +420,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 if !st.events.is_empty() {
                     self.flush(st, sink, false);
                 }
-                sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip });
+                sink.event(FlowEvent::End { time: st.clock.lo, at: None, disabled: true, to: st.pgd_ip, insn: None });
             }
         }
         Ok(true)

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind, Register};
 use object::{Object, ObjectSection};
+use testkit::elf;
+use testkit::le::{put32, put64};
 
 /// Writes the walkable copy of `vmlinux` to `out` (once; reused when present).
 pub fn walkable_vmlinux(vmlinux: &Path, out: &Path) -> PathBuf {
@@ -176,35 +178,23 @@ fn write_elf(out: &Path, base: u64, text: &[u8], functions: &[u64]) {
         (23, 3, 0, 0, shstrtab_at, sh_at - shstrtab_at, 0, 0, 1, 0),
     ];
     for (name, ty, flags, addr, off, size, link, info, align, entsize) in shdrs {
-        f.extend_from_slice(&name.to_le_bytes());
-        f.extend_from_slice(&ty.to_le_bytes());
-        f.extend_from_slice(&flags.to_le_bytes());
-        f.extend_from_slice(&addr.to_le_bytes());
-        f.extend_from_slice(&(off as u64).to_le_bytes());
-        f.extend_from_slice(&(size as u64).to_le_bytes());
-        f.extend_from_slice(&link.to_le_bytes());
-        f.extend_from_slice(&info.to_le_bytes());
-        f.extend_from_slice(&align.to_le_bytes());
-        f.extend_from_slice(&entsize.to_le_bytes());
+        put32(&mut f, name);
+        put32(&mut f, ty);
+        put64(&mut f, flags);
+        put64(&mut f, addr);
+        put64(&mut f, off as u64);
+        put64(&mut f, size as u64);
+        put32(&mut f, link);
+        put32(&mut f, info);
+        put64(&mut f, align);
+        put64(&mut f, entsize);
     }
     // ELF header and the one program header.
     let mut h = Vec::with_capacity(120);
-    h.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
-    h.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
-    h.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
-    h.extend_from_slice(&1u32.to_le_bytes());
-    h.extend_from_slice(&0u64.to_le_bytes()); // no entry point
-    h.extend_from_slice(&64u64.to_le_bytes()); // phoff
-    h.extend_from_slice(&(sh_at as u64).to_le_bytes());
-    h.extend_from_slice(&0u32.to_le_bytes());
-    for v in [64u16, 56, 1, 64, 5, 4] {
-        h.extend_from_slice(&v.to_le_bytes()); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
-    }
-    h.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
-    h.extend_from_slice(&5u32.to_le_bytes()); // R+X
-    for v in [TEXT_AT as u64, base, base, text.len() as u64, text.len() as u64, 0x1000] {
-        h.extend_from_slice(&v.to_le_bytes());
-    }
+    let header = elf::Header { e_type: elf::ET_EXEC, entry: 0, phnum: 1, shoff: sh_at as u64, shentsize: 64, shnum: 5, shstrndx: 4 };
+    elf::put_header(&mut h, &header);
+    let (offset, size) = (TEXT_AT as u64, text.len() as u64);
+    elf::put_phdr(&mut h, &elf::Phdr { p_type: elf::PT_LOAD, flags: 5, offset, vaddr: base, paddr: base, filesz: size, memsz: size, align: 0x1000 });
     f[..h.len()].copy_from_slice(&h);
     let tmp = out.with_extension("tmp");
     std::fs::write(&tmp, &f).expect("write the walkable vmlinux");

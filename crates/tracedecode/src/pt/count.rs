@@ -5,12 +5,12 @@
 use intel_pt::flow::{FlowEvent, FlowSink, InsnBlock};
 use isa::BranchClass;
 
-use crate::stats::Stats;
+use crate::summary::Summary;
 
 /// One CPU's counts, of a whole buffer or of one of its PSB segments.
 #[derive(Default)]
 pub(super) struct Count {
-    stats: Stats,
+    counts: Summary,
     /// The last instruction (IP, length, class), whose branch the next
     /// place execution reaches tells.
     prev: Option<(u64, u8, BranchClass)>,
@@ -52,7 +52,7 @@ impl Count {
     #[inline(always)]
     fn resolve(&mut self, to: u64) {
         if let Some((from, len, class)) = self.prev.take() {
-            self.stats.branch(class, class != BranchClass::CondBranch || to != from.wrapping_add(len as u64));
+            self.counts.branch(class, class != BranchClass::CondBranch || to != from.wrapping_add(len as u64));
         }
     }
 
@@ -77,7 +77,7 @@ impl Count {
             Step::Arrive(ip) => {
                 self.resolve(ip);
                 if !self.tracing {
-                    self.stats.trace_starts += 1;
+                    self.counts.trace_starts += 1;
                     self.tracing = true;
                 }
             }
@@ -88,7 +88,7 @@ impl Count {
                     if let Some(at) = at {
                         self.resolve(at);
                     }
-                    self.stats.trace_ends += 1;
+                    self.counts.trace_ends += 1;
                 }
                 self.tracing = false;
                 self.prev = None;
@@ -104,7 +104,7 @@ impl Count {
         if seg.known {
             (self.prev, self.tracing) = (seg.prev, seg.tracing);
         }
-        self.stats.add(&seg.stats);
+        self.counts.add(&seg.counts);
         if let Some(first) = seg.first {
             self.first.get_or_insert(first);
             self.last = seg.last;
@@ -112,12 +112,12 @@ impl Count {
     }
 
     /// The counts of the whole buffer.
-    pub(super) fn finish(mut self) -> Stats {
+    pub(super) fn finish(mut self) -> Summary {
         if let Some(first) = self.first {
-            self.stats.saw_times(first, self.last);
+            self.counts.saw_times(first, self.last);
         }
-        self.stats.buffers = 1;
-        self.stats
+        self.counts.buffers = 1;
+        self.counts
     }
 }
 
@@ -125,10 +125,10 @@ impl FlowSink for Count {
     #[inline(always)]
     fn block(&mut self, b: InsnBlock<'_>) {
         self.arrive(b.ip, b.lo);
-        self.stats.instructions += b.len() as u64;
+        self.counts.instructions += b.len() as u64;
         let (jumps, calls) = b.inner_jumps_and_calls();
-        self.stats.jumps += jumps as u64;
-        self.stats.calls += calls as u64;
+        self.counts.jumps += jumps as u64;
+        self.counts.calls += calls as u64;
         let last = b.last();
         self.prev = Some((b.last_ip, last.len, last.class));
         self.last = b.last_lo;
@@ -138,8 +138,8 @@ impl FlowSink for Count {
         match e {
             FlowEvent::Insn { ip, len, class, lo, uncertain, .. } => {
                 self.arrive(ip, lo);
-                self.stats.instructions += 1;
-                self.stats.uncertain += uncertain as u64;
+                self.counts.instructions += 1;
+                self.counts.uncertain += uncertain as u64;
                 self.prev = Some((ip, len, class));
             }
             FlowEvent::Trap { from, .. } => {
@@ -149,7 +149,7 @@ impl FlowSink for Count {
                     self.head.push(Step::Trap(from));
                 }
                 self.prev = None;
-                self.stats.traps += 1;
+                self.counts.traps += 1;
             }
             FlowEvent::End { at, disabled, .. } => {
                 if self.known {
@@ -161,7 +161,7 @@ impl FlowSink for Count {
                 (self.tracing, self.prev) = (false, None);
             }
             FlowEvent::Error { .. } => {
-                self.stats.errors += 1;
+                self.counts.errors += 1;
                 (self.known, self.tracing, self.prev) = (true, false, None);
             }
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
@@ -184,8 +184,8 @@ mod tests {
         for _ in 0..n {
             time += rng.below(3);
             let e = match rng.below(20) {
-                0 => FlowEvent::Trap { from: ip, to: 0x9000, time },
-                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None },
+                0 => FlowEvent::Trap { from: ip, to: 0x9000, time, insn: None },
+                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None, insn: None },
                 2 => FlowEvent::Error { offset: 0, time, ip: None, kind: FlowErrorKind::NoTip },
                 _ => {
                     let (len, class) = (1 + rng.below(6) as u8, CLASSES[rng.below(6) as usize]);

@@ -4,7 +4,7 @@
 
 use codeimage::window::{CodeSource, Fetch};
 use codeimage::CodeTimeline;
-use intel_pt::flow::{AddrFilter, FlowEvent, FlowSink, InsnBlock, InsnCode};
+use intel_pt::flow::{AddrFilter, EventInsn, FlowEvent, FlowSink, InsnBlock, InsnCode};
 use isa::BranchClass;
 
 use super::error_code::perf_error_code;
@@ -94,6 +94,25 @@ impl<'a, C: CodeSource> Collector<'a, C> {
         match code.fetch(ip, lo, hi, 0, &mut b) {
             Fetch::Exact(n) | Fetch::Candidate { filled: n, .. } => InsnBytes::new(&b[..n], len.into()),
             Fetch::Unmapped => InsnBytes::default(),
+        }
+    }
+
+    /// The length and bytes of the instruction at `ip` an event stopped at
+    /// `time`: as the walk decoded it (`insn`), else as the decoder's code
+    /// source has it then (perf reads the instruction at a sample's IP);
+    /// no length for IP 0 (where tracing starts).
+    #[cold]
+    fn event_insn(&self, ip: u64, insn: Option<EventInsn>, time: u64) -> (Option<u8>, InsnBytes) {
+        match insn {
+            Some(EventInsn { len, code: InsnCode::Chosen(b) }) => (Some(len), InsnBytes::new(&b, len.into())),
+            Some(EventInsn { len, code: InsnCode::Exact }) => (Some(len), Self::fetched(self.code, ip, len, time, time)),
+            None if ip == 0 => (None, InsnBytes::default()),
+            None => {
+                let mut b = [0u8; 16];
+                let _ = self.code.fetch(ip, time, time, 0, &mut b);
+                let len = isa::classify_x86_64(ip, &b, &isa::KernelIdioms::default()).map_or(0, |i| i.len);
+                (Some(len), InsnBytes::new(&b, len.into()))
+            }
         }
     }
 
@@ -233,16 +252,12 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                 }
                 self.prev = Some(ran);
             }
-            FlowEvent::Trap { from, to, time } => {
+            FlowEvent::Trap { from, to, time, insn } => {
                 if self.itrace.branches {
                     let b = self.taken(from);
                     self.lines.extend(b);
-                    self.lines.push(Out {
-                        time,
-                        queue,
-                        cpu,
-                        kind: Kind::Branch { from, to, flags: "hw int", from_len: None, from_bytes: InsnBytes::default() },
-                    });
+                    let (from_len, from_bytes) = self.event_insn(from, insn, time);
+                    self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len, from_bytes } });
                 }
                 self.prev = None;
             }
@@ -250,7 +265,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             // goes from the FUP's IP to the TIP.PGD's; a TIP.PGD taking an
             // indirect branch's place goes from that branch. The end of the
             // data is no branch, and gets no line.
-            FlowEvent::End { time, at, disabled, to } => {
+            FlowEvent::End { time, at, disabled, to, insn } => {
                 if let (true, Some(i)) = (self.tracing && disabled, prev_line) {
                     self.mark_end(i, at, to, time);
                 }
@@ -267,7 +282,8 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                             let b = self.taken(at);
                             self.lines.extend(b);
                             let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
-                            let kind = Kind::Branch { from: at, to, flags, from_len: None, from_bytes: InsnBytes::default() };
+                            let (from_len, from_bytes) = self.event_insn(at, insn, time);
+                            let kind = Kind::Branch { from: at, to, flags, from_len, from_bytes };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
                         None => {
@@ -343,5 +359,40 @@ mod tests {
         let mut c = Collector::new(0, 0, &itrace, (&before, &tl), &lanes, None);
         c.event(insn(150, 150, InsnCode::Exact));
         assert!(matches!(&c.lines[0].kind, Kind::Insn { bytes, .. } if bytes.as_slice().is_empty()));
+    }
+
+    /// The bytes of the trap lines made of `events` over `src`.
+    fn trap_bytes<C: CodeSource>(src: &C, tl: &CodeTimeline, events: &[FlowEvent]) -> Vec<(Option<u8>, Vec<u8>)> {
+        let itrace = Itrace { branches: true, instructions: false, errors: false, period: 1, insn_bytes: true };
+        let lanes = Lanes::new(1);
+        let mut c = Collector::new(0, 0, &itrace, (src, tl), &lanes, None);
+        events.iter().for_each(|&e| c.event(e));
+        c.lines
+            .iter()
+            .map(
+                |l| {
+                    if let Kind::Branch { from_len, from_bytes, .. } = &l.kind {
+                        (*from_len, from_bytes.as_slice().to_vec())
+                    } else {
+                        (None, vec![])
+                    }
+                },
+            )
+            .collect()
+    }
+
+    /// A trap line's instruction is the one the walk decoded where the
+    /// trap stopped it; without one, the decoder's source has it at the
+    /// trap's time: never the timeline's unless the decoder read that.
+    #[test]
+    fn trap_lines_carry_the_bytes_decoded() {
+        let tl = code();
+        let trap = |insn| FlowEvent::Trap { from: K, to: 0x9000, time: 150, insn };
+        let old = InsnCode::Chosen([0x66, 0x90, 0xc3, 0x90, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let chosen = trap_bytes(&Interval(&tl), &tl, &[trap(Some(EventInsn { len: 2, code: old }))]);
+        assert_eq!(chosen, [(Some(2), vec![0x66, 0x90])], "the content chosen, not the poked one at 150");
+        let exact = [trap(Some(EventInsn { len: 2, code: InsnCode::Exact })), trap(None)];
+        assert_eq!(trap_bytes(&Static(&tl), &tl, &exact), [(Some(2), vec![0x66, 0x90]), (Some(2), vec![0x66, 0x90])], "the static image's");
+        assert_eq!(trap_bytes(&Interval(&tl), &tl, &exact), [(Some(2), vec![0xeb, 0x00]), (Some(2), vec![0xeb, 0x00])], "the timeline's at 150");
     }
 }

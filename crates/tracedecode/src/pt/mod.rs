@@ -28,7 +28,7 @@ use crate::lanes::Lanes;
 use crate::line::Out;
 use crate::mode::ImageMode;
 use crate::queue::Queue;
-use crate::stats::Stats;
+use crate::summary::Summary;
 use crate::Error;
 
 pub use self::plan::Plan;
@@ -91,7 +91,7 @@ fn decode_over<C: CodeSource + Sync, E: From<Error>>(
 /// Decodes every queue as [`decode`] does and counts what the lines of
 /// `--itrace=bie` would show, without making them; the pokes crossed are
 /// those of `tl`.
-pub fn stat(plan: Plan<'_>, queues: &[Queue], image: ImageMode, tl: &CodeTimeline, code: &CodeTimeline) -> Result<Stats, Error> {
+pub fn stat(plan: Plan<'_>, queues: &[Queue], image: ImageMode, tl: &CodeTimeline, code: &CodeTimeline) -> Result<Summary, Error> {
     let mut total = match image {
         ImageMode::Timeline => stat_over(plan, queues, &Interval(tl), true)?,
         ImageMode::PerfStyle => stat_over(plan, queues, &PerfStyle(tl), false)?,
@@ -102,9 +102,9 @@ pub fn stat(plan: Plan<'_>, queues: &[Queue], image: ImageMode, tl: &CodeTimelin
 }
 
 /// [`stat`] over `code`.
-fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue], code: &C, upper_bounds: bool) -> Result<Stats, Error> {
+fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue], code: &C, upper_bounds: bool) -> Result<Summary, Error> {
     let par = ParallelFlow::new(decoder(plan.setup, code, upper_bounds));
-    let total = Mutex::new(Stats::default());
+    let total = Mutex::new(Summary::default());
     let decode_one = |queue: usize, _: &Lanes| {
         let q = &queues[queue];
         let mut count = Count::buffer();
