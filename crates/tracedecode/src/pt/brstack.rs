@@ -257,7 +257,7 @@ impl<F: FnMut(&BranchSample<'_>)> FlowSink for BranchStacks<'_, F> {
                 self.ring.push(from, to, false);
                 self.prev = None;
             }
-            FlowEvent::End { at, disabled, to, time } => {
+            FlowEvent::End { at, disabled, to, time, .. } => {
                 if self.tracing && disabled {
                     self.end(at, to, time);
                 }
