@@ -16,6 +16,7 @@ mod image;
 mod lines;
 mod pokes;
 mod print;
+mod profile;
 mod progress;
 mod ptdump;
 mod ptxed;
@@ -173,6 +174,40 @@ enum Command {
         #[arg(long)]
         kernel_only: bool,
     },
+    /// Count a trace into a profile for BOLT or AutoFDO: taken branches and
+    /// fall-through ranges, each branch as the code that ran then.
+    ///
+    /// Branches from, and ranges holding, uncertain instructions go to
+    /// FILE.uncertain, apart. A trace known to be incomplete gives an error
+    /// and no profile; the file is written whole or not at all.
+    Profile {
+        /// perf.data directory (kcore_dir gives the kernel's base code) or file.
+        input: PathBuf,
+        /// bolt (llvm-bolt -pa -p), fdata (perf2bolt's), autofdo (llvm-profgen --unsymbolized-profile), perf-inject.
+        #[arg(long, value_enum, hide_possible_values = true)]
+        format: profile::Format,
+        /// The profile to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The program profiled: addresses as its file has them, and its symbols (fdata).
+        #[arg(long, value_name = "PATH", required_unless_present = "kernel", conflicts_with = "kernel")]
+        binary: Option<PathBuf>,
+        /// Profile kernel code, at the addresses it ran at.
+        #[arg(long)]
+        kernel: bool,
+        /// Only these CPUs (perf's list: 0-2,5).
+        #[arg(long)]
+        cpu: Option<String>,
+        /// Only these threads (comma-separated ids).
+        #[arg(long)]
+        tid: Option<String>,
+        /// Only START,END (perf's syntax: seconds, either end may be empty).
+        #[arg(long)]
+        time: Option<String>,
+        /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
+        #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
+        image: tracedecode::ImageMode,
+    },
     /// One self-contained HTML page: poke history per site and trace coverage per CPU on a time axis, summary tables.
     Report {
         /// perf.data directory (or file); with a simulation's ground truth, `check`'s table too.
@@ -305,6 +340,10 @@ fn main() {
         Command::Segments { input, json, target_bytes } => segments::run(&input, target_bytes, json, &mut out),
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
+        }
+        Command::Profile { input, format, output, binary, kernel, cpu, tid, time, image } => {
+            timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), false)
+                .and_then(|filter| profile::run(&profile::Args { input, format, output, binary, kernel, filter, image }))
         }
         Command::Report { input, output } => report::run(&input, &output, None),
         Command::Record(args) => record::run(&args, &mut out),

@@ -1,0 +1,119 @@
+//! A branch profile: taken branches (source, target) and fall-through
+//! ranges (from a branch target, or where tracing started, to the next
+//! branch source), counted by address pair, as profile-guided optimizers
+//! read them (BOLT's pre-aggregated data, llvm-profgen's ranges). What ran
+//! in an instruction the decoder was not sure of is counted apart.
+
+use std::collections::HashMap;
+
+use isa::BranchClass;
+
+/// Counts by address pair: `(source, target)` or `(start, end)`.
+pub type PairCounts = HashMap<(u64, u64), u64>;
+
+/// The counts of a trace, or of one CPU's part of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// Taken branches by (source, target), source instruction certain.
+    pub branches: PairCounts,
+    /// Fall-through ranges by (first, last) instruction, all certain.
+    pub ranges: PairCounts,
+    /// Taken branches whose source instruction was uncertain (several code
+    /// contents fit the trace).
+    pub uncertain_branches: PairCounts,
+    /// Ranges holding an uncertain instruction.
+    pub uncertain_ranges: PairCounts,
+    /// Transfers that are no branch of a function: traps and interrupts
+    /// (a kprobe's INT3), far transfers (system calls, IRET). They end a range.
+    pub not_branches: u64,
+    /// Ranges cut by a decode error, not counted.
+    pub cut_ranges: u64,
+    pub errors: u64,
+}
+
+impl Profile {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &Profile) {
+        for (mine, theirs) in [
+            (&mut self.branches, &other.branches),
+            (&mut self.ranges, &other.ranges),
+            (&mut self.uncertain_branches, &other.uncertain_branches),
+            (&mut self.uncertain_ranges, &other.uncertain_ranges),
+        ] {
+            for (&k, &n) in theirs {
+                *mine.entry(k).or_default() += n;
+            }
+        }
+        self.not_branches += other.not_branches;
+        self.cut_ranges += other.cut_ranges;
+        self.errors += other.errors;
+    }
+}
+
+/// Whether an instruction of `class` that went on elsewhere than the next
+/// instruction is a branch of its function (a far transfer is not).
+pub fn is_function_branch(class: BranchClass) -> bool {
+    matches!(
+        class,
+        BranchClass::CondBranch
+            | BranchClass::DirectJump
+            | BranchClass::DirectCall
+            | BranchClass::IndirectJump
+            | BranchClass::IndirectCall
+            | BranchClass::Return
+    )
+}
+
+/// One CPU's counting state: where the current fall-through range
+/// started, and whether it holds an uncertain instruction.
+#[derive(Default)]
+pub struct RangeCounter {
+    pub profile: Profile,
+    start: Option<u64>,
+    uncertain: bool,
+}
+
+impl RangeCounter {
+    /// A range starts at `ip` (a branch target, a trap's handler, where
+    /// tracing started), or none when `ip` is `None` (filtered out).
+    #[inline(always)]
+    pub fn start(&mut self, ip: Option<u64>) {
+        (self.start, self.uncertain) = (ip, false);
+    }
+
+    /// The current range holds an uncertain instruction.
+    #[inline(always)]
+    pub fn saw_uncertain(&mut self) {
+        self.uncertain = true;
+    }
+
+    /// The current range ends at the instruction at `end`; counted when it started.
+    #[inline(always)]
+    pub fn close(&mut self, end: u64) {
+        if let Some(start) = self.start.take() {
+            let map = if self.uncertain { &mut self.profile.uncertain_ranges } else { &mut self.profile.ranges };
+            *map.entry((start, end)).or_default() += 1;
+        }
+        self.uncertain = false;
+    }
+
+    /// A taken branch from `from` to `to`, of an uncertain source or not.
+    #[inline(always)]
+    pub fn branch(&mut self, from: u64, to: u64, uncertain: bool) {
+        let map = if uncertain { &mut self.profile.uncertain_branches } else { &mut self.profile.branches };
+        *map.entry((from, to)).or_default() += 1;
+    }
+
+    /// The current range is cut by a decode error: not counted.
+    pub fn cut(&mut self) {
+        if self.start.take().is_some() {
+            self.profile.cut_ranges += 1;
+        }
+        self.uncertain = false;
+    }
+
+    /// Whether a range is open.
+    pub fn open(&self) -> bool {
+        self.start.is_some()
+    }
+}
