@@ -67,7 +67,13 @@ impl Blocks {
 pub fn write(w: &mut dyn Write, binary: &Binary, m: &Mapped) -> Result<()> {
     let mut blocks: HashMap<u64, Blocks> = HashMap::new();
     let mut edges: BTreeMap<(&str, u64, &str, u64), u64> = BTreeMap::new();
+    let idioms = KernelIdioms::default();
     for &((from, to), n) in &m.branches {
+        // perf2bolt leaves returns out: it knows where they go from the calls.
+        let bytes = binary.bytes_at(from);
+        if isa::classify_x86_64(from, &bytes[..bytes.len().min(16)], &idioms).is_ok_and(|i| i.class == BranchClass::Return) {
+            continue;
+        }
         if let (Some(f), Some(g)) = (binary.function(from), binary.function(to)) {
             *edges.entry((&f.name, from - f.start, &g.name, to - g.start)).or_default() += n;
         }

@@ -7,6 +7,7 @@
 mod cs;
 mod fdata;
 mod space;
+mod symtab;
 mod write;
 
 use std::path::{Path, PathBuf};

@@ -5,22 +5,17 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSegment};
 use perfdata::PerfFile;
 
-/// A function of the binary: `[start, end)` at link-time addresses.
-#[derive(Clone, Debug)]
-pub struct Function {
-    pub start: u64,
-    pub end: u64,
-    pub name: String,
-}
+use super::symtab;
+pub use super::symtab::Function;
 
 /// An ELF file's executable code at its link-time addresses.
 pub struct Binary {
     /// Executable PT_LOAD segments: (vaddr, file offset, bytes).
     segments: Vec<(u64, u64, Vec<u8>)>,
-    /// Function symbols with a size, sorted by start.
+    /// Function symbols with a size, sorted by start, one per start.
     pub functions: Vec<Function>,
     /// llvm-profgen's base of offsets: the first executable segment's
     /// address, down to its 4 KiB page.
@@ -43,13 +38,7 @@ impl Binary {
             segments.push((seg.address(), off, bytes));
         }
         let Some(first) = segments.iter().map(|s| s.0).min() else { bail!("--binary {}: no executable segment", path.display()) };
-        let mut functions: Vec<Function> = file
-            .symbols()
-            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
-            .filter_map(|s| Some(Function { start: s.address(), end: s.address() + s.size(), name: s.name().ok()?.to_string() }))
-            .collect();
-        functions.sort_by(|a, b| (a.start, &a.name).cmp(&(b.start, &b.name)));
-        functions.dedup_by_key(|f| f.start);
+        let functions = symtab::functions(&file);
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         Ok(Binary { segments, functions, preferred_base: first & !0xfff, build_id })
     }

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// The program's source (crates/cli/tests/data/profile_hot.c).
 pub const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/profile_hot.c");
@@ -92,4 +92,12 @@ pub fn functions(bin: &Path) -> Vec<(u64, u64, String)> {
 /// The function of `fns` holding `addr`.
 pub fn function_of(fns: &[(u64, u64, String)], addr: u64) -> Option<&str> {
     fns.iter().find(|f| addr >= f.0 && addr < f.1).map(|f| f.2.as_str())
+}
+
+/// The link-time addresses of `bin`'s executable segments, first to last.
+pub fn code_span(bin: &Path) -> (u64, u64) {
+    let data = std::fs::read(bin).unwrap();
+    let file = object::File::parse(&data[..]).unwrap();
+    let exec = file.segments().filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0));
+    exec.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s.address()), hi.max(s.address() + s.size())))
 }

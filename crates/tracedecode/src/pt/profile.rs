@@ -98,11 +98,14 @@ impl<K: Fn(u64) -> bool> FlowSink for Profiler<K> {
                 self.counter.start((self.keep)(time).then_some(to));
                 self.prev = None;
             }
+            // A range ends where execution stopped (the instruction at `at`
+            // did not run, as an interrupt's source), else at the last
+            // instruction; a branch that left tracing ends none.
             FlowEvent::End { time, at, .. } => {
                 let last = self.prev;
                 let took = at.is_some_and(|at| self.resolve(at, time));
-                match (took, last) {
-                    (false, Some(last)) => self.counter.close(last.ip),
+                match (took, at.or(last.map(|l| l.ip))) {
+                    (false, Some(end)) => self.counter.close(end),
                     _ => self.counter.start(None),
                 }
                 self.prev = None;
@@ -168,6 +171,19 @@ mod tests {
         assert_eq!(prof.uncertain_branches.get(&(0x9000, 0x9100)), Some(&1));
         assert_eq!(prof.uncertain_ranges.get(&(0x9000, 0x9000)), Some(&1));
         assert_eq!(prof.ranges.get(&(0x9100, 0x9100)), Some(&1));
+    }
+
+    /// Tracing stopped before the instruction at `at`: the range ends
+    /// there, as at an interrupt's source; without `at`, at the last one.
+    #[test]
+    fn a_stop_ends_the_range_where_execution_stopped() {
+        for (at, end) in [(Some(0x1004), 0x1004), (None, 0x1002)] {
+            let mut p = Profiler::new(|_| true);
+            p.event(insn(0x1000, 2, BranchClass::None, 0));
+            p.event(insn(0x1002, 2, BranchClass::None, 1));
+            p.event(FlowEvent::End { time: 2, at, disabled: true, to: None });
+            assert_eq!(p.finish().ranges.into_iter().collect::<Vec<_>>(), [((0x1000, end), 1)]);
+        }
     }
 
     /// What runs while `keep` says no is not counted.
