@@ -4,6 +4,7 @@
 //! truth has them (with what it counts apart as uncertain, in FILE.uncertain);
 //! the profile of the static image, and perf's model of one image updated
 //! in time order, are printed beside it, and the static one is wrong.
+//! FILE.pokes lists the sites with those counts.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -146,6 +147,22 @@ fn jump_label_sites_count_as_the_code_that_ran() {
         flipped += usize::from(t.0 > 0 && t.1 > 0);
     }
     assert!(flipped >= 3, "{flipped} sites ran both ways");
+
+    // FILE.pokes lists each jump-label site with the profile's counts.
+    let mut listed_path = files[0].1.clone().into_os_string();
+    listed_path.push(".pokes");
+    let listed = std::fs::read_to_string(&listed_path).unwrap();
+    let mut labels = 0;
+    for line in listed.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split(' ').collect();
+        let addr = u64::from_str_radix(f[0], 16).unwrap();
+        if f[2] == "jump-label" {
+            labels += 1;
+            let counts: (u64, u64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
+            assert_eq!(counts, get(&ours, addr), "{line}");
+        }
+    }
+    assert_eq!(labels, sites.len(), "jump-label sites listed in {}", listed_path.to_string_lossy());
     assert!(exact * 2 >= sites.len(), "{exact} of {} sites counted exactly", sites.len());
     assert!(static_wrong >= flipped, "the static image counts {static_wrong} sites wrongly, {flipped} ran both ways");
 }

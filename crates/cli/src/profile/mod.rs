@@ -6,6 +6,7 @@
 
 mod cs;
 mod fdata;
+mod sites;
 mod space;
 mod symtab;
 mod write;
@@ -101,7 +102,7 @@ pub fn run(a: &Args) -> Result<i32> {
         }
         Format::PerfInject => unreachable!("refused above"),
     }
-    let side = side_file(&a.output);
+    let side = sibling(&a.output, "uncertain");
     if mapped.uncertain_branches.is_empty() && mapped.uncertain_ranges.is_empty() {
         // No stale side file of an earlier run beside the new profile.
         let _ = std::fs::remove_file(&side);
@@ -109,13 +110,25 @@ pub fn run(a: &Args) -> Result<i32> {
         write::atomically(&side, |w| write::uncertain(w, &mapped))?;
     }
     report(a, &profile, &mapped, outside, &side);
+    if matches!(space, Space::Kernel) {
+        let arch = if matches!(info, Trace::CoreSight(_)) { isa::Arch::Aarch64 } else { isa::Arch::X86_64 };
+        let symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
+        let path = sibling(&a.output, "pokes");
+        let mut n = 0;
+        write::atomically(&path, |w| {
+            n = sites::write(w, tl, arch, &symbols, &mapped)?;
+            Ok(())
+        })?;
+        eprintln!("poketrace profile: {n} jump-label and static-call sites patched during the trace, listed in {}", path.display());
+    }
     Ok(0)
 }
 
-/// `FILE.uncertain`, beside the profile.
-fn side_file(output: &Path) -> PathBuf {
+/// `FILE.EXT`, beside the profile.
+fn sibling(output: &Path, ext: &str) -> PathBuf {
     let mut s = output.as_os_str().to_owned();
-    s.push(".uncertain");
+    s.push(".");
+    s.push(ext);
     PathBuf::from(s)
 }
 
