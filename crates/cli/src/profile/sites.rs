@@ -45,10 +45,8 @@ pub fn write(w: &mut dyn Write, tl: &CodeTimeline, arch: isa::Arch, symbols: &Sy
         }
     }
     for &((start, end), n) in &m.ranges {
-        let first = addrs.partition_point(|&a| a < start);
-        for i in first..addrs.partition_point(|&a| a < end) {
-            straight[i] += n;
-        }
+        let (first, past) = (addrs.partition_point(|&a| a < start), addrs.partition_point(|&a| a < end));
+        straight[first..past.max(first)].iter_mut().for_each(|c| *c += n);
     }
     writeln!(w, "# Kernel code patched while the trace ran, at sites a profile consumer rewrites itself")?;
     writeln!(w, "# (jump labels, static calls; ftrace: NOP/CALL sites, static calls among them). Counted as it ran:")?;
