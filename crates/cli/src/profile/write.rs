@@ -85,3 +85,28 @@ pub fn uncertain(w: &mut dyn Write, m: &Mapped) -> Result<()> {
     )?;
     bolt(w, &m.uncertain_branches, &m.uncertain_ranges)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write that fails part-way leaves the older file as it was and no
+    /// temporary file; one that completes replaces it.
+    #[test]
+    fn a_profile_is_written_whole_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("poketrace-profile-write-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("p");
+        std::fs::write(&out, "old").unwrap();
+        let failed = atomically(&out, |w| {
+            w.write_all(b"half")?;
+            anyhow::bail!("disk full")
+        });
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "old");
+        assert!(!dir.join("p.tmp").exists());
+        atomically(&out, |w| Ok(w.write_all(b"new")?)).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "new");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
