@@ -62,7 +62,7 @@ pub fn run(a: &Args) -> Result<i32> {
         _ => bail!("give the code the profile is for: --binary PATH (a program's file) or --kernel"),
     };
     if a.format == Format::Fdata && space.binary_file().is_none() {
-        bail!("--format fdata names functions from the symbol table of --binary PATH (for the kernel: --binary vmlinux)");
+        bail!("--format fdata names functions from the symbol table of --binary PATH; for the kernel use --format bolt or autofdo");
     }
     let Input { trace, time_conv, queues, threads, bad_records, breaks } = Input::read(&file)?;
     let info = trace.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
