@@ -71,6 +71,15 @@ pub struct RangeCounter {
     pub profile: Profile,
     start: Option<u64>,
     uncertain: bool,
+    /// A range ended (or was cut, or tracing stopped) since [`RangeCounter::take_closed`].
+    closed: bool,
+}
+
+/// Where a range started and whether it holds an uncertain instruction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RangeState {
+    start: Option<u64>,
+    uncertain: bool,
 }
 
 impl RangeCounter {
@@ -87,9 +96,30 @@ impl RangeCounter {
         self.uncertain = true;
     }
 
+    /// Tracing stopped: no range is open.
+    #[inline(always)]
+    pub fn stop(&mut self) {
+        (self.start, self.uncertain, self.closed) = (None, false, true);
+    }
+
+    /// Whether a range ended since the last call.
+    #[inline(always)]
+    pub fn take_closed(&mut self) -> bool {
+        std::mem::take(&mut self.closed)
+    }
+
+    pub fn state(&self) -> RangeState {
+        RangeState { start: self.start, uncertain: self.uncertain }
+    }
+
+    pub fn set_state(&mut self, s: RangeState) {
+        (self.start, self.uncertain) = (s.start, s.uncertain);
+    }
+
     /// The current range ends at the instruction at `end`; counted when it started.
     #[inline(always)]
     pub fn close(&mut self, end: u64) {
+        self.closed = true;
         if let Some(start) = self.start.take() {
             let map = if self.uncertain { &mut self.profile.uncertain_ranges } else { &mut self.profile.ranges };
             *map.entry((start, end)).or_default() += 1;
@@ -106,6 +136,7 @@ impl RangeCounter {
 
     /// The current range is cut by a decode error: not counted.
     pub fn cut(&mut self) {
+        self.closed = true;
         if self.start.take().is_some() {
             self.profile.cut_ranges += 1;
         }

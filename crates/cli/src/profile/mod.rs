@@ -85,7 +85,7 @@ pub fn run(a: &Args) -> Result<i32> {
     let profile = match &info {
         Trace::IntelPt(info) => {
             let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-            tracedecode::pt::profile(Plan { setup: &setup, segments: false }, &queues, a.image, tl, code, &keep)?
+            tracedecode::pt::profile(Plan { setup: &setup, segments: crate::decode::segment_threads(None) }, &queues, a.image, tl, code, &keep)?
         }
         Trace::CoreSight(info) => cs::profile(info, time_conv.as_ref(), &queues, code, &keep)?,
     };

@@ -149,10 +149,15 @@ fn profile_over<C: CodeSource + Sync>(
     let total = Mutex::new(Profile::default());
     let decode_one = |queue: usize, _: &Lanes| {
         let q = &queues[queue];
-        let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
-        let mut sink = Profiler::new(|time| keep(q, time));
-        run_pieces(&mut dec, q, &mut sink);
-        total.lock().unwrap_or_else(|e| e.into_inner()).add(&sink.finish());
+        let keep_here = |time: u64| keep(q, time);
+        let mut whole = Profiler::buffer(keep_here);
+        if plan.cut() && q.breaks.is_empty() {
+            par.run_segments(&q.trace, || Profiler::segment(keep_here), |seg| whole.append(seg));
+        } else {
+            let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
+            run_pieces(&mut dec, q, &mut whole);
+        }
+        total.lock().unwrap_or_else(|e| e.into_inner()).add(&whole.finish());
     };
     crate::pool::decode_merged::<Error>(queues.len(), decode_one, &mut |_| Ok(()))?;
     Ok(total.into_inner().unwrap_or_else(|e| e.into_inner()))
