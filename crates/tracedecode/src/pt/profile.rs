@@ -161,13 +161,44 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
     }
 }
 
+impl<K: Fn(u64) -> bool> Profiler<K> {
+    /// A block whose jumps and calls before its last instruction each go
+    /// to the next one: the branches it takes and the ranges between them,
+    /// as its instructions one by one would count them, none kept aside.
+    #[inline(always)]
+    fn inner_branches(&mut self, b: InsnBlock<'_>) {
+        self.apply(Step::Arrive { ip: b.ip, time: b.lo });
+        let mut from: Option<u64> = None;
+        let kept = (self.keep)(b.lo);
+        b.for_each_insn(|e| {
+            let FlowEvent::Insn { ip, class, .. } = e else { return };
+            if let Some(from) = from.take() {
+                self.counter.close(from);
+                if kept {
+                    self.counter.branch(from, ip, false);
+                }
+                self.counter.start(kept.then_some(ip));
+            }
+            if matches!(class, BranchClass::DirectJump | BranchClass::DirectCall) {
+                from = Some(ip);
+            }
+        });
+        let last = b.last();
+        self.prev = Some(Last { ip: b.last_ip, len: last.len, class: last.class, uncertain: false, time: b.last_lo });
+    }
+}
+
 impl<K: Fn(u64) -> bool> FlowSink for Profiler<K> {
     /// A straight run without inner jumps or calls: only where it starts
     /// and its last instruction matter.
     #[inline(always)]
     fn block(&mut self, b: InsnBlock<'_>) {
         if b.has_inner_branches() {
-            b.for_each_insn(|e| self.event(e));
+            if self.known {
+                self.inner_branches(b);
+            } else {
+                b.for_each_insn(|e| self.event(e));
+            }
             return;
         }
         self.step(Step::Arrive { ip: b.ip, time: b.lo });
