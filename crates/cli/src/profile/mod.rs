@@ -100,7 +100,7 @@ pub fn run(a: &Args) -> Result<i32> {
             let binary = space.binary_file().context("fdata needs --binary")?;
             write::atomically(&a.output, |w| fdata::write(w, binary, &mapped))?
         }
-        Format::PerfInject => unreachable!("refused above"),
+        Format::PerfInject => bail!("--format perf-inject is not built yet"),
     }
     let side = sibling(&a.output, "uncertain");
     if mapped.uncertain_branches.is_empty() && mapped.uncertain_ranges.is_empty() {
