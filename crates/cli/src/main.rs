@@ -207,6 +207,9 @@ enum Command {
         /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
         #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
         image: tracedecode::ImageMode,
+        /// Threads to count a buffer's PSB segments on (default: the cores; 1: each buffer on one thread; Intel PT).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        threads: Option<u32>,
     },
     /// One self-contained HTML page: poke history per site and trace coverage per CPU on a time axis, summary tables.
     Report {
@@ -341,9 +344,9 @@ fn main() {
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
         }
-        Command::Profile { input, format, output, binary, kernel, cpu, tid, time, image } => {
+        Command::Profile { input, format, output, binary, kernel, cpu, tid, time, image, threads } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), false)
-                .and_then(|filter| profile::run(&profile::Args { input, format, output, binary, kernel, filter, image }))
+                .and_then(|filter| profile::run(&profile::Args { input, format, output, binary, kernel, filter, image, threads }))
         }
         Command::Report { input, output } => report::run(&input, &output, None),
         Command::Record(args) => record::run(&args, &mut out),

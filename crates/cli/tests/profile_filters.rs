@@ -1,6 +1,7 @@
 //! `profile --cpu` and `--time` split a trace's counts: the profiles of the
 //! parts add up to the whole one's, pair by pair (a branch counts when it
 //! ran, a range when it started), and a part holds less than the whole.
+//! `--threads` changes nothing but the time taken.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,6 +51,10 @@ fn parts_of_the_trace_add_up_to_the_whole() {
     let whole = profile(&run, &[], &out);
     let total: u64 = whole.values().sum();
     assert!(total > 10_000, "{total}");
+
+    // Each buffer on one thread, or its PSB segments counted apart and put together.
+    assert_eq!(profile(&run, &["--threads", "1"], &out), whole, "--threads 1");
+    assert_eq!(profile(&run, &["--threads", "2"], &out), whole, "--threads 2");
 
     let cpu0 = profile(&run, &["--cpu", "0"], &out);
     let cpu1 = profile(&run, &["--cpu", "1"], &out);

@@ -48,6 +48,8 @@ pub struct Args {
     pub kernel: bool,
     pub filter: Filter,
     pub image: ImageMode,
+    /// Threads for a buffer's PSB segments (`--threads`; default: the cores).
+    pub threads: Option<u32>,
 }
 
 /// Writes the profile; exit status 0.
@@ -85,7 +87,7 @@ pub fn run(a: &Args) -> Result<i32> {
     let profile = match &info {
         Trace::IntelPt(info) => {
             let setup = PtSetup::new(&file, info, setup::kernel_idioms(&file)?);
-            tracedecode::pt::profile(Plan { setup: &setup, segments: crate::decode::segment_threads(None) }, &queues, a.image, tl, code, &keep)?
+            tracedecode::pt::profile(Plan { setup: &setup, segments: crate::decode::segment_threads(a.threads) }, &queues, a.image, tl, code, &keep)?
         }
         Trace::CoreSight(info) => cs::profile(info, time_conv.as_ref(), &queues, code, &keep)?,
     };
