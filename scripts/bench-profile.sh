@@ -40,13 +40,13 @@ programs=(profile perf2bolt inject)
 for ((r = 0; r < RUNS; r++)); do
 	for p in "${programs[@]}"; do
 		# shellcheck disable=SC2086
-		HOME=$work/home PERF_CONFIG=/dev/null /usr/bin/time -f "%e %U %S" -o "$work/$p.$r" ${cmds[$p]} >/dev/null 2>"$work/$p.err" ||
+		HOME=$work/home PERF_CONFIG=/dev/null /usr/bin/time -f "%e %U %S" -o "$work/time.$p.$r" ${cmds[$p]} >/dev/null 2>"$work/$p.err" ||
 			{ echo "$p failed:" >&2; tail -5 "$work/$p.err" >&2; exit 1; }
 	done
 done
 echo "trace: $(du -b "$dir/data" | cut -f1) bytes, $RUNS runs, itrace $ITRACE"
 for p in "${programs[@]}"; do
-	mapfile -t walls < <(cut -d' ' -f1 "$work/$p".* | sort -n)
-	cpu=$(awk '{ c = $2 + $3; if (NR == 1 || c < m) m = c } END { printf "%.2f", m }' "$work/$p".*)
+	mapfile -t walls < <(cut -d' ' -f1 "$work/time.$p".* | sort -n)
+	cpu=$(awk '{ c = $2 + $3; if (NR == 1 || c < m) m = c } END { printf "%.2f", m }' "$work/time.$p".*)
 	printf '%-10s wall fastest %s s, median %s s; CPU least %s s\n' "$p" "${walls[0]}" "${walls[$(((${#walls[@]} - 1) / 2))]}" "$cpu"
 done
