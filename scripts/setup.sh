@@ -33,7 +33,9 @@ if ((tests)); then
 	# tag, beside the recorder's.
 	# chromium: the headless browser of the timeline and report tests
 	# (speedscope, below); python3-pip: perfetto's trace protos for the .pftrace test.
-	packages+=(cmake libclang-dev g++ linux-perf zstd libopencsd-bin linux-libc-dev python3 qemu-system-x86 qemu-utils busybox-static cpio bpftool chromium python3-pip)
+	# bolt-19, llvm-19, clang-19: the consumers of `poketrace profile` (llvm-bolt,
+	# perf2bolt, llvm-profgen, clang -fprofile-sample-use).
+	packages+=(cmake libclang-dev g++ linux-perf zstd libopencsd-bin linux-libc-dev python3 qemu-system-x86 qemu-utils busybox-static cpio bpftool chromium python3-pip bolt-19 llvm-19 clang-19)
 fi
 
 missing=()

@@ -161,7 +161,7 @@ const MAX_REPORTED: usize = 10;
 
 /// Whether buffers are cut at their PSBs, on a pool of `threads` (or as
 /// many as the cores): not with one.
-fn segment_threads(threads: Option<u32>) -> bool {
+pub(crate) fn segment_threads(threads: Option<u32>) -> bool {
     let threads = threads.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), |n| n as usize);
     // (The pool may have been made already, as large as the cores.)
     threads > 1 && (rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().is_ok() || rayon::current_num_threads() > 1)

@@ -174,6 +174,47 @@ enum Command {
         #[arg(long)]
         kernel_only: bool,
     },
+    /// Count a trace into a profile for BOLT or AutoFDO: taken branches and
+    /// fall-through ranges, each branch as the code that ran then.
+    ///
+    /// Branches from, and ranges holding, uncertain instructions go to
+    /// FILE.uncertain, apart. A trace known to be incomplete gives an error
+    /// and no profile; the file is written whole or not at all.
+    Profile {
+        /// perf.data directory (kcore_dir gives the kernel's base code) or file.
+        input: PathBuf,
+        /// bolt (llvm-bolt -pa -p), fdata (perf2bolt's), autofdo (llvm-profgen --unsymbolized-profile), perf-inject.
+        #[arg(long, value_enum, hide_possible_values = true)]
+        format: profile::Format,
+        /// The profile to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The program profiled: addresses as its file has them, and its symbols (fdata).
+        #[arg(long, value_name = "PATH", conflicts_with = "kernel")]
+        binary: Option<PathBuf>,
+        /// Profile kernel code, at the addresses it ran at.
+        #[arg(long)]
+        kernel: bool,
+        /// Only these CPUs (perf's list: 0-2,5).
+        #[arg(long)]
+        cpu: Option<String>,
+        /// Only these threads (comma-separated ids).
+        #[arg(long)]
+        tid: Option<String>,
+        /// Only START,END (perf's syntax: seconds, either end may be empty).
+        #[arg(long)]
+        time: Option<String>,
+        /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
+        #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
+        image: tracedecode::ImageMode,
+        /// Threads to count a buffer's PSB segments on (default: the cores; 1: each buffer on one thread; Intel PT).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        threads: Option<u32>,
+        /// perf-inject: a sample every N instructions (perf's own default,
+        /// 100 us of trace, is a time: a count is taken here).
+        #[arg(long, value_name = "N", default_value_t = profile::inject::DEFAULT_PERIOD, value_parser = clap::value_parser!(u64).range(1..))]
+        period: u64,
+    },
     /// One self-contained HTML page: poke history per site and trace coverage per CPU on a time axis, summary tables.
     Report {
         /// perf.data directory (or file); with a simulation's ground truth, `check`'s table too.
@@ -259,21 +300,6 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
-    /// A profile of an Intel PT trace for the tools that optimise code from
-    /// one, counted over the code as it was when it ran.
-    Profile {
-        /// perf.data directory (kcore_dir gives the base code) or file.
-        input: PathBuf,
-        #[arg(long, value_enum)]
-        format: profile::Format,
-        /// The file to write (whole or not at all: OUT.tmp, then renamed).
-        #[arg(short, long)]
-        output: PathBuf,
-        /// perf-inject: a sample every N instructions (perf's own default,
-        /// 100 us of trace, is a time: a count is taken here).
-        #[arg(long, value_name = "N", default_value_t = profile::inject::DEFAULT_PERIOD, value_parser = clap::value_parser!(u64).range(1..))]
-        period: u64,
-    },
     /// Run the main job on built-in data.
     Demo,
 }
@@ -322,14 +348,16 @@ fn main() {
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
         }
+        Command::Profile { input, format, output, binary, kernel, cpu, tid, time, image, threads, period } => {
+            let whole = cpu.is_none() && tid.is_none() && time.is_none();
+            timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), false)
+                .and_then(|filter| profile::run(&profile::Args { input, format, output, binary, kernel, filter, whole, image, threads, period }))
+        }
         Command::Report { input, output } => report::run(&input, &output, None),
         Command::Record(args) => record::run(&args, &mut out),
         Command::Etm { snapshot, packets, format } => etm_cmd::run(&snapshot, packets, format, &mut out),
         Command::Ptdump { args } => ptdump::run(&args, &mut out),
         Command::Ptxed { args } => ptxed::run(&args, &mut out),
-        Command::Profile { input, format, output, period } => match format {
-            profile::Format::PerfInject => profile::inject::write(&input, &output, period),
-        },
         Command::Demo => demo(&mut out),
     };
     let result = result.and_then(|code| {

@@ -16,6 +16,7 @@ mod line;
 mod merge;
 mod mode;
 mod pool;
+pub mod profile;
 pub mod pt;
 mod queue;
 pub mod setup;

@@ -8,6 +8,7 @@ mod error_code;
 mod errors;
 mod lines;
 mod plan;
+mod profile;
 mod samples;
 mod units;
 
@@ -22,11 +23,13 @@ use self::count::Count;
 pub use self::error_code::perf_error_code;
 use self::errors::ErrorLines;
 use self::lines::Collector;
+use self::profile::Profiler;
 pub use self::samples::{branch_samples, SampleCounts};
 use crate::itrace::Itrace;
 use crate::lanes::Lanes;
 use crate::line::Out;
 use crate::mode::ImageMode;
+use crate::profile::Profile;
 use crate::queue::Queue;
 use crate::summary::Summary;
 use crate::Error;
@@ -115,6 +118,50 @@ fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue], code: &C, u
             run_pieces(&mut dec, q, &mut count);
         }
         total.lock().unwrap_or_else(|e| e.into_inner()).add(&count.finish());
+    };
+    crate::pool::decode_merged::<Error>(queues.len(), decode_one, &mut |_| Ok(()))?;
+    Ok(total.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Decodes every queue as [`decode`] does and counts its taken branches
+/// and fall-through ranges, each instruction as the bytes it was decoded
+/// from; what runs when `keep(queue, time)` says no is not counted.
+pub fn profile(
+    plan: Plan<'_>,
+    queues: &[Queue],
+    image: ImageMode,
+    tl: &CodeTimeline,
+    code: &CodeTimeline,
+    keep: &(impl Fn(&Queue, u64) -> bool + Sync),
+) -> Result<Profile, Error> {
+    match image {
+        ImageMode::Timeline => profile_over(plan, queues, &Interval(tl), true, keep),
+        ImageMode::PerfStyle => profile_over(plan, queues, &PerfStyle(tl), false, keep),
+        ImageMode::Static => profile_over(plan, queues, &Static(code), false, keep),
+    }
+}
+
+/// [`profile`] over `code`.
+fn profile_over<C: CodeSource + Sync>(
+    plan: Plan<'_>,
+    queues: &[Queue],
+    code: &C,
+    upper_bounds: bool,
+    keep: &(impl Fn(&Queue, u64) -> bool + Sync),
+) -> Result<Profile, Error> {
+    let par = ParallelFlow::new(decoder(plan.setup, code, upper_bounds));
+    let total = Mutex::new(Profile::default());
+    let decode_one = |queue: usize, _: &Lanes| {
+        let q = &queues[queue];
+        let keep_here = |time: u64| keep(q, time);
+        let mut whole = Profiler::buffer(keep_here);
+        if plan.cut() && q.breaks.is_empty() {
+            par.run_segments(&q.trace, || Profiler::segment(keep_here), |seg| whole.append(seg));
+        } else {
+            let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
+            run_pieces(&mut dec, q, &mut whole);
+        }
+        total.lock().unwrap_or_else(|e| e.into_inner()).add(&whole.finish());
     };
     crate::pool::decode_merged::<Error>(queues.len(), decode_one, &mut |_| Ok(()))?;
     Ok(total.into_inner().unwrap_or_else(|e| e.into_inner()))
