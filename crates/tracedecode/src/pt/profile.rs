@@ -215,7 +215,7 @@ impl<K: Fn(u64) -> bool> FlowSink for Profiler<K> {
                 }
                 self.step(Step::Ran(Last { ip, len, class, uncertain, time: lo }));
             }
-            FlowEvent::Trap { from, to, time } => self.step(Step::Trap { from, to, time }),
+            FlowEvent::Trap { from, to, time, .. } => self.step(Step::Trap { from, to, time }),
             FlowEvent::End { time, at, .. } => self.step(Step::End { at, time }),
             FlowEvent::Error { .. } => self.step(Step::Error),
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
@@ -245,7 +245,7 @@ mod tests {
             p.event(insn(next, 1, BranchClass::Return, t + 2));
             p.event(insn(0x2000, 1, BranchClass::None, t + 3));
         }
-        p.event(FlowEvent::End { time: 20, at: None, disabled: false, to: None });
+        p.event(FlowEvent::End { time: 20, at: None, disabled: false, to: None, insn: None });
         let prof = p.finish();
         assert_eq!(prof.branches.get(&(site, target)), Some(&1));
         assert_eq!(prof.branches.get(&(ret, 0x2000)), Some(&1));
@@ -263,10 +263,10 @@ mod tests {
     fn traps_end_ranges_and_uncertain_branches_are_apart() {
         let mut p = Profiler::buffer(|_| true);
         p.event(insn(0x1000, 2, BranchClass::None, 0));
-        p.event(FlowEvent::Trap { from: 0x1002, to: 0x9000, time: 1 });
+        p.event(FlowEvent::Trap { from: 0x1002, to: 0x9000, time: 1, insn: None });
         p.event(FlowEvent::Insn { ip: 0x9000, len: 2, class: BranchClass::DirectJump, lo: 2, hi: 2, uncertain: true, code: InsnCode::Exact });
         p.event(insn(0x9100, 1, BranchClass::None, 3));
-        p.event(FlowEvent::End { time: 4, at: None, disabled: false, to: None });
+        p.event(FlowEvent::End { time: 4, at: None, disabled: false, to: None, insn: None });
         let prof = p.finish();
         assert_eq!(prof.not_branches, 1);
         assert_eq!(prof.ranges.get(&(0x1000, 0x1002)), Some(&1));
@@ -284,7 +284,7 @@ mod tests {
             let mut p = Profiler::buffer(|_| true);
             p.event(insn(0x1000, 2, BranchClass::None, 0));
             p.event(insn(0x1002, 2, BranchClass::None, 1));
-            p.event(FlowEvent::End { time: 2, at, disabled: true, to: None });
+            p.event(FlowEvent::End { time: 2, at, disabled: true, to: None, insn: None });
             assert_eq!(p.finish().ranges.into_iter().collect::<Vec<_>>(), [((0x1000, end), 1)]);
         }
     }
@@ -297,7 +297,7 @@ mod tests {
         p.event(insn(0x2000, 2, BranchClass::DirectJump, 1));
         p.event(insn(0x3000, 2, BranchClass::DirectJump, 10));
         p.event(insn(0x4000, 2, BranchClass::None, 11));
-        p.event(FlowEvent::End { time: 12, at: None, disabled: false, to: None });
+        p.event(FlowEvent::End { time: 12, at: None, disabled: false, to: None, insn: None });
         let prof = p.finish();
         assert_eq!(prof.branches.keys().copied().collect::<Vec<_>>(), [(0x3000, 0x4000)]);
         let mut ranges: Vec<_> = prof.ranges.keys().copied().collect();
@@ -322,8 +322,8 @@ mod tests {
         for _ in 0..n {
             time += rng.below(3);
             let e = match rng.below(24) {
-                0 => FlowEvent::Trap { from: ip, to: 0x9000, time },
-                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None },
+                0 => FlowEvent::Trap { from: ip, to: 0x9000, time, insn: None },
+                1 => FlowEvent::End { time, at: (rng.below(2) == 0).then_some(ip), disabled: rng.below(3) != 0, to: None, insn: None },
                 2 => FlowEvent::Error { offset: 0, time, ip: None, kind: intel_pt::flow::FlowErrorKind::NoTip },
                 _ => {
                     let (len, class) = (1 + rng.below(6) as u8, CLASSES[rng.below(7) as usize]);
