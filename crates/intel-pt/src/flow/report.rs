@@ -120,9 +120,13 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if st.overflow.is_some() && (all || st.ip.is_some()) {
             self.report_overflow(st, sink);
         }
-        let n = if all || st.peeked.is_none() { st.events.len() } else { st.ready };
+        let caught_up = all || st.peeked.is_none();
+        let n = if caught_up { st.events.len() } else { st.ready };
         for e in st.events.drain(..n) {
             sink.event(e);
+        }
+        if caught_up && self.timing_events {
+            sink.caught_up();
         }
         st.ready = 0;
         if all {

@@ -26,6 +26,8 @@ pub(crate) struct Walker<'a, C: CodeSource> {
     pub(super) upper_bounds: bool,
     /// Whether to report state packets and TIP.PGEs (`FlowEvent::State`, `FlowEvent::Enabled`).
     pub(super) state_events: bool,
+    /// Whether to report timing packets too (`FlowEvent::State`), with state events.
+    pub(super) timing_events: bool,
     /// The trace's address filter, when known.
     pub(super) filter: Option<AddrFilter>,
     pub(super) errata: Errata,
@@ -55,6 +57,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             recovery: Recovery::default(),
             upper_bounds: true,
             state_events: false,
+            timing_events: false,
             filter: None,
             errata: Errata::default(),
             loop_from,
