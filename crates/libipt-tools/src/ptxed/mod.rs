@@ -97,8 +97,12 @@ fn decode(opts: &Options, out: &mut impl Write) -> Result<(), Failed> {
     // libipt goes on at the next PSB after an error; with
     // --resync-on-error, where the trace next says where execution is.
     let recovery = if opts.resync_on_error { Recovery::EachTip } else { Recovery::NextPsb };
-    let mut decoder =
-        FlowDecoder::new(&trace, &source, cfg).with_recovery(recovery).with_state_events(true).with_timing_events(true).with_errata(errata);
+    let mut decoder = FlowDecoder::new(&trace, &source, cfg)
+        .with_recovery(recovery)
+        .with_state_events(true)
+        .with_timing_events(true)
+        .with_deferred_tips(true)
+        .with_errata(errata);
     if opts.filter.cfg != 0 {
         decoder = decoder.with_addr_filter(opts.filter);
     }
