@@ -196,13 +196,28 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             FlowEvent::State { .. } => false,
             _ => true,
         };
+        // Those read before the first bound one that wait for no later FUP
+        // (a PSB+'s restated state, events of their own, EVD data for a
+        // bound event) go before it, as libipt reads them; but a PWRE goes
+        // after the EXSTOP of its session, with the rest.
+        let waits = |e: &FlowEvent| match e {
+            FlowEvent::State { packet: Packet::Pwre { .. }, .. } => true,
+            FlowEvent::State { ip: None, packet, restated: false, .. } => wants_fup(packet),
+            _ => false,
+        };
+        let first = st.events.iter().position(bound).unwrap_or(st.events.len());
+        let leading: Vec<bool> = st.events.iter().enumerate().map(|(i, e)| i < first && !waits(e)).collect();
+        for (e, _) in st.events.iter().zip(&leading).filter(|(_, &l)| l) {
+            sink.event(*e);
+        }
         for e in st.events.iter().filter(|e| bound(e)) {
             sink.event(*e);
         }
-        for e in st.events.iter().filter(|e| !bound(e) && free(e)) {
+        for (e, _) in st.events.iter().zip(&leading).filter(|(e, &l)| !l && !bound(e) && free(e)) {
             sink.event(*e);
         }
-        st.events.retain(|e| !bound(e) && !free(e));
+        let mut gone = leading.into_iter();
+        st.events.retain(|e| !gone.next().unwrap_or(false) && !bound(e) && !free(e));
         st.ready = 0;
         st.pending = st.any_pending();
     }
