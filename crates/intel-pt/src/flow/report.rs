@@ -206,18 +206,26 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             _ => false,
         };
         let first = st.events.iter().position(bound).unwrap_or(st.events.len());
-        let leading: Vec<bool> = st.events.iter().enumerate().map(|(i, e)| i < first && !waits(e)).collect();
-        for (e, _) in st.events.iter().zip(&leading).filter(|(_, &l)| l) {
-            sink.event(*e);
+        let leading = |i: usize, e: &FlowEvent| i < first && !waits(e);
+        for (i, e) in st.events.iter().enumerate() {
+            if leading(i, e) {
+                sink.event(*e);
+            }
         }
         for e in st.events.iter().filter(|e| bound(e)) {
             sink.event(*e);
         }
-        for (e, _) in st.events.iter().zip(&leading).filter(|(e, &l)| !l && !bound(e) && free(e)) {
-            sink.event(*e);
+        for (i, e) in st.events.iter().enumerate() {
+            if !leading(i, e) && !bound(e) && free(e) {
+                sink.event(*e);
+            }
         }
-        let mut gone = leading.into_iter();
-        st.events.retain(|e| !gone.next().unwrap_or(false) && !bound(e) && !free(e));
+        let mut i = 0;
+        st.events.retain(|e| {
+            let keep = !leading(i, e) && !bound(e) && !free(e);
+            i += 1;
+            keep
+        });
         st.ready = 0;
         st.pending = st.any_pending();
     }
