@@ -7,7 +7,6 @@
 //! file's packets as libipt's ptdump does. It parses flags, wires the crates
 //! together and prints; the work is in the crates.
 
-mod c_number;
 mod decode;
 mod dump;
 mod etm_cmd;
@@ -18,8 +17,6 @@ mod pokes;
 mod print;
 mod profile;
 mod progress;
-mod ptdump;
-mod ptxed;
 mod record;
 mod report;
 mod segments;
@@ -32,6 +29,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use libipt_tools::{ptdump, ptxed};
 use sim::Protocol;
 
 #[derive(Parser)]

@@ -158,6 +158,18 @@ impl<'a> PacketDecoder<'a> {
         self.pos
     }
 
+    /// The SKD007 erratum at the 2-byte CYC packet at `at`, just read: an
+    /// overflow landed inside it, so that its second byte and the byte after
+    /// it are an OVF (`02 f3`). If so, goes back to read that OVF next (the
+    /// CYC's first byte then counts as padding) and says so.
+    pub(crate) fn skd007_cut(&mut self, at: usize) -> bool {
+        let cut = self.pos == at + 2 && self.buf.get(at + 1..at + 3) == Some(&[0x02, 0xf3]);
+        if cut {
+            self.pos = at + 1;
+        }
+        cut
+    }
+
     /// The next packet and its offset, or `None` at the end of the buffer.
     /// On error the position does not move.
     #[inline(always)]

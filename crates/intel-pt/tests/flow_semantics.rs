@@ -190,6 +190,25 @@ fn indirect_branches_take_tips_without_return_compression() {
     assert_eq!(short(&decode(&t, &Static(&code), cfg(true))), [I(0), I(0x10), I(0x20), Err(FlowErrorKind::NoTip)]);
 }
 
+/// A deferred TIP: the TNT of the branches after an indirect call comes
+/// before the call's TIP. With deferred TIPs its bits wait for those
+/// branches (here the RET, compressed); without, the TNT is an error.
+#[test]
+fn a_deferred_tip_comes_after_the_tnt_of_later_branches() {
+    let code = image(INDIRECT);
+    let t = Trace::new().psb(None, None).pge(0).tnt("T").tip(0x20).bytes();
+    let mut deferred = Vec::new();
+    FlowDecoder::new(&t, &Static(&code), cfg(false)).with_deferred_tips(true).run(|e| deferred.push(e));
+    use E::*;
+    assert_eq!(short(&deferred), [I(0), I(0x20), End(Some(2))]);
+    assert_eq!(short(&decode(&t, &Static(&code), cfg(false)))[..2], [I(0), Err(FlowErrorKind::NoTip)]);
+    // One TNT only: a second before the TIP is an error.
+    let t = Trace::new().psb(None, None).pge(0).tnt("T").tnt("T").tip(0x20).bytes();
+    let mut twice = Vec::new();
+    FlowDecoder::new(&t, &Static(&code), cfg(false)).with_deferred_tips(true).run(|e| twice.push(e));
+    assert_eq!(short(&twice)[..2], [I(0), Err(FlowErrorKind::NoTip)]);
+}
+
 /// Direct calls and returns.
 const CALLS: &[(u64, &[u8])] = &[
     (0x00, &[0xe8, 0x0b, 0, 0, 0, 0x74, 0x00, 0x90]), // 00: call 10; 05: jz 07; 07: nop

@@ -193,3 +193,17 @@ fn event_data_must_fit_its_control_flow_event() {
         assert_eq!(got.contains(&E::Err), bad, "{packets:?}: {got:?}");
     }
 }
+
+/// At a FUP that state packets are bound to, those read before the first
+/// of them go first, in the order of the packets: an event of its own (an
+/// RSM), and event data (EVD) for the bound event; then the bound ones.
+#[test]
+fn events_read_before_the_bound_ones_go_first() {
+    let rsm = Packet::Cfe { ip: false, event_type: 4, vector: 0 };
+    let evd = Packet::Evd { event_type: 0, payload: 0xbaa };
+    let intr = Packet::Cfe { ip: true, event_type: 1, vector: 14 };
+    let mut t = Trace::new();
+    t.psb(None).put(rsm).put(evd).put(intr).flow(Packet::Fup, Some(2));
+    let nops: &[u8] = &[0x90; 4];
+    assert_eq!(run(&t, &[(0, nops)], |d| d), [E::State(rsm, None), E::State(evd, None), E::State(intr, Some(2))]);
+}

@@ -1,7 +1,7 @@
 //! Decoder set-up from AUXTRACE_INFO and the trace event's config, for
 //! Intel PT and for CoreSight ETMv4.
 
-use intel_pt::flow::{AddrFilter, CycConv, FlowConfig, MtcConv, TimeConv};
+use intel_pt::flow::{AddrFilter, CycConv, Errata, FlowConfig, MtcConv, TimeConv};
 use isa::KernelIdioms;
 use perfdata::auxtrace::CsEtmInfo;
 use perfdata::PerfFile;
@@ -25,11 +25,14 @@ pub struct PtSetup {
     /// Each PSB+ carries a TSC (the event's `tsc` bit): a PSB segment then
     /// decodes on its own as within the whole buffer.
     pub psb_tsc: bool,
+    /// The errata of the processor perf's CPUID header names.
+    pub errata: Errata,
 }
 
 impl PtSetup {
     /// From AUXTRACE_INFO and the PT event's config (time conversion,
-    /// return compression, MTC and CYC timing, address filter), decoding with `idioms`.
+    /// return compression, MTC and CYC timing, address filter) and the
+    /// CPUID header (errata), decoding with `idioms`.
     pub fn new(file: &PerfFile, info: &perfdata::auxtrace::IntelPtInfo, idioms: KernelIdioms) -> PtSetup {
         let pt_attr = file.attrs().iter().find(|a| a.attr.type_ as u64 == info.pmu_type);
         let cfg = FlowConfig {
@@ -45,7 +48,8 @@ impl PtSetup {
         // CYC packets (cycle-accurate mode), converted by the trace's CBR and the max non-turbo ratio.
         let cyc = pt_attr.and_then(|a| CycConv::from_perf(a.attr.config, info.cyc_bit, info.max_nonturbo_ratio));
         let psb_tsc = pt_attr.is_some_and(|a| a.attr.config & info.tsc_bit != 0);
-        PtSetup { cfg, mtc, cyc, filter: crate::filter::of_file(file), psb_tsc }
+        let errata = file.features().cpuid.as_deref().map(Errata::of_perf_cpuid).unwrap_or_default();
+        PtSetup { cfg, mtc, cyc, filter: crate::filter::of_file(file), psb_tsc, errata }
     }
 }
 

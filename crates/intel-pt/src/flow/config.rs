@@ -107,6 +107,20 @@ impl Errata {
             _ => return None,
         })
     }
+
+    /// The errata of the processor perf's CPUID header names (on x86
+    /// `VENDOR,FAMILY,MODEL,STEPPING`, in decimal): none for another vendor,
+    /// a model [`Errata::of`] does not know, or a string it cannot read.
+    pub fn of_perf_cpuid(cpuid: &str) -> Errata {
+        let mut fields = cpuid.split(',').map(str::trim);
+        if fields.next() != Some("GenuineIntel") {
+            return Errata::default();
+        }
+        match (fields.next().map(str::parse), fields.next().map(str::parse)) {
+            (Some(Ok(family)), Some(Ok(model))) => Errata::of(family, model).unwrap_or_default(),
+            _ => Errata::default(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -121,6 +135,17 @@ mod tests {
         assert!(Errata::of(19, 1).unwrap().skz84);
         assert!(Errata::of(18, 3).unwrap().apl11);
         assert_eq!(Errata::of(0, 0), None);
+    }
+
+    #[test]
+    fn perf_cpuid_names_the_model() {
+        assert_eq!(Errata::of_perf_cpuid("GenuineIntel,6,142,10"), Errata::of(6, 142).unwrap());
+        assert!(Errata::of_perf_cpuid("GenuineIntel,6,78,3").skd007);
+        assert_eq!(Errata::of_perf_cpuid("AuthenticAMD,25,33,2"), Errata::default());
+        assert_eq!(Errata::of_perf_cpuid("GenuineIntel,6,1,0"), Errata::default());
+        assert_eq!(Errata::of_perf_cpuid("GenuineIntel,6"), Errata::default());
+        assert_eq!(Errata::of_perf_cpuid("GenuineIntel,x,142,10"), Errata::default());
+        assert_eq!(Errata::of_perf_cpuid(""), Errata::default());
     }
 
     #[test]

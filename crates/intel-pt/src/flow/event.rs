@@ -37,7 +37,8 @@ pub enum FlowEvent {
     /// MWAIT, PWRE, PWRX, TraceStop, TRIG, and the event trace's CFE and EVD), in the order of the instructions: at
     /// `ip`, the IP of the FUP it is bound to, when it has one; `restated`
     /// when a PSB+ repeats the state. Only with
-    /// [`super::FlowDecoder::with_state_events`].
+    /// [`super::FlowDecoder::with_state_events`]; the timing packets too
+    /// with [`super::FlowDecoder::with_timing_events`].
     State { time: Time, ip: Option<u64>, packet: Packet, restated: bool },
 }
 
@@ -87,6 +88,12 @@ pub trait FlowSink {
     fn block(&mut self, block: InsnBlock<'_>) {
         block.for_each_insn(|e| self.event(e));
     }
+
+    /// With timing events on ([`super::FlowDecoder::with_timing_events`]):
+    /// the events of every packet read up to the flow packet the walk last
+    /// took have been reported; those of the packets after it are to come.
+    #[inline(always)]
+    fn caught_up(&mut self) {}
 }
 
 impl<F: FnMut(FlowEvent)> FlowSink for F {

@@ -171,6 +171,25 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self
     }
 
+    /// With state events on, reports the timing packets too (TSC, TMA, MTC,
+    /// CYC, and a PSB and the CBR of a PSB+, `restated`) as
+    /// [`FlowEvent::State`], where they fall among the instructions, so that
+    /// a sink can keep its own estimate of the time (libipt's, say); off
+    /// unless told.
+    pub fn with_timing_events(mut self, on: bool) -> Self {
+        self.walker.timing_events = on;
+        self
+    }
+
+    /// Takes one TNT met where an indirect transfer needs its TIP as the
+    /// bits of the conditional branches after it, and the TIP after that TNT
+    /// as the transfer's (a deferred TIP, as libipt reads one); off unless
+    /// told, when such a TNT is an error (the walk and the trace disagree).
+    pub fn with_deferred_tips(mut self, on: bool) -> Self {
+        self.walker.deferred_tips = on;
+        self
+    }
+
     /// The address filter the trace was made with: a TIP.PGD without an IP
     /// right after a direct branch out of it stops tracing at that branch.
     pub fn with_addr_filter(mut self, filter: AddrFilter) -> Self {

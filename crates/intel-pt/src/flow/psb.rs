@@ -161,6 +161,9 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // its TSC (the cycle count goes on across it, but the count of
         // the last CYC before it is not known to a decoder starting here).
         st.clock.cyc_lost(&self.timing);
+        if self.timing_events {
+            self.queue_state(st, Packet::Psb, true);
+        }
         loop {
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
                 // Cut short: no PSBEND to say the status is complete.
@@ -169,11 +172,13 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             };
             match packet {
                 Packet::PsbEnd => break,
-                Packet::Tsc(tsc) => st.clock.tsc(&self.timing, &st.packets, offset, tsc),
-                Packet::Tma { ctc, fast_counter } => st.clock.tma(&self.timing, &st.packets, offset, ctc, fast_counter),
-                Packet::Mtc(payload) => st.clock.mtc(&self.timing, &st.packets, offset, payload),
-                Packet::Cbr(ratio) => st.clock.cbr(&self.timing, ratio),
-                Packet::Cyc(cycles) => st.clock.cyc(&self.timing, cycles),
+                Packet::Cyc(_) if self.errata.skd007 && st.packets.dec.skd007_cut(offset) => {}
+                Packet::Tsc(_) | Packet::Tma { .. } | Packet::Mtc(_) | Packet::Cbr(_) | Packet::Cyc(_) => {
+                    self.psb_timing(st, offset, packet);
+                    if self.timing_events {
+                        self.queue_state(st, packet, true);
+                    }
+                }
                 Packet::Fup(ip) if ip.ip.is_some() => fup = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
                 Packet::ModeExec { .. } | Packet::ModeTsx { .. } | Packet::Pip { .. } | Packet::Vmcs(_) => self.queue_state(st, packet, true),
@@ -192,6 +197,18 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         Ok(fup)
     }
+    /// A timing packet of a PSB+, to the clock.
+    fn psb_timing(&self, st: &mut State<'a>, offset: usize, packet: Packet) {
+        match packet {
+            Packet::Tsc(tsc) => st.clock.tsc(&self.timing, &st.packets, offset, tsc),
+            Packet::Tma { ctc, fast_counter } => st.clock.tma(&self.timing, &st.packets, offset, ctc, fast_counter),
+            Packet::Mtc(payload) => st.clock.mtc(&self.timing, &st.packets, offset, payload),
+            Packet::Cbr(ratio) => st.clock.cbr(&self.timing, ratio),
+            Packet::Cyc(cycles) => st.clock.cyc(&self.timing, cycles),
+            _ => {}
+        }
+    }
+
     /// After an overflow: whether tracing resumes at the FUP that follows
     /// (not when APL12 makes that FUP one of tracing that stays off).
     #[cold]

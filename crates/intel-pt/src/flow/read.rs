@@ -83,14 +83,24 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 }
                 Quick::Tsc(tsc) => {
                     st.clock.tsc(&self.timing, &st.packets, offset, tsc);
+                    if self.timing_events {
+                        self.queue_state(st, Packet::Tsc(tsc), false);
+                    }
                     continue;
                 }
                 Quick::Mtc(payload) => {
                     st.clock.mtc(&self.timing, &st.packets, offset, payload);
+                    if self.timing_events {
+                        self.queue_state(st, Packet::Mtc(payload), false);
+                    }
                     continue;
                 }
+                Quick::Cyc(_) if self.errata.skd007 && st.packets.dec.skd007_cut(offset) => continue,
                 Quick::Cyc(cycles) => {
                     st.clock.cyc(&self.timing, cycles);
+                    if self.timing_events {
+                        self.queue_state(st, Packet::Cyc(cycles), false);
+                    }
                     continue;
                 }
                 Quick::Pad => continue,
@@ -121,7 +131,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             return Ok(Whole::Stop);
         };
         match packet {
-            Packet::Tma { ctc, fast_counter } => st.clock.tma(&self.timing, &st.packets, offset, ctc, fast_counter),
+            Packet::Tma { ctc, fast_counter } => {
+                st.clock.tma(&self.timing, &st.packets, offset, ctc, fast_counter);
+                if self.timing_events {
+                    self.queue_state(st, packet, false);
+                }
+            }
             Packet::Cbr(ratio) => {
                 st.clock.cbr(&self.timing, ratio);
                 self.queue_state(st, packet, false);

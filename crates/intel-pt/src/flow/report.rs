@@ -120,9 +120,13 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if st.overflow.is_some() && (all || st.ip.is_some()) {
             self.report_overflow(st, sink);
         }
-        let n = if all || st.peeked.is_none() { st.events.len() } else { st.ready };
+        let caught_up = all || st.peeked.is_none();
+        let n = if caught_up { st.events.len() } else { st.ready };
         for e in st.events.drain(..n) {
             sink.event(e);
+        }
+        if caught_up && self.timing_events {
+            sink.caught_up();
         }
         st.ready = 0;
         if all {
@@ -192,13 +196,36 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             FlowEvent::State { .. } => false,
             _ => true,
         };
+        // Those read before the first bound one that wait for no later FUP
+        // (a PSB+'s restated state, events of their own, EVD data for a
+        // bound event) go before it, as libipt reads them; but a PWRE goes
+        // after the EXSTOP of its session, with the rest.
+        let waits = |e: &FlowEvent| match e {
+            FlowEvent::State { packet: Packet::Pwre { .. }, .. } => true,
+            FlowEvent::State { ip: None, packet, restated: false, .. } => wants_fup(packet),
+            _ => false,
+        };
+        let first = st.events.iter().position(bound).unwrap_or(st.events.len());
+        let leading = |i: usize, e: &FlowEvent| i < first && !waits(e);
+        for (i, e) in st.events.iter().enumerate() {
+            if leading(i, e) {
+                sink.event(*e);
+            }
+        }
         for e in st.events.iter().filter(|e| bound(e)) {
             sink.event(*e);
         }
-        for e in st.events.iter().filter(|e| !bound(e) && free(e)) {
-            sink.event(*e);
+        for (i, e) in st.events.iter().enumerate() {
+            if !leading(i, e) && !bound(e) && free(e) {
+                sink.event(*e);
+            }
         }
-        st.events.retain(|e| !bound(e) && !free(e));
+        let mut i = 0;
+        st.events.retain(|e| {
+            let keep = !leading(i, e) && !bound(e) && !free(e);
+            i += 1;
+            keep
+        });
         st.ready = 0;
         st.pending = st.any_pending();
     }

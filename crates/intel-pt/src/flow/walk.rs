@@ -26,6 +26,10 @@ pub(crate) struct Walker<'a, C: CodeSource> {
     pub(super) upper_bounds: bool,
     /// Whether to report state packets and TIP.PGEs (`FlowEvent::State`, `FlowEvent::Enabled`).
     pub(super) state_events: bool,
+    /// Whether to report timing packets too (`FlowEvent::State`), with state events.
+    pub(super) timing_events: bool,
+    /// Whether a TNT where a TIP is needed may come before that TIP.
+    pub(super) deferred_tips: bool,
     /// The trace's address filter, when known.
     pub(super) filter: Option<AddrFilter>,
     pub(super) errata: Errata,
@@ -55,6 +59,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             recovery: Recovery::default(),
             upper_bounds: true,
             state_events: false,
+            timing_events: false,
+            deferred_tips: false,
             filter: None,
             errata: Errata::default(),
             loop_from,
@@ -173,6 +179,25 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
         }
         st.walked = 0;
+        match self.take(st)? {
+            (_, Flow::Tip(Some(ip))) => Ok(Some(ip)),
+            (_, Flow::Pgd(ip)) => {
+                st.pgd_ip = ip;
+                Ok(None)
+            }
+            (_, Flow::Tnt { bits, count }) if self.deferred_tips => self.take_deferred_tip(st, bits, count),
+            (offset, flow) => Err(mismatch(st, offset, flow, FlowErrorKind::NoTip)),
+        }
+    }
+
+    /// A deferred TIP ([`super::FlowDecoder::with_deferred_tips`]): the TNT
+    /// of conditional branches after this indirect transfer came before its
+    /// TIP. Its bits wait for those branches; the TIP follows it.
+    #[cold]
+    #[inline(never)]
+    fn take_deferred_tip(&self, st: &mut State<'a>, bits: u64, count: u8) -> Result<Option<u64>, Failure> {
+        st.tnt_bits = bits;
+        st.tnt_count = count;
         match self.take(st)? {
             (_, Flow::Tip(Some(ip))) => Ok(Some(ip)),
             (_, Flow::Pgd(ip)) => {

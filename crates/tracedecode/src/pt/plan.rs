@@ -28,7 +28,7 @@ impl Plan<'_> {
 /// A decoder over `code` as the set-up says (with the trace's address
 /// filter, when it had one), without a buffer yet.
 pub(super) fn decoder<'a, C: CodeSource>(setup: &PtSetup, code: &'a C, upper_bounds: bool) -> FlowDecoder<'a, C> {
-    let mut dec = FlowDecoder::new(&[], code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc);
+    let mut dec = FlowDecoder::new(&[], code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_errata(setup.errata);
     if let Some(f) = setup.filter {
         dec = dec.with_addr_filter(f);
     }

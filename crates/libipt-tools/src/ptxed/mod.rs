@@ -3,6 +3,7 @@
 //! addresses) in; each instruction's address and libipt's event and error
 //! lines out, with ptxed's options and output (`--no-inst`: addresses only).
 
+mod clock;
 mod fixup;
 mod image;
 mod options;
@@ -17,6 +18,8 @@ use codeimage::window::Static;
 use intel_pt::flow::{Errata, FlowConfig, FlowDecoder, Recovery, TimeConv};
 use isa::KernelIdioms;
 
+use crate::ptdump::time::TimingConfig;
+use clock::EventClock;
 use options::{Options, Parsed, Usage};
 use printer::{Printer, Style};
 
@@ -65,19 +68,21 @@ fn refuse(usage: &Usage) -> i32 {
 }
 
 fn decode(opts: &Options, out: &mut impl Write) -> Result<(), Failed> {
-    let mut printer = Printer::new(&mut *out, Style::new(opts));
     // A processor libipt has no errata table for: decoded by the spec.
-    let errata = match opts.cpu {
-        Some(cpu) => Errata::of(cpu.family, cpu.model).unwrap_or_else(|| {
-            printer.line(format_args!("[0, 0: config error: unknown cpu]"));
-            Errata::default()
-        }),
-        None => Errata::default(),
+    let errata = opts.cpu.map(|cpu| Errata::of(cpu.family, cpu.model));
+    let timing = TimingConfig {
+        mtc_freq: opts.mtc_freq,
+        nom_freq: opts.nom_freq,
+        cpuid_15_eax: opts.cpuid_0x15_eax,
+        cpuid_15_ebx: opts.cpuid_0x15_ebx,
+        skl168: errata.flatten().is_some_and(|e| e.skl168),
     };
-    let mut trace = image::load_trace(&opts.pt)?;
-    if errata.skd007 {
-        fixup::undo_skd007(&mut trace);
+    let mut printer = Printer::new(&mut *out, Style::new(opts), EventClock::new(timing, opts.keep_tcal_on_ovf));
+    if errata == Some(None) {
+        printer.line(format_args!("[0, 0: config error: unknown cpu]"));
     }
+    let errata = errata.flatten().unwrap_or_default();
+    let mut trace = image::load_trace(&opts.pt)?;
     fixup::pwre_hw_as_libipt(&mut trace);
     let code = image::load_code(&opts.raws)?;
     let source = Static(&code);
@@ -92,7 +97,12 @@ fn decode(opts: &Options, out: &mut impl Write) -> Result<(), Failed> {
     // libipt goes on at the next PSB after an error; with
     // --resync-on-error, where the trace next says where execution is.
     let recovery = if opts.resync_on_error { Recovery::EachTip } else { Recovery::NextPsb };
-    let mut decoder = FlowDecoder::new(&trace, &source, cfg).with_recovery(recovery).with_state_events(true).with_errata(errata);
+    let mut decoder = FlowDecoder::new(&trace, &source, cfg)
+        .with_recovery(recovery)
+        .with_state_events(true)
+        .with_timing_events(true)
+        .with_deferred_tips(true)
+        .with_errata(errata);
     if opts.filter.cfg != 0 {
         decoder = decoder.with_addr_filter(opts.filter);
     }

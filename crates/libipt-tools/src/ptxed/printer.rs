@@ -5,10 +5,11 @@
 
 use std::io::{self, Write};
 
-use intel_pt::flow::{FlowErrorKind, FlowEvent, FlowSink, Time};
+use intel_pt::flow::{FlowErrorKind, FlowEvent, FlowSink};
 use intel_pt::{Packet, PacketErrorKind};
 use isa::BranchClass;
 
+use super::clock::EventClock;
 use super::options::{DecoderKind, Options};
 use super::stats::Stats;
 use super::status::{Show, Status};
@@ -20,6 +21,7 @@ pub struct Style {
     pub quiet: bool,
     pub event_ip: bool,
     pub event_time: bool,
+    pub event_tick: bool,
     pub event_iflags: bool,
     pub show_blocks: bool,
     pub end_on_call: bool,
@@ -35,6 +37,7 @@ impl Style {
             quiet: o.quiet,
             event_ip: o.event_ip,
             event_time: o.event_time,
+            event_tick: o.event_tick,
             event_iflags: o.event_iflags,
             show_blocks: o.show_blocks,
             end_on_call: o.end_on_call,
@@ -53,16 +56,24 @@ pub struct Printer<W: Write> {
     status: Status,
     /// A block of the block decoder is open: the next instruction joins it.
     in_block: bool,
+    /// The time events are given.
+    clock: EventClock,
+    /// The time of the last event, which a tick must differ from.
+    last_time: u64,
+    /// With `--event:tick`: the IP of an instruction that took a flow
+    /// packet, whose tick (if the time moved) goes before the next event.
+    tick_at: Option<u64>,
     failed: Option<io::Error>,
 }
 
 impl<W: Write> Printer<W> {
-    pub fn new(out: W, style: Style) -> Self {
-        Printer { out, style, stats: Stats::default(), status: Status::default(), in_block: false, failed: None }
+    pub fn new(out: W, style: Style, clock: EventClock) -> Self {
+        Printer { out, style, stats: Stats::default(), status: Status::default(), in_block: false, clock, last_time: 0, tick_at: None, failed: None }
     }
 
     /// The output, or the first error writing it.
     pub fn finish(mut self) -> io::Result<W> {
+        self.tick();
         match self.failed.take() {
             Some(e) => Err(e),
             None => Ok(self.out),
@@ -78,13 +89,27 @@ impl<W: Write> Printer<W> {
         }
     }
 
-    /// An event line: `[time  what]`, the time with `--event:time` when the
-    /// event has one. Ends the open block.
-    pub fn event_line(&mut self, time: Option<u64>, what: std::fmt::Arguments<'_>) {
+    /// An event line: `[time  what]`, the time with `--event:time`. Ends
+    /// the open block.
+    pub fn event_line(&mut self, what: std::fmt::Arguments<'_>) {
         self.in_block = false;
-        match time.filter(|_| self.style.event_time) {
-            Some(t) => self.line(format_args!("[{t:016x}  {what}]")),
-            None => self.line(format_args!("[{what}]")),
+        let t = self.clock.now();
+        self.last_time = t;
+        if self.style.event_time {
+            self.line(format_args!("[{t:016x}  {what}]"));
+        } else {
+            self.line(format_args!("[{what}]"));
+        }
+    }
+
+    /// The tick of the last instruction that took a flow packet, when the
+    /// time has moved since the last event (libipt's tick events).
+    fn tick(&mut self) {
+        if let Some(ip) = self.tick_at.take() {
+            if self.clock.now() != self.last_time {
+                let at = self.ip_suffix(Some(ip));
+                self.event_line(format_args!("tick{at}"));
+            }
         }
     }
 
@@ -125,15 +150,20 @@ impl<W: Write> Printer<W> {
         } else {
             self.line(format_args!("{ip:016x}"));
         }
+        if self.style.event_tick && takes_packet(class) {
+            self.tick_at = Some(ip);
+        }
     }
 
     /// A state packet (at `ip` when the trace binds it to one); `restated`
     /// in a PSB+.
-    fn status(&mut self, time: Time, packet: &Packet, ip: Option<u64>, restated: bool) {
+    fn status(&mut self, packet: &Packet, ip: Option<u64>, restated: bool) {
         let mut lines = Vec::new();
         self.status.take(packet, ip, restated, Show { ip: self.style.event_ip, iflags: self.style.event_iflags }, &mut lines);
+        // (An event, printed or not: a tick must differ from its time.)
+        self.last_time = self.clock.now();
         for l in lines {
-            self.event_line(Some(time), format_args!("{l}"));
+            self.event_line(format_args!("{l}"));
         }
     }
 }
@@ -148,6 +178,12 @@ fn ends_block(class: BranchClass, end_on_call: bool, end_on_jump: bool) -> bool 
         BranchClass::DirectJump => end_on_jump,
         _ => true,
     }
+}
+
+/// Whether an instruction of `class` takes a flow packet (a TNT bit or a
+/// TIP) when it runs: where libipt's decoders make a tick.
+fn takes_packet(class: BranchClass) -> bool {
+    matches!(class, BranchClass::CondBranch | BranchClass::IndirectJump | BranchClass::IndirectCall | BranchClass::Return | BranchClass::FarTransfer)
 }
 
 /// libipt's message (`pt_errstr`) for the error it reports in this case.
@@ -171,13 +207,20 @@ fn libipt_message(kind: &FlowErrorKind) -> &'static str {
 
 impl<W: Write> FlowSink for Printer<W> {
     fn event(&mut self, event: FlowEvent) {
+        if let FlowEvent::State { packet, restated, .. } = &event {
+            // A timing packet moves the clock; a CBR is an event too.
+            if self.clock.take(packet, *restated) && !matches!(packet, Packet::Cbr(_)) {
+                return;
+            }
+        }
+        self.tick();
         match event {
             FlowEvent::Insn { ip, class, .. } => self.insn(ip, class),
-            FlowEvent::Trap { from, to, time, .. } => {
+            FlowEvent::Trap { from, to, .. } => {
                 let at = if self.style.event_ip { format!(", from: {from:016x}, to: {to:016x}") } else { String::new() };
-                self.event_line(Some(time), format_args!("interrupt{at}"));
+                self.event_line(format_args!("interrupt{at}"));
             }
-            FlowEvent::End { time, disabled: true, at, to, .. } => {
+            FlowEvent::End { disabled: true, at, to, .. } => {
                 // An asynchronous stop (FUP + TIP.PGD) names where, with
                 // --event:ip; a TIP.PGD at the IP the walk reached is none.
                 let at = match at.filter(|&a| self.style.event_ip && to != Some(a)) {
@@ -185,22 +228,27 @@ impl<W: Write> FlowSink for Printer<W> {
                     None => String::new(),
                 };
                 let ip = self.ip_suffix(to);
-                self.event_line(Some(time), format_args!("disabled{at}{ip}"));
+                self.event_line(format_args!("disabled{at}{ip}"));
             }
             FlowEvent::End { disabled: false, .. } => {
                 self.in_block = false;
                 self.line(format_args!("[end of trace]"));
             }
-            FlowEvent::Error { kind: FlowErrorKind::Overflow, time, .. } => {
+            FlowEvent::Error { kind: FlowErrorKind::Overflow, .. } => {
                 self.status.overflow();
-                self.event_line(Some(time), format_args!("overflow"));
+                self.event_line(format_args!("overflow"));
+                self.clock.overflow();
             }
             FlowEvent::Error { offset, ip, kind, .. } => self.error(offset, ip, &kind),
-            FlowEvent::Enabled { time, ip, resumed } => {
+            FlowEvent::Enabled { ip, resumed, .. } => {
                 let at = self.ip_suffix(Some(ip));
-                self.event_line(Some(time), format_args!("{}{at}", if resumed { "resumed" } else { "enabled" }));
+                self.event_line(format_args!("{}{at}", if resumed { "resumed" } else { "enabled" }));
             }
-            FlowEvent::State { time, ip, packet, restated } => self.status(time, &packet, ip, restated),
+            FlowEvent::State { ip, packet, restated, .. } => self.status(&packet, ip, restated),
         }
+    }
+
+    fn caught_up(&mut self) {
+        self.tick();
     }
 }

@@ -11,7 +11,7 @@ mod line;
 mod options;
 mod reader;
 mod text;
-mod time;
+pub(crate) mod time;
 
 use std::io::Write;
 
