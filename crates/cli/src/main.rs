@@ -127,9 +127,9 @@ enum Command {
         /// cores; 1: each buffer on one thread), for --itrace=e and --stat.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         threads: Option<u32>,
-        /// Only this unit of `poketrace segments` (repeatable; Intel PT,
-        /// --itrace=e only): the lines of units decoded one after the other
-        /// are, in order, the lines of the whole decode.
+        /// Only this unit of `poketrace segments` (repeatable): the lines
+        /// of units decoded one after the other are, in order, the lines of
+        /// the whole decode (instructions: each one, no period).
         #[arg(long = "segment", value_name = "ID", conflicts_with = "stat")]
         segments: Vec<tracedecode::units::UnitId>,
     },
