@@ -206,7 +206,7 @@ impl Decoding<'_> {
             let sym = |addr: u64| symbols.lookup(addr).map(|(name, _)| name);
             let mut row = BranchRow { time: l.time, cpu: l.cpu as i32, pid: who.map(|w| w.0), tid: who.map(|w| w.1), ..BranchRow::default() };
             match &l.kind {
-                Kind::Branch { from, to, flags, .. } => {
+                Kind::Branch { from, to, flags, insns, .. } => {
                     kind.clear();
                     for word in flags.split(' ').filter(|w| !w.is_empty()) {
                         if !kind.is_empty() {
@@ -214,7 +214,8 @@ impl Decoding<'_> {
                         }
                         kind.push_str(word);
                     }
-                    row = BranchRow { ip: Some(*from), addr: Some(*to), kind: &kind, sym: sym(*from), addr_sym: sym(*to), ..row };
+                    row =
+                        BranchRow { ip: Some(*from), addr: Some(*to), kind: &kind, sym: sym(*from), addr_sym: sym(*to), insns: Some(*insns), ..row };
                 }
                 Kind::Insn { ip, uncertain, .. } => {
                     counts.uncertain += u64::from(*uncertain);

@@ -24,7 +24,7 @@
 //! | `addr` | UInt64, null | branch: to; null for instructions and errors |
 //! | `kind` | Dictionary(Int32, Utf8) | branch: perf's flags, space-separated (`call`, `jcc`, `return`, `tr strt`, `tr end call`, `hw int`, ...); `insn`; `error` |
 //! | `sym`, `addr_sym` | Dictionary(Int32, Utf8), null | the function holding `ip` / `addr` (no offset), null when none |
-//! | `insns` | UInt64, null | instructions since the previous branch: null (not counted yet) |
+//! | `insns` | UInt64, null | branch: the instructions that ran since the buffer's branch row before, its `ip` included (0 after an error or a trace end); null for instructions and errors |
 //! | `uncertain` | Boolean | an instruction whose content is not known (`decode --json`'s `uncertain`); false for others |
 //! | `error` | Utf8, null | an error row's reason |
 //!

@@ -12,8 +12,10 @@ pub struct Out {
 
 pub enum Kind {
     /// A taken branch; `from_len` is the branching instruction's length
-    /// when known, and then `from_bytes` the bytes it was decoded from.
-    Branch { from: u64, to: u64, flags: &'static str, from_len: Option<u8>, from_bytes: InsnBytes },
+    /// when known, and then `from_bytes` the bytes it was decoded from;
+    /// `insns` the instructions that ran since the buffer's branch line
+    /// before (this one's source included; none after an error or a trace end).
+    Branch { from: u64, to: u64, flags: &'static str, from_len: Option<u8>, from_bytes: InsnBytes, insns: u64 },
     /// An instruction, and the bytes it was decoded from; `class` and, once
     /// the next one is known, where a taken branch went (perf's `flags` and
     /// `addr` of instruction samples); `ends` when tracing stopped at its
@@ -44,4 +46,20 @@ impl InsnBytes {
     pub fn as_slice(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
+}
+
+/// Counts instructions between a buffer's branch lines: of the `lines` one
+/// step of a decode made, the first branch line gets `ran` (the
+/// instructions since the branch line before), the others none; returns the
+/// count that runs on, `step` (the instructions the step ran after its
+/// lines) added, and whether there was a branch line.
+#[inline]
+pub(crate) fn count_insns(lines: &mut [Out], ran: u64, step: u64) -> (u64, bool) {
+    let mut ran = Some(ran);
+    for l in lines {
+        if let Kind::Branch { insns, .. } = &mut l.kind {
+            *insns = ran.take().unwrap_or(0);
+        }
+    }
+    (ran.unwrap_or(0) + step, ran.is_none())
 }
