@@ -6,9 +6,12 @@
 //!   segments` (ID as it lists it, `BUFFER.START-END`) of a per-CPU buffer;
 //!   `branches/tid=N/seg-ID.parquet` for a per-thread buffer.
 //!   Its rows are `poketrace decode --json --segment ID`'s lines for the
-//!   same `--itrace`, one row each, in the same order: the files of a
+//!   same `--itrace` with `e` added (error rows always), one row each, in
+//!   the same order: the files of a
 //!   buffer in the order of their IDs' START give that buffer's lines of
-//!   the whole decode.
+//!   the whole decode. The partition key repeats the file's own `cpu` or
+//!   `tid` column (the buffer's; a line's `cpu` is -1 in a per-thread
+//!   buffer): readers may ignore the partitioning.
 //! - `pokes.parquet`: the TEXT_POKE records, in time order.
 //! - `ksymbols.parquet`: the KSYMBOL records (code outside the kernel image:
 //!   trampolines, BPF programs), in time order.
