@@ -52,6 +52,7 @@
 
 pub mod branches;
 pub mod file;
+mod settings;
 pub mod table;
 
 pub use branches::{BranchRow, BranchWriter};
