@@ -63,3 +63,34 @@ pub(crate) fn count_insns(lines: &mut [Out], ran: u64, step: u64) -> (u64, bool)
     }
     (ran.unwrap_or(0) + step, ran.is_none())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn branch() -> Out {
+        Out {
+            time: 0,
+            queue: 0,
+            cpu: 0,
+            kind: Kind::Branch { from: 1, to: 2, flags: "jmp", from_len: None, from_bytes: InsnBytes::default(), insns: 99 },
+        }
+    }
+
+    /// The first branch line of a step takes the count so far, the others
+    /// none; the count goes on from the step's own instructions.
+    #[test]
+    fn branch_lines_take_the_instructions_since_the_one_before() {
+        let insn = Out {
+            time: 0,
+            queue: 0,
+            cpu: 0,
+            kind: Kind::Insn { ip: 1, len: 1, class: BranchClass::None, to: None, uncertain: false, ends: false, bytes: InsnBytes::default() },
+        };
+        let mut lines = [branch(), insn, branch()];
+        assert_eq!(count_insns(&mut lines, 5, 2), (2, true));
+        let counts: Vec<Option<u64>> = lines.iter().map(|l| if let Kind::Branch { insns, .. } = l.kind { Some(insns) } else { None }).collect();
+        assert_eq!(counts, [Some(5), None, Some(0)]);
+        assert_eq!(count_insns(&mut [], 5, 2), (7, false), "no branch line: the count goes on");
+    }
+}
