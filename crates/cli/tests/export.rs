@@ -165,14 +165,19 @@ fn assert_insns_counted(what: &str, out: &Path, dir: &Path) {
 
 /// `segments.parquet`'s unit IDs.
 fn unit_ids(out: &Path) -> Vec<String> {
+    segments_column(out, "id")
+}
+
+/// A text column of `segments.parquet`.
+fn segments_column(out: &Path, name: &str) -> Vec<String> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(out.join("segments.parquet")).unwrap()).unwrap().build().unwrap();
-    reader
-        .flat_map(|b| {
-            (0..b.as_ref().unwrap().num_rows())
-                .map(move |i| b.as_ref().unwrap().column(0).as_string::<i32>().value(i).to_string())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    let mut values = Vec::new();
+    for b in reader {
+        let b = b.unwrap();
+        let column = b.column_by_name(name).unwrap().as_string::<i32>().clone();
+        values.extend((0..b.num_rows()).map(|i| column.value(i).to_string()));
+    }
+    values
 }
 
 #[test]
@@ -185,6 +190,13 @@ fn intel_pt_rows_are_decode_json_lines() {
     let ids = unit_ids(&all);
     assert!(ids.len() >= 16, "{} units", ids.len());
     assert_eq!(files(&all.join("branches")).len(), ids.len(), "a file a unit");
+    let mut named: Vec<PathBuf> = segments_column(&all, "file").iter().map(PathBuf::from).collect();
+    named.sort();
+    assert_eq!(
+        named,
+        files(&all.join("branches")).iter().map(|f| Path::new("branches").join(f)).collect::<Vec<_>>(),
+        "segments.parquet names the files"
+    );
     for side in ["pokes.parquet", "ksymbols.parquet", "segments.parquet"] {
         assert!(all.join(side).is_file(), "{side}");
     }
