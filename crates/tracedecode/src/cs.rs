@@ -20,9 +20,10 @@ use perfdata::TimeConv;
 
 use crate::itrace::Itrace;
 use crate::lanes::{Lanes, BATCH};
-use crate::line::{InsnBytes, Kind, Out};
+use crate::line::{count_insns, InsnBytes, Kind, Out};
 use crate::queue::Queue;
 use crate::setup::etm_configs;
+use crate::units::Unit;
 use crate::Error;
 
 /// The trace's timestamps on the perf clock, and the code decoded (whose
@@ -75,6 +76,8 @@ struct Flow {
     time: u64,
     /// Instructions since the last that got a line (`Itrace::period`).
     insns_seen: u64,
+    /// Instructions since the last branch line (its `insns`).
+    ran: u64,
 }
 
 /// Decodes every queue over `code` and passes its lines to `emit` in
@@ -88,6 +91,37 @@ pub fn decode<E: From<Error>>(
     aux: &[Queue],
     itrace: &Itrace,
     code: &CodeTimeline,
+    emit: &mut impl FnMut(&Out) -> Result<(), E>,
+) -> Result<(), E> {
+    decode_runs(info, conv, aux, itrace, code, |_, _| true, emit)
+}
+
+/// The lines of `units` (from [`crate::units::cs_unit`]: runs without a
+/// gap), those [`decode`] gives for their bytes, in its order. A buffer's
+/// runs before a unit are decoded too (a run starts from the time the one
+/// before ended at), their lines dropped.
+pub fn decode_units<E: From<Error>>(
+    info: &CsEtmInfo,
+    conv: Option<&TimeConv>,
+    aux: &[Queue],
+    units: &[Unit],
+    itrace: &Itrace,
+    code: &CodeTimeline,
+    emit: &mut impl FnMut(&Out) -> Result<(), E>,
+) -> Result<(), E> {
+    let chosen = |queue: usize, base: usize| units.iter().any(|u| u.queue == queue && u.id.start == base);
+    decode_runs(info, conv, aux, itrace, code, chosen, emit)
+}
+
+/// [`decode`], keeping the lines of the runs `chosen(queue, start)` says:
+/// a buffer's runs after its last chosen one are not decoded.
+fn decode_runs<E: From<Error>>(
+    info: &CsEtmInfo,
+    conv: Option<&TimeConv>,
+    aux: &[Queue],
+    itrace: &Itrace,
+    code: &CodeTimeline,
+    chosen: impl Fn(usize, usize) -> bool + Sync,
     emit: &mut impl FnMut(&Out) -> Result<(), E>,
 ) -> Result<(), E> {
     let mut configs = Vec::new();
@@ -105,10 +139,12 @@ pub fn decode<E: From<Error>>(
         let q = &aux[queue];
         let mut out = Vec::with_capacity(BATCH);
         let mut flows = [Flow::default(); 128];
+        let last_chosen = q.pieces().map(|(base, _)| base).filter(|&base| chosen(queue, base)).last();
         // Each piece of the trace on its own: never across a gap in the AUX data.
-        for (base, piece) in q.pieces() {
+        for (base, piece) in q.pieces().take_while(|&(base, _)| Some(base) <= last_chosen) {
+            let keep = chosen(queue, base);
             for f in &mut flows {
-                *f = Flow { time: f.time, insns_seen: f.insns_seen, ..Flow::default() };
+                *f = Flow { time: f.time, insns_seen: f.insns_seen, ran: f.ran, ..Flow::default() };
             }
             let mut reader = etm::PacketReader::new(piece, framing, &configs, etm::ErrorRecovery::Resync);
             let mut decoder = FlowDecoder::new(Interval(code), &configs);
@@ -122,6 +158,9 @@ pub fn decode<E: From<Error>>(
                 let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
                 let made = out.len();
                 element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
+                if !keep {
+                    out.truncate(made);
+                }
                 if base > 0 {
                     for l in &mut out[made..] {
                         if let Kind::Error { offset, .. } = &mut l.kind {
@@ -144,20 +183,24 @@ pub fn decode<E: From<Error>>(
 
 /// One element's lines.
 fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace: &Itrace, clock: &PerfClock<'_>, out: &mut Vec<Out>) {
+    let made = out.len();
     let line = |time, kind| Out { time, queue, cpu, kind };
     match e.kind {
         ElemKind::Timestamp { value, .. } => f.time = clock.perf_time(value),
         ElemKind::InstrRange(r) => {
             if itrace.branches {
                 if !f.tracing {
-                    out.push(line(f.time, Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default() }));
+                    out.push(line(
+                        f.time,
+                        Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default(), insns: 0 },
+                    ));
                 } else if let Some((from, flags)) = taken(f.prev) {
                     let from_bytes = clock.bytes(itrace, from, f.time);
-                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4), from_bytes }));
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4), from_bytes, insns: 0 }));
                 }
                 if let Some(from) = f.exception.take() {
                     let from_bytes = clock.bytes(itrace, from, f.time);
-                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4), from_bytes }));
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4), from_bytes, insns: 0 }));
                 }
             }
             if itrace.instructions {
@@ -181,7 +224,7 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
             if itrace.branches && f.tracing {
                 if let Some((from, flags)) = taken(f.prev) {
                     let from_bytes = clock.bytes(itrace, from, f.time);
-                    out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4), from_bytes }));
+                    out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4), from_bytes, insns: 0 }));
                 }
             }
             f.exception = Some(ret_addr);
@@ -206,6 +249,13 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
         }
         _ => {}
     }
+    // Instructions between branch lines: a range's run after its lines; none after an error.
+    let (step, stops) = match e.kind {
+        ElemKind::InstrRange(r) => (r.end.saturating_sub(r.start).div_ceil(4), false),
+        ElemKind::Error(_) | ElemKind::AddrNacc(_) => (0, true),
+        _ => (0, false),
+    };
+    f.ran = if stops { 0 } else { count_insns(&mut out[made..], f.ran, step).0 };
 }
 
 /// The taken branch that ends `r`: its address and perf's flags.

@@ -47,6 +47,17 @@ pub(super) struct Collector<'a, C: CodeSource> {
     insns_seen: u64,
     /// The trace's address filter: a direct branch out of it ends tracing.
     filter: Option<AddrFilter>,
+    /// New lines are kept (else only the state they leave is: the segments
+    /// before or after a unit, decoded for what crosses its edges).
+    keep: bool,
+    /// An instruction or the end of tracing came: `prev` and `tracing` no
+    /// longer depend on what came before this sink's first event.
+    settled: bool,
+    /// Instructions since the last branch line (its `insns`).
+    ran: u64,
+    /// A branch line or an error came: `ran` no longer depends on
+    /// what came before this sink's first event.
+    counted: bool,
 }
 
 impl<'a, C: CodeSource> Collector<'a, C> {
@@ -73,6 +84,40 @@ impl<'a, C: CodeSource> Collector<'a, C> {
             prev_line: None,
             insns_seen: 0,
             filter,
+            keep: true,
+            settled: false,
+            ran: 0,
+            counted: false,
+        }
+    }
+
+    /// Whether new lines are kept from now on (they all are at first). A
+    /// line waiting to learn where its branch went still learns it.
+    pub(super) fn keep_lines(&mut self, keep: bool) {
+        self.keep = keep;
+    }
+
+    /// Whether an instruction or an end of tracing came: from then on, the
+    /// state lines depend on is what the events since made it.
+    pub(super) fn settled(&self) -> bool {
+        self.settled && (self.counted || !self.itrace.branches)
+    }
+
+    /// Counts the instructions of the step that made the lines from `made`
+    /// on (`step` of them after its lines; `stops`: an error, after which
+    /// none have run), then drops those lines unless they are kept
+    /// ([`Self::keep_lines`]).
+    #[inline(always)]
+    fn step_done(&mut self, made: usize, step: u64, stops: bool) {
+        let (ran, branched) = crate::line::count_insns(&mut self.lines[made..], self.ran, step);
+        self.ran = ran;
+        self.counted |= stops || branched;
+        if stops {
+            self.ran = 0;
+        }
+        if !self.keep {
+            self.lines.truncate(made);
+            self.prev_line = None;
         }
     }
 
@@ -184,7 +229,7 @@ impl<'a, C: CodeSource> Collector<'a, C> {
             Some(r) if Self::is_taken(r.ip, r.len, r.class, to) => {
                 let from_bytes = self.bytes(&r);
                 let flags = branch_flags(r.class, from_bytes.as_slice());
-                let kind = Kind::Branch { from: r.ip, to, flags, from_len: Some(r.len), from_bytes };
+                let kind = Kind::Branch { from: r.ip, to, flags, from_len: Some(r.len), from_bytes, insns: 0 };
                 Some(Out { time: r.lo, queue: self.queue, cpu: self.cpu, kind })
             }
             _ => None,
@@ -201,7 +246,7 @@ impl<'a, C: CodeSource> Collector<'a, C> {
                     time,
                     queue: self.queue,
                     cpu: self.cpu,
-                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default() },
+                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default(), insns: 0 },
                 }),
                 None => {}
             }
@@ -220,9 +265,12 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             return;
         }
         self.flush();
+        let made = self.lines.len();
         self.arrive(b.ip, b.lo);
+        self.step_done(made, b.len() as u64, false);
         let last = b.last();
         self.prev = Some(Ran { ip: b.last_ip, len: last.len, class: last.class, lo: b.last_lo, hi: b.hi, code: InsnCode::Exact });
+        self.settled = true;
     }
 
     fn event(&mut self, e: FlowEvent) {
@@ -241,6 +289,8 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             }
         }
         self.flush();
+        let made = self.lines.len();
+        self.settled |= matches!(e, FlowEvent::Insn { .. } | FlowEvent::End { .. } | FlowEvent::Error { .. });
         match e {
             FlowEvent::Insn { ip, len, class, lo, hi, uncertain, code } => {
                 self.arrive(ip, lo);
@@ -257,7 +307,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                     let b = self.taken(from);
                     self.lines.extend(b);
                     let (from_len, from_bytes) = self.event_insn(from, insn, time);
-                    self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len, from_bytes } });
+                    self.lines.push(Out { time, queue, cpu, kind: Kind::Branch { from, to, flags: "hw int", from_len, from_bytes, insns: 0 } });
                 }
                 self.prev = None;
             }
@@ -275,7 +325,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                         Some(at) if to == at && self.left_filter(at) => {
                             let (from, len, class) = self.prev.map_or((0, 0, BranchClass::None), |p| (p.ip, p.len, p.class));
                             let from_bytes = self.prev.map_or(InsnBytes::default(), |p| self.bytes(&p));
-                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: Some(len), from_bytes };
+                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: Some(len), from_bytes, insns: 0 };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
                         Some(at) => {
@@ -283,7 +333,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                             self.lines.extend(b);
                             let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
                             let (from_len, from_bytes) = self.event_insn(at, insn, time);
-                            let kind = Kind::Branch { from: at, to, flags, from_len, from_bytes };
+                            let kind = Kind::Branch { from: at, to, flags, from_len, from_bytes, insns: 0 };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
                         None => {
@@ -291,7 +341,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                             let from_bytes = self.prev.map_or(InsnBytes::default(), |p| self.bytes(&p));
                             // Without the TIP.PGD's IP a direct branch still says where it went.
                             let to = if to == 0 && len.is_some() { self.direct_target(from, time).unwrap_or(0) } else { to };
-                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: len, from_bytes };
+                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: len, from_bytes, insns: 0 };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
                     }
@@ -308,6 +358,8 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             // Not asked for (no state events).
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
+        let step = matches!(e, FlowEvent::Insn { .. }) as u64;
+        self.step_done(made, step, matches!(e, FlowEvent::Error { .. }));
     }
 }
 
