@@ -14,7 +14,7 @@ use arrow::array::{
 };
 use arrow::datatypes::Int32Type;
 use arrow::record_batch::RecordBatch;
-use codeimage::{BaseImage, CodeTimeline, PokeEvents};
+use codeimage::{BaseImage, CodeTimeline, PokeEvents, Sideband};
 use isa::Arch;
 use perfdata::{PerfFile, RecordBody};
 use tracedecode::pt::Plan;
@@ -22,7 +22,7 @@ use tracedecode::setup::{self, PtSetup};
 use tracedecode::units::{self, Unit, UnitId};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Queue, Summary, Threads, Trace};
 
-use crate::symbols::Symbolizer;
+use crate::symbols::{InputKallsyms, Symbolizer};
 
 /// The tables `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -49,7 +49,6 @@ pub struct Options {
 
 /// The input read and its code timeline built, shared by the workers.
 struct Decoding<'a> {
-    file: &'a PerfFile,
     info: Trace,
     time_conv: Option<perfdata::TimeConv>,
     aux: Vec<Queue>,
@@ -68,12 +67,20 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
     if matches!(info, Trace::CoreSight(_)) && opts.image == ImageMode::PerfStyle {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
     }
+    // kallsyms and the side-band read once, as `decode` reads them.
+    let kallsyms = InputKallsyms::read(&file, None)?;
+    let mut symbols = Symbolizer::of_kallsyms(kallsyms.as_ref());
+    let idioms = kallsyms.as_ref().map_or_else(Default::default, |k| setup::idioms_of(&k.symbols));
+    drop(kallsyms);
+    let sideband = Sideband::read(&file, PokeEvents::Single);
+    symbols.add_user_mappings(&sideband.mappings, &opts.user);
     let mut base = BaseImage::new();
-    if let Some(refused) = codeimage::add_base_with(&file, &mut base, &opts.user)?.summary() {
+    if let Some(refused) = codeimage::add_base_mapped(&file, &sideband.mappings, &mut base, &opts.user)?.summary() {
         eprintln!("poketrace export: {refused}");
     }
+    symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &sideband.ksymbols);
     let bare = (opts.image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
-    let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
+    let built = sideband.timeline(base);
     // The records codeimage could not read are those the input could not: each said once.
     let said: HashSet<&str> = built.errors.iter().map(String::as_str).collect();
     let unsaid: Vec<String> = bad_records.iter().map(ToString::to_string).filter(|e| !said.contains(e.as_str())).collect();
@@ -81,7 +88,7 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
         eprintln!("poketrace export: {e}");
     }
     let setup = match &info {
-        Trace::IntelPt(info) => Some(PtSetup::new(&file, info, setup::kernel_idioms(&file)?)),
+        Trace::IntelPt(info) => Some(PtSetup::new(&file, info, idioms)),
         Trace::CoreSight(_) => None,
     };
     let all = match &setup {
@@ -104,17 +111,17 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
         }
     });
     let mut summary = Summary {
-        buffers: aux.len(),
+        buffers: aux.len() as u64,
         bad_records: (built.errors.len() + unsaid.len()) as u64,
         lost: built.losses.lost_records(),
         truncated: built.losses.aux_damaged(),
         gaps: breaks.len() as u64,
         ..Summary::default()
     };
-    let d = Decoding { file: &file, info, time_conv, aux, threads, tl: built.timeline, bare, setup, opts };
+    let d = Decoding { info, time_conv, aux, threads, tl: built.timeline, bare, setup, opts };
     let mut files = 0;
     if tables.contains(&Table::Branches) {
-        let (counts, written) = d.export_units(&chosen, out_dir)?;
+        let (counts, written) = d.export_units(&chosen, out_dir, &symbols)?;
         summary.lines = counts.lines;
         summary.errors = counts.errors;
         summary.uncertain = counts.uncertain;
@@ -159,7 +166,7 @@ impl Decoding<'_> {
     /// Each unit's lines to its file, units shared out among threads (as
     /// many as the cores; each unit's segments also decode on rayon's
     /// pool). The files written, relative to `out_dir`.
-    fn export_units(&self, units: &[Unit], out_dir: &Path) -> Result<(Counts, Vec<PathBuf>)> {
+    fn export_units(&self, units: &[Unit], out_dir: &Path, symbols: &Symbolizer) -> Result<(Counts, Vec<PathBuf>)> {
         let next = AtomicUsize::new(0);
         let total = Mutex::new((Counts::default(), Vec::new()));
         let failed: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -167,10 +174,8 @@ impl Decoding<'_> {
         std::thread::scope(|s| -> Result<()> {
             let mut handles = Vec::new();
             for _ in 0..workers {
-                handles.push(s.spawn(|| -> Result<()> {
-                    let mut symbols = Symbolizer::for_input(self.file, None)?;
-                    symbols.add_user_mappings(self.file, &self.opts.user);
-                    symbols.set_kernel_code(self.tl.base().regions().iter().map(|r| r.start..r.end()), self.file);
+                let (symbols, next, total, failed) = (symbols.clone(), &next, &total, &failed);
+                handles.push(s.spawn(move || -> Result<()> {
                     while let Some(u) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
                         let rel = branches_file(u, &self.aux[u.queue]);
                         match self.export_unit(u, &out_dir.join(&rel), &symbols) {

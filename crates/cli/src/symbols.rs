@@ -39,6 +39,7 @@ impl InputKallsyms {
 }
 
 /// One executable file mapping and the symbols of its file.
+#[derive(Clone)]
 struct UserMap {
     start: u64,
     end: u64,
@@ -49,6 +50,7 @@ struct UserMap {
 
 /// An ELF file's function symbols by virtual address, and its loadable
 /// segments to turn file offsets into those addresses.
+#[derive(Clone)]
 struct UserFile {
     path: String,
     /// (vaddr, end, name), sorted.
@@ -97,7 +99,8 @@ impl UserFile {
     }
 }
 
-/// Resolves kernel addresses the way perf prints them.
+/// Resolves kernel addresses the way perf prints them (one per thread:
+/// its lookup cache is not shared).
 #[derive(Default)]
 pub struct Symbolizer {
     kallsyms: Kallsyms,
@@ -116,6 +119,21 @@ pub struct Symbolizer {
     /// KSYMBOL records announce at any time, sorted and merged; empty when unknown.
     /// perf has no map for a kernel address outside them.
     kernel_code: Vec<Range<u64>>,
+}
+
+impl Clone for Symbolizer {
+    /// The same symbols, with an empty lookup cache.
+    fn clone(&self) -> Symbolizer {
+        Symbolizer {
+            kallsyms: self.kallsyms.clone(),
+            dynamic: self.dynamic.clone(),
+            user: self.user.clone(),
+            files: self.files.clone(),
+            source: self.source.clone(),
+            last_kernel: Cell::default(),
+            kernel_code: self.kernel_code.clone(),
+        }
+    }
 }
 
 impl Symbolizer {
