@@ -1,0 +1,34 @@
+"""What a worker runs for one unit: `poketrace export DIR --segment ID -o OUT`, a subprocess."""
+
+import socket
+import subprocess
+import time
+
+from pokedist import dataset
+
+
+class UnitFailed(Exception):
+    """`poketrace export` could not write a unit's file (not: the unit decoded with errors)."""
+
+
+def export_unit(poketrace, trace_dir, out, unit_id, extra=()):
+    """Exports unit `unit_id` of `trace_dir` into the dataset at `out` (both on storage this
+    worker shares) and returns what it wrote: rows and error rows of the unit's file."""
+    args = [poketrace, "export", str(trace_dir), "--format", "parquet", "-o", str(out), "--segment", unit_id, *extra]
+    started = time.monotonic()
+    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # 0: complete; 1: the unit has decode errors, which are rows of its file.
+    if done.returncode not in (0, 1):
+        raise UnitFailed(f"unit {unit_id}: {' '.join(args)}: exit status {done.returncode}: {_last_lines(done.stderr)}")
+    rows, errors = dataset.counts(dataset.unit_file(out, unit_id))
+    return {
+        "id": unit_id,
+        "rows": rows,
+        "errors": errors,
+        "seconds": time.monotonic() - started,
+        "host": socket.gethostname(),
+    }
+
+
+def _last_lines(text, n=5):
+    return " | ".join(text.strip().splitlines()[-n:])
