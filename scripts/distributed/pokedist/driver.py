@@ -4,14 +4,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import cloudpickle
 from distributed import as_completed
 
-import pokedist
 from pokedist.task import export_unit
-
-# The workers need not have this package: its functions travel with the tasks.
-cloudpickle.register_pickle_by_value(pokedist)
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """What a worker runs for one unit: `poketrace export DIR --segment ID -o OUT`, a subprocess."""
 
-import socket
 import subprocess
 import time
+
+from distributed import get_worker
 
 from pokedist import dataset
 
@@ -26,7 +27,7 @@ def export_unit(poketrace, trace_dir, out, unit_id, extra=()):
         "rows": rows,
         "errors": errors,
         "seconds": time.monotonic() - started,
-        "host": socket.gethostname(),
+        "worker": get_worker().address,
     }
 
 
