@@ -65,3 +65,32 @@ def client(dask_modules):
 
     with connect(local=2) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def units(poketrace, trace, dask_modules):
+    from pokedist.units import list_units
+
+    listed = list_units(poketrace, trace, TARGET_BYTES)
+    assert len(listed) >= 16, f"{len(listed)} units"
+    assert {u["cpu"] for u in listed} == {0, 1, 2, 3}
+    return listed
+
+
+@pytest.fixture(scope="session")
+def single(poketrace, trace, tmp_path_factory):
+    """The trace exported by one `poketrace export` process."""
+    from datasets import export_single
+
+    return export_single(poketrace, trace, tmp_path_factory.mktemp("single") / "out")
+
+
+@pytest.fixture(scope="session")
+def exported(client, poketrace, trace, units, tmp_path_factory):
+    """The trace exported on the 2-worker cluster, and the run's outcome."""
+    from pokedist.driver import export_units
+
+    out = tmp_path_factory.mktemp("cluster") / "out"
+    outcome = export_units(client, poketrace, trace, out, units)
+    assert not outcome.failed, outcome.failed
+    return out, outcome
