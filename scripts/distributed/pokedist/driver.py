@@ -54,11 +54,14 @@ def export_units(client, poketrace, trace_dir, out, units, *, extra=(), retries=
         f = client.submit(task, poketrace, str(trace_dir), str(out), u["id"], tuple(extra), key=key, retries=retries, pure=False)
         futures[f] = u["id"]
     outcome = Outcome(out=str(out), units=len(units), trace_bytes=sum(u["bytes"] for u in units))
-    for f in as_completed(futures):
+    for f in as_completed(list(futures)):
+        # Dropped once read: a result still held on a worker is computed again when it is lost.
+        unit = futures.pop(f)
         if f.status == "finished":
             outcome.done.append(f.result())
         else:
-            outcome.failed[futures[f]] = f"{type(f.exception()).__name__}: {f.exception()}"
+            outcome.failed[unit] = f"{type(f.exception()).__name__}: {f.exception()}"
+        f.release()
     outcome.done.sort(key=lambda d: d["id"])
     outcome.seconds = time.monotonic() - started
     return outcome
