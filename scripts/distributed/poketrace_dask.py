@@ -15,7 +15,7 @@ import os
 import sys
 
 from pokedist.cluster import connect
-from pokedist.driver import export_units
+from pokedist.driver import TABLES_ID, export_units
 from pokedist.units import list_units
 
 
@@ -41,9 +41,10 @@ def main(argv=None):
     units = list_units(poketrace, trace_dir, args.target_bytes)
     extra = [f"--itrace={args.itrace}"] if args.itrace else []
     with connect(args.scheduler, args.local) as client:
-        outcome = export_units(client, poketrace, trace_dir, out, units, extra=extra, retries=args.retries)
+        outcome = export_units(client, poketrace, trace_dir, out, units, target_bytes=args.target_bytes, extra=extra, retries=args.retries)
     for unit, why in sorted(outcome.failed.items()):
-        print(f"poketrace_dask: unit {unit} not exported: {why}", file=sys.stderr)
+        what = unit if unit == TABLES_ID else f"unit {unit}"
+        print(f"poketrace_dask: {what} not exported: {why}", file=sys.stderr)
     print(json.dumps(outcome.summary()))
     return 1 if outcome.failed else 0
 

@@ -23,9 +23,9 @@ def connect(scheduler=None, local=None):
         return
     workers = local or os.cpu_count() or 1
     with LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
     ) as cluster, Client(cluster) as client:
-        ship_package(client)
+        # (Local workers start with this process's sys.path: they import the package as it is.)
         yield client
 
 

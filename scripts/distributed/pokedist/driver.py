@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 
 from distributed import as_completed
 
-from pokedist.task import export_unit
+from pokedist.task import export_tables, export_unit
+
+# The shared tables' name among the units in an outcome's failures.
+TABLES_ID = "tables"
 
 
 @dataclass
@@ -17,7 +20,7 @@ class Outcome:
     units: int
     trace_bytes: int
     done: list = field(default_factory=list)  # export_unit's results, one a unit
-    failed: dict = field(default_factory=dict)  # unit ID: why it could not be done
+    failed: dict = field(default_factory=dict)  # unit ID (or TABLES_ID): why it could not be done
     seconds: float = 0.0
 
     @property
@@ -42,25 +45,29 @@ class Outcome:
         }
 
 
-def export_units(client, poketrace, trace_dir, out, units, *, extra=(), retries=2, task=export_unit):
-    """One `task` a unit on `client`'s workers. Dask reruns the tasks of a worker that is lost;
-    `retries` more tries go to a unit whose export fails. A unit still failing is named in the
-    outcome, never dropped."""
+def export_units(client, poketrace, trace_dir, out, units, *, target_bytes=None, extra=(), retries=2, task=export_unit):
+    """One `task` a unit on `client`'s workers, and one that writes the shared tables (`units`
+    must be those of `target_bytes`). Dask reruns the tasks of a worker that is lost; `retries`
+    more tries go to a task that fails. A unit still failing is named in the outcome, never
+    dropped."""
     started = time.monotonic()
     run = uuid.uuid4().hex[:8]
+    sizing = ["--target-bytes", str(target_bytes)] if target_bytes is not None else []
     futures = {}
     for u in units:
         key = f"poketrace-export-{u['id']}-{run}"
         f = client.submit(task, poketrace, str(trace_dir), str(out), u["id"], tuple(extra), key=key, retries=retries, pure=False)
         futures[f] = u["id"]
+    tables = client.submit(export_tables, poketrace, str(trace_dir), str(out), tuple(sizing), key=f"poketrace-tables-{run}", retries=retries, pure=False)
+    futures[tables] = TABLES_ID
     outcome = Outcome(out=str(out), units=len(units), trace_bytes=sum(u["bytes"] for u in units))
     for f in as_completed(list(futures)):
         # Dropped once read: a result still held on a worker is computed again when it is lost.
         unit = futures.pop(f)
-        if f.status == "finished":
-            outcome.done.append(f.result())
-        else:
+        if f.status != "finished":
             outcome.failed[unit] = f"{type(f.exception()).__name__}: {f.exception()}"
+        elif unit != TABLES_ID:
+            outcome.done.append(f.result())
         f.release()
     outcome.done.sort(key=lambda d: d["id"])
     outcome.seconds = time.monotonic() - started

@@ -8,6 +8,10 @@ from distributed import get_worker
 from pokedist import dataset
 
 
+# The tables written once for the whole dataset (export's --tables), beside the units' files.
+TABLES = ("pokes", "ksymbols", "segments")
+
+
 class UnitFailed(Exception):
     """`poketrace export` could not write a unit's file (not: the unit decoded with errors)."""
 
@@ -29,6 +33,17 @@ def export_unit(poketrace, trace_dir, out, unit_id, extra=()):
         "seconds": time.monotonic() - started,
         "worker": get_worker().address,
     }
+
+
+def export_tables(poketrace, trace_dir, out, extra=()):
+    """Writes the dataset's small shared tables (pokes, ksymbols, segments) from `trace_dir`:
+    `extra` must give the units' --target-bytes when it is not the default."""
+    args = [poketrace, "export", str(trace_dir), "--format", "parquet", "-o", str(out), "--tables", ",".join(TABLES), *extra]
+    started = time.monotonic()
+    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode not in (0, 1):
+        raise UnitFailed(f"tables: {' '.join(args)}: exit status {done.returncode}: {_last_lines(done.stderr)}")
+    return {"id": "tables", "seconds": time.monotonic() - started, "worker": get_worker().address}
 
 
 def _last_lines(text, n=5):

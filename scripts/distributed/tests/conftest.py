@@ -1,8 +1,10 @@
 """Fixtures of the driver's tests: the poketrace binary, a simulated 4-CPU trace with pokes, and
-a local Dask cluster of 2 worker processes. Without Dask or the binary the tests skip, except in
-CI (CI set), where they fail."""
+a local Dask cluster of 2 worker processes. Without the Python packages or the binary no test
+runs, except in CI (CI set), where they fail."""
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +15,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent))
 
-# About 40 units of ~6 KB: the 4 CPUs' 60,000 instructions each, with 200 pokes.
-SIMULATE = ["--cpus", "4", "--instructions", "60000", "--pokes", "200", "--seed", "11"]
-TARGET_BYTES = 6000
+MISSING = [m for m in ("distributed", "duckdb", "pyarrow") if importlib.util.find_spec(m) is None]
+if MISSING and not os.environ.get("CI"):
+    pytest.exit(
+        f"not installed: {', '.join(MISSING)} (scripts/setup.sh --tests installs them; PYTHONPATH as scripts/test.sh sets it)",
+        returncode=pytest.ExitCode.NO_TESTS_COLLECTED,
+    )
+
+from datasets import SIMULATE, TARGET_BYTES, damage, export_single  # noqa: E402
+from pokedist.cluster import connect  # noqa: E402
+from pokedist.driver import export_units  # noqa: E402
+from pokedist.units import list_units  # noqa: E402
 
 
 def _needed(what):
@@ -24,26 +34,12 @@ def _needed(what):
     pytest.skip(what)
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "cluster: needs a local Dask cluster")
-
-
 @pytest.fixture(scope="session")
 def poketrace():
     path = Path(os.environ.get("POKETRACE_BIN", REPO / "target" / "debug" / "poketrace"))
     if not path.is_file():
         _needed(f"no poketrace binary at {path} (cargo build -p poketrace, or set POKETRACE_BIN)")
     return str(path)
-
-
-@pytest.fixture(scope="session")
-def dask_modules():
-    try:
-        import distributed  # noqa: F401
-        import duckdb  # noqa: F401
-        import pyarrow  # noqa: F401
-    except ImportError as e:
-        _needed(f"{e.name} is not installed (scripts/setup.sh --tests installs it; PYTHONPATH as scripts/test.sh sets it)")
 
 
 def simulate(poketrace, out):
@@ -59,18 +55,14 @@ def trace(poketrace, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def client(dask_modules):
+def client():
     """A client of 2 local worker processes, shared by the tests that do not kill a worker."""
-    from pokedist.cluster import connect
-
     with connect(local=2) as c:
         yield c
 
 
 @pytest.fixture(scope="session")
-def units(poketrace, trace, dask_modules):
-    from pokedist.units import list_units
-
+def units(poketrace, trace):
     listed = list_units(poketrace, trace, TARGET_BYTES)
     assert len(listed) >= 16, f"{len(listed)} units"
     assert {u["cpu"] for u in listed} == {0, 1, 2, 3}
@@ -80,17 +72,39 @@ def units(poketrace, trace, dask_modules):
 @pytest.fixture(scope="session")
 def single(poketrace, trace, tmp_path_factory):
     """The trace exported by one `poketrace export` process."""
-    from datasets import export_single
-
     return export_single(poketrace, trace, tmp_path_factory.mktemp("single") / "out")
+
+
+def export_on(client, poketrace, trace, tmp_path_factory, extra=()):
+    """`trace` exported on the cluster: the dataset and the run's outcome, every unit done."""
+    out = tmp_path_factory.mktemp("cluster") / "out"
+    units = list_units(poketrace, trace, TARGET_BYTES)
+    outcome = export_units(client, poketrace, trace, out, units, target_bytes=TARGET_BYTES, extra=extra)
+    assert not outcome.failed, outcome.failed
+    return out, outcome
 
 
 @pytest.fixture(scope="session")
 def exported(client, poketrace, trace, units, tmp_path_factory):
-    """The trace exported on the 2-worker cluster, and the run's outcome."""
-    from pokedist.driver import export_units
+    """The trace exported on the 2-worker cluster (branches and errors), and the run's outcome."""
+    return export_on(client, poketrace, trace, tmp_path_factory)
 
-    out = tmp_path_factory.mktemp("cluster") / "out"
-    outcome = export_units(client, poketrace, trace, out, units)
-    assert not outcome.failed, outcome.failed
-    return out, outcome
+
+@pytest.fixture(scope="session")
+def exported_insns(client, poketrace, trace, units, tmp_path_factory):
+    """The same with a row per instruction (--itrace=i)."""
+    return export_on(client, poketrace, trace, tmp_path_factory, extra=["--itrace=i"])
+
+
+@pytest.fixture(scope="session")
+def damaged(trace, tmp_path_factory):
+    """A copy of the trace with 256 bytes of one unit overwritten."""
+    copy = tmp_path_factory.mktemp("damaged") / "run"
+    shutil.copytree(trace, copy)
+    damage(copy)
+    return copy
+
+
+@pytest.fixture(scope="session")
+def exported_damaged(client, poketrace, damaged, tmp_path_factory):
+    return export_on(client, poketrace, damaged, tmp_path_factory)

@@ -5,6 +5,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+# About 40 units of ~6 KB: the 4 CPUs' 60,000 instructions each, with 200 pokes.
+SIMULATE = ["--cpus", "4", "--instructions", "60000", "--pokes", "200", "--seed", "11"]
+TARGET_BYTES = 6000
+
 
 def run(poketrace, *args, ok=(0,)):
     """`poketrace ARGS`' stdout; its exit status must be one of `ok`."""
@@ -14,8 +18,9 @@ def run(poketrace, *args, ok=(0,)):
 
 
 def export_single(poketrace, trace, out):
-    """The whole trace exported by one `poketrace export` process (1: it has decode errors)."""
-    run(poketrace, "export", trace, "--format", "parquet", "-o", out, ok=(0, 1))
+    """The whole trace exported by one `poketrace export` process, in units of TARGET_BYTES (exit
+    status 1: it has decode errors)."""
+    run(poketrace, "export", trace, "--format", "parquet", "-o", out, "--target-bytes", TARGET_BYTES, ok=(0, 1))
     return out
 
 

@@ -2,37 +2,45 @@
 as it was; a unit whose file cannot be written is named, and the driver exits non-zero."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from conftest import TARGET_BYTES
-from datasets import damage, files
-from pokedist.driver import export_units
-from pokedist.units import list_units
+from datasets import TARGET_BYTES, files
+from pokedist.dataset import unit_file
 
 DRIVER = Path(__file__).resolve().parents[1] / "poketrace_dask.py"
 
 
-def test_damaged_unit_has_error_rows_others_unaffected(client, poketrace, trace, exported, tmp_path):
-    clean, _ = exported
-    damaged = tmp_path / "damaged"
-    shutil.copytree(trace, damaged)
-    damage(damaged)
-    units = list_units(poketrace, damaged, TARGET_BYTES)
-    out = tmp_path / "out"
-    outcome = export_units(client, poketrace, damaged, out, units)
-    assert not outcome.failed, outcome.failed
-    branches = [f for f in files(clean) if f.startswith("branches/")]
-    assert [f for f in files(out) if f.startswith("branches/")] == branches
-    differ = [f for f in branches if not pq.read_table(out / f).equals(pq.read_table(clean / f))]
-    assert len(differ) == 1, differ
-    errors = {f: pq.read_table(out / f, columns=["error"]).column("error").drop_null().length() for f in branches}
-    assert errors[differ[0]] >= 1
-    assert sum(errors.values()) == errors[differ[0]] == outcome.errors
+def test_damaged_unit_has_error_rows_others_unaffected(exported, exported_damaged, units):
+    (clean, _), (out, outcome) = exported, exported_damaged
+    assert files(out) == files(clean)
+    rows = {u["id"]: pq.read_table(unit_file(out, u["id"])).to_pylist() for u in units}
+    want = {u["id"]: pq.read_table(unit_file(clean, u["id"])).to_pylist() for u in units}
+    hit = [i for i, u in enumerate(units) if any(r["error"] for r in rows[u["id"]])]
+    assert len(hit) == 1 and not any(r["error"] for r in want[units[hit[0]]["id"]]), hit
+    damaged, after = units[hit[0]], units[hit[0] + 1]
+    assert after["buffer"] == damaged["buffer"], "the damage is not in a buffer's last unit"
+    # The damaged unit: the clean rows up to the error, then the error; the rest of the unit is lost.
+    got = rows[damaged["id"]]
+    first = next(i for i, r in enumerate(got) if r["error"])
+    assert got[:first] == want[damaged["id"]][:first] and first < len(want[damaged["id"]])
+    assert got[first]["kind"] == "error" and all(r["kind"] == "error" for r in got[first:])
+    # The next unit: the trace starts again at its PSB (as in the whole decode), then its clean rows.
+    assert got_after_start(rows[after["id"]]) == want[after["id"]]
+    # Every other unit: as in the clean trace.
+    for u in units:
+        if u["id"] not in (damaged["id"], after["id"]):
+            assert rows[u["id"]] == want[u["id"]], u["id"]
+    assert outcome.errors == len(got) - first
+
+
+def got_after_start(rows):
+    """The rows after a first `tr strt` row (a trace starting again with no branch from)."""
+    assert rows[0]["kind"] == "tr strt" and rows[0]["ip"] == 0 and rows[0]["addr"] == rows[1]["ip"], rows[:2]
+    return rows[1:]
 
 
 def test_unit_that_cannot_be_written_fails_the_run(poketrace, trace, units, tmp_path):
