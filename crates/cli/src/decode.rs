@@ -109,12 +109,15 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
             if opts.segments.is_empty() {
                 tracedecode::pt::decode(plan, &aux, itrace, image, tl, code, &mut emit)?
             } else {
-                let units = chosen_units(&aux, &opts.segments, itrace, &setup)?;
-                tracedecode::pt::decode_units(plan, &aux, &units, image, tl, code, &mut emit)?
+                let units = chosen_units(&opts.segments, |id| units::pt_unit(&aux, id, &setup.cfg.time))?;
+                tracedecode::pt::decode_units(plan, &aux, &units, itrace, image, tl, code, &mut emit)?
             }
         }
-        Trace::CoreSight(_) if !opts.segments.is_empty() => bail!("--segment: CoreSight units are not decoded apart yet; decode the whole trace"),
-        Trace::CoreSight(info) => tracedecode::cs::decode(info, time_conv.as_ref(), &aux, itrace, code, &mut emit)?,
+        Trace::CoreSight(info) if opts.segments.is_empty() => tracedecode::cs::decode(info, time_conv.as_ref(), &aux, itrace, code, &mut emit)?,
+        Trace::CoreSight(info) => {
+            let units = chosen_units(&opts.segments, |id| units::cs_unit(&aux, id))?;
+            tracedecode::cs::decode_units(info, time_conv.as_ref(), &aux, &units, itrace, code, &mut emit)?
+        }
     }
     progress.finish();
     out.write_all(buf.as_bytes())?;
@@ -123,13 +126,10 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     Ok(if summary.incomplete() { 1 } else { 0 })
 }
 
-/// The units `ids` name, in trace order, checked to be units of the input
-/// that do not overlap, for an output units give exactly (`--itrace=e`).
-fn chosen_units(queues: &[tracedecode::Queue], ids: &[UnitId], itrace: &Itrace, setup: &PtSetup) -> Result<Vec<Unit>> {
-    if itrace.branches || itrace.instructions {
-        bail!("--segment: only --itrace=e is decoded by unit for now (branch and instruction lines need the state the unit before leaves)");
-    }
-    let mut chosen = ids.iter().map(|&id| units::pt_unit(queues, id, &setup.cfg.time).map_err(anyhow::Error::msg)).collect::<Result<Vec<Unit>>>()?;
+/// The units `ids` name, in trace order, each checked by `unit` to be a
+/// unit of the input, and checked not to overlap.
+pub fn chosen_units(ids: &[UnitId], unit: impl Fn(UnitId) -> Result<Unit, String>) -> Result<Vec<Unit>> {
+    let mut chosen = ids.iter().map(|&id| unit(id).map_err(anyhow::Error::msg)).collect::<Result<Vec<Unit>>>()?;
     chosen.sort_by_key(|u| u.id);
     chosen.dedup_by_key(|u| u.id);
     if let Some(w) = chosen.windows(2).find(|w| w[0].id.idx == w[1].id.idx && w[1].id.start < w[0].id.end) {

@@ -11,6 +11,7 @@ mod c_number;
 mod decode;
 mod dump;
 mod etm_cmd;
+mod export;
 mod hex;
 mod image;
 mod lines;
@@ -38,6 +39,12 @@ use sim::Protocol;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// `export`'s output formats.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    Parquet,
 }
 
 #[derive(Subcommand)]
@@ -127,9 +134,9 @@ enum Command {
         /// cores; 1: each buffer on one thread), for --itrace=e and --stat.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         threads: Option<u32>,
-        /// Only this unit of `poketrace segments` (repeatable; Intel PT,
-        /// --itrace=e only): the lines of units decoded one after the other
-        /// are, in order, the lines of the whole decode.
+        /// Only this unit of `poketrace segments` (repeatable): the lines
+        /// of units decoded one after the other are, in order, the lines of
+        /// the whole decode (instructions: each one, no period).
         #[arg(long = "segment", value_name = "ID", conflicts_with = "stat")]
         segments: Vec<tracedecode::units::UnitId>,
     },
@@ -152,6 +159,43 @@ enum Command {
         /// while they fit (at least one a unit).
         #[arg(long, value_name = "N", default_value_t = segments::DEFAULT_TARGET)]
         target_bytes: usize,
+    },
+    /// Write the decoded lines of each unit of `poketrace segments` as a
+    /// Parquet file, Hive-style (OUT/branches/cpu=N/seg-ID.parquet; tid=N
+    /// for a per-thread buffer), with pokes.parquet, ksymbols.parquet and
+    /// segments.parquet beside them (columns: the export crate's doc).
+    ///
+    /// Each file is written under a temporary name and renamed when
+    /// complete: a rerun replaces, never duplicates. Ends with decode's
+    /// summary on stderr; exit status as decode's.
+    Export {
+        /// perf.data directory or file.
+        input: PathBuf,
+        /// The output format.
+        #[arg(long, value_enum, default_value = "parquet")]
+        format: ExportFormat,
+        /// The output directory.
+        #[arg(short, long, value_name = "OUT")]
+        output: PathBuf,
+        /// Only this unit of `poketrace segments` (repeatable); all when none.
+        #[arg(long = "segment", value_name = "ID")]
+        segments: Vec<tracedecode::units::UnitId>,
+        /// b: a row per taken branch; i: a row per instruction (both: as
+        /// decode interleaves them). Error rows come always.
+        #[arg(long, default_value = "b")]
+        itrace: String,
+        /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
+        #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
+        image: tracedecode::ImageMode,
+        /// Bytes of trace a unit holds about, as `segments --target-bytes`.
+        #[arg(long, value_name = "N", default_value_t = segments::DEFAULT_TARGET)]
+        target_bytes: usize,
+        /// The tables to write (default: all; only branches with --segment).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        tables: Option<Vec<export::Table>>,
+        /// Look up the files of user mappings under this directory (as perf's --symfs).
+        #[arg(long, value_name = "DIR")]
+        symfs: Option<PathBuf>,
     },
     /// A call-stack timeline of an Intel PT or CoreSight trace in the Trace Event Format (Perfetto, speedscope), with code changes and decode problems.
     Timeline {
@@ -303,6 +347,11 @@ fn main() {
             decode::run(&input, &opts, &mut out)
         })(),
         Command::Segments { input, json, target_bytes } => segments::run(&input, target_bytes, json, &mut out),
+        Command::Export { input, format: ExportFormat::Parquet, output, segments, itrace, image, target_bytes, tables, symfs } => (|| {
+            let itrace = tracedecode::Itrace { errors: true, ..tracedecode::Itrace::parse(&itrace)? };
+            let opts = export::Options { itrace, image, user: symbols::user_code(symfs), segments, target: target_bytes, tables };
+            export::run(&input, &output, &opts)
+        })(),
         Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
             timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
         }

@@ -164,8 +164,77 @@ fn ids_are_stable_and_target_bytes_groups_psb_segments() {
         assert!(!out.status.success() && err.contains(why), "--segment {id}: {err}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_poketrace"))
-        .args(["decode", d, "--itrace=be", "--segment", first["id"].as_str().unwrap()])
+        .args(["decode", d, "--itrace=i10i", "--segment", first["id"].as_str().unwrap()])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("only --itrace=e"), "branches by unit are refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("each instruction only"), "an instruction period by unit is refused");
+}
+
+/// `decode` of `dir` with `args`, whole and unit by unit: all units at
+/// once give the whole decode, and each CPU's units one after the other
+/// its lines of it (`mark(cpu)` picks them out).
+fn check_units_apart(what: &str, dir: &str, units: &[Value], args: &[&str], mark: impl Fn(u64) -> String) {
+    let decode = |extra: &[&str]| poketrace_incomplete(&[&["decode", dir][..], args, extra].concat());
+    let whole = decode(&[]);
+    assert!(whole.lines().count() > 100, "{what}: {} lines", whole.lines().count());
+    let all: Vec<String> = units.iter().flat_map(|u| ["--segment".to_string(), u["id"].as_str().unwrap().to_string()]).collect();
+    assert_eq!(decode(&all.iter().map(String::as_str).collect::<Vec<_>>()), whole, "{what}: all units");
+    let cpus: std::collections::BTreeSet<u64> = units.iter().map(|u| u["cpu"].as_u64().unwrap()).collect();
+    for cpu in cpus {
+        let apart: String = units.iter().filter(|u| u["cpu"] == cpu).map(|u| decode(&["--segment", u["id"].as_str().unwrap()])).collect();
+        let of_cpu: String = whole.lines().filter(|l| l.contains(&mark(cpu))).map(|l| format!("{l}\n")).collect();
+        assert!(!of_cpu.is_empty(), "{what}: no lines of cpu {cpu}");
+        assert_eq!(apart, of_cpu, "{what}: cpu {cpu}'s units one by one");
+    }
+}
+
+/// Branch and instruction lines by unit: the state that crosses a unit's
+/// edges (the branch into its first instruction, where its last one went,
+/// whether tracing was on) is that of the whole decode, with pokes, with
+/// damage (errors end tracing mid-unit) and across a gap.
+#[test]
+fn units_give_branch_and_instruction_lines_of_the_whole_decode() {
+    let root = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/segments-lines"));
+    for (name, damaged, gap, instructions, target) in
+        [("pokes", false, false, "60000", 3000), ("damaged", true, false, "100000", 6000), ("gap", true, true, "400000", 36000)]
+    {
+        let dir = root.join(name);
+        common::simulate(&dir, &["--cpus", "2", "--instructions", instructions, "--protocol", "int3", "--pokes", "200", "--seed", "7"]);
+        if damaged {
+            common::damage_trace(&dir);
+        }
+        if gap {
+            aux_gap(&dir);
+        }
+        let d = dir.to_str().unwrap();
+        let units = units(d, target);
+        assert!(units.len() >= 8, "{name}: {} units", units.len());
+        let text = |cpu: u64| format!("[{cpu:03}]");
+        let json = |cpu: u64| format!("\"cpu\":{cpu},");
+        check_units_apart(&format!("{name} b"), d, &units, &[], text);
+        check_units_apart(&format!("{name} b --json"), d, &units, &["--json"], json);
+        check_units_apart(&format!("{name} bie --image static --json"), d, &units, &["--itrace=bie", "--image", "static", "--json"], json);
+        if !gap {
+            check_units_apart(&format!("{name} i"), d, &units, &["--itrace=ie"], text);
+            check_units_apart(&format!("{name} i --json"), d, &units, &["--itrace=i", "--json"], json);
+        }
+    }
+}
+
+/// CoreSight: a unit is a whole run without a gap, decoded as in the whole decode.
+#[test]
+fn coresight_units_are_whole_runs() {
+    let root = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/segments-cs"));
+    let dir = root.join("run");
+    common::simulate(&dir, &["--arch", "aarch64", "--cpus", "3", "--instructions", "30000", "--pokes", "20", "--seed", "5"]);
+    let d = dir.to_str().unwrap();
+    let units = units(d, 1);
+    assert_eq!(units.len(), 3, "one run a buffer");
+    let json = |cpu: u64| format!("\"cpu\":{cpu},");
+    check_units_apart("cs b", d, &units, &["--json"], json);
+    check_units_apart("cs i", d, &units, &["--itrace=ie", "--json"], json);
+    let id = units[0]["id"].as_str().unwrap();
+    let (head, _) = id.split_once('-').unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_poketrace")).args(["decode", d, "--segment", &format!("{head}-100")]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a whole run"), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -23,6 +23,7 @@ use crate::lanes::{Lanes, BATCH};
 use crate::line::{InsnBytes, Kind, Out};
 use crate::queue::Queue;
 use crate::setup::etm_configs;
+use crate::units::Unit;
 use crate::Error;
 
 /// The trace's timestamps on the perf clock, and the code decoded (whose
@@ -90,6 +91,37 @@ pub fn decode<E: From<Error>>(
     code: &CodeTimeline,
     emit: &mut impl FnMut(&Out) -> Result<(), E>,
 ) -> Result<(), E> {
+    decode_runs(info, conv, aux, itrace, code, |_, _| true, emit)
+}
+
+/// The lines of `units` (from [`crate::units::cs_unit`]: runs without a
+/// gap), those [`decode`] gives for their bytes, in its order. A buffer's
+/// runs before a unit are decoded too (a run starts from the time the one
+/// before ended at), their lines dropped.
+pub fn decode_units<E: From<Error>>(
+    info: &CsEtmInfo,
+    conv: Option<&TimeConv>,
+    aux: &[Queue],
+    units: &[Unit],
+    itrace: &Itrace,
+    code: &CodeTimeline,
+    emit: &mut impl FnMut(&Out) -> Result<(), E>,
+) -> Result<(), E> {
+    let chosen = |queue: usize, base: usize| units.iter().any(|u| u.queue == queue && u.id.start == base);
+    decode_runs(info, conv, aux, itrace, code, chosen, emit)
+}
+
+/// [`decode`], keeping the lines of the runs `chosen(queue, start)` says:
+/// a buffer's runs after its last chosen one are not decoded.
+fn decode_runs<E: From<Error>>(
+    info: &CsEtmInfo,
+    conv: Option<&TimeConv>,
+    aux: &[Queue],
+    itrace: &Itrace,
+    code: &CodeTimeline,
+    chosen: impl Fn(usize, usize) -> bool + Sync,
+    emit: &mut impl FnMut(&Out) -> Result<(), E>,
+) -> Result<(), E> {
     let mut configs = Vec::new();
     let mut cpu_of = [u32::MAX; 128];
     for (cpu, cfg) in etm_configs(info)? {
@@ -105,8 +137,10 @@ pub fn decode<E: From<Error>>(
         let q = &aux[queue];
         let mut out = Vec::with_capacity(BATCH);
         let mut flows = [Flow::default(); 128];
+        let last_chosen = q.pieces().map(|(base, _)| base).filter(|&base| chosen(queue, base)).last();
         // Each piece of the trace on its own: never across a gap in the AUX data.
-        for (base, piece) in q.pieces() {
+        for (base, piece) in q.pieces().take_while(|&(base, _)| Some(base) <= last_chosen) {
+            let keep = chosen(queue, base);
             for f in &mut flows {
                 *f = Flow { time: f.time, insns_seen: f.insns_seen, ..Flow::default() };
             }
@@ -122,6 +156,9 @@ pub fn decode<E: From<Error>>(
                 let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
                 let made = out.len();
                 element(&mut flows[id], e, queue, cpu, itrace, &clock, &mut out);
+                if !keep {
+                    out.truncate(made);
+                }
                 if base > 0 {
                     for l in &mut out[made..] {
                         if let Kind::Error { offset, .. } = &mut l.kind {

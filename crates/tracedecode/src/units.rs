@@ -101,6 +101,19 @@ pub fn whole_runs(queues: &[Queue]) -> Vec<Unit> {
     units
 }
 
+/// The CoreSight unit `id` names among `queues`: one of [`whole_runs`].
+pub fn cs_unit(queues: &[Queue], id: UnitId) -> Result<Unit, String> {
+    let (queue, q) = queues.iter().enumerate().find(|(_, q)| q.idx == id.idx).ok_or_else(|| format!("segment {id}: no AUX buffer {}", id.idx))?;
+    let mut runs = q.pieces().filter(|(_, p)| !p.is_empty()).map(|(base, p)| UnitId { idx: id.idx, start: base, end: base + p.len() });
+    if !runs.any(|r| r == id) {
+        return Err(format!(
+            "segment {id}: not a whole run of AUX buffer {} without a gap (CoreSight units are, as `poketrace segments` lists them)",
+            id.idx
+        ));
+    }
+    Ok(Unit { queue, id, syncs: 0, time: (None, None) })
+}
+
 /// The unit `id` names among `queues`, checked to be one [`pt_units`] can
 /// list: in one buffer's run without a gap, from one of its PSBs to a
 /// later PSB or the end of the run.
@@ -123,7 +136,7 @@ pub fn pt_unit(queues: &[Queue], id: UnitId, conv: &TimeConv) -> Result<Unit, St
 }
 
 /// The PSB segments of a run (none without a PSB).
-fn psb_segments(piece: &[u8]) -> impl Iterator<Item = (usize, usize)> {
+pub(crate) fn psb_segments(piece: &[u8]) -> impl Iterator<Item = (usize, usize)> {
     let any = intel_pt::find_psb(piece).is_some();
     intel_pt::parallel::segments(piece).into_iter().filter(move |_| any)
 }

@@ -112,6 +112,25 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         );
     }
 
+    /// [`Self::run_with`] for only the PSB segments of `buf` that start in
+    /// `starts`, with offsets from `base` (where `buf` is in the whole
+    /// trace): the events each gives within the whole run, in order.
+    pub fn run_with_in(&self, buf: &'a [u8], base: usize, starts: Range<usize>, sink: &mut impl FlowSink) {
+        let mut cuts = segments(buf);
+        cuts.retain(|(start, _)| starts.contains(start));
+        self.segments_in_groups(
+            buf,
+            base,
+            &cuts,
+            false,
+            || self.spare(),
+            |mut rec: Recording| {
+                rec.replay(sink);
+                self.spare.lock().expect("no panic while held").push(rec);
+            },
+        );
+    }
+
     /// Decodes `buf` with a sink of its own for each PSB segment, made by
     /// `make` and filled on the pool, then given to `done` in trace order on
     /// the calling thread (while the segments after it decode; a calling

@@ -47,6 +47,12 @@ pub(super) struct Collector<'a, C: CodeSource> {
     insns_seen: u64,
     /// The trace's address filter: a direct branch out of it ends tracing.
     filter: Option<AddrFilter>,
+    /// New lines are kept (else only the state they leave is: the segments
+    /// before or after a unit, decoded for what crosses its edges).
+    keep: bool,
+    /// An instruction or the end of tracing came: `prev` and `tracing` no
+    /// longer depend on what came before this sink's first event.
+    settled: bool,
 }
 
 impl<'a, C: CodeSource> Collector<'a, C> {
@@ -73,6 +79,29 @@ impl<'a, C: CodeSource> Collector<'a, C> {
             prev_line: None,
             insns_seen: 0,
             filter,
+            keep: true,
+            settled: false,
+        }
+    }
+
+    /// Whether new lines are kept from now on (they all are at first). A
+    /// line waiting to learn where its branch went still learns it.
+    pub(super) fn keep_lines(&mut self, keep: bool) {
+        self.keep = keep;
+    }
+
+    /// Whether an instruction or an end of tracing came: from then on, the
+    /// state lines depend on is what the events since made it.
+    pub(super) fn settled(&self) -> bool {
+        self.settled
+    }
+
+    /// Drops the lines from `made` on unless they are kept ([`Self::keep_lines`]).
+    #[inline(always)]
+    fn drop_unkept(&mut self, made: usize) {
+        if !self.keep {
+            self.lines.truncate(made);
+            self.prev_line = None;
         }
     }
 
@@ -201,9 +230,12 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             return;
         }
         self.flush();
+        let made = self.lines.len();
         self.arrive(b.ip, b.lo);
+        self.drop_unkept(made);
         let last = b.last();
         self.prev = Some(Ran { ip: b.last_ip, len: last.len, class: last.class, lo: b.last_lo, hi: b.hi, code: InsnCode::Exact });
+        self.settled = true;
     }
 
     fn event(&mut self, e: FlowEvent) {
@@ -222,6 +254,8 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             }
         }
         self.flush();
+        let made = self.lines.len();
+        self.settled |= matches!(e, FlowEvent::Insn { .. } | FlowEvent::End { .. } | FlowEvent::Error { .. });
         match e {
             FlowEvent::Insn { ip, len, class, lo, hi, uncertain, code } => {
                 self.arrive(ip, lo);
@@ -292,6 +326,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             // Not asked for (no state events).
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
+        self.drop_unkept(made);
     }
 }
 
