@@ -1,4 +1,4 @@
-"""What a worker runs for one unit: `poketrace export DIR --segment ID -o OUT`, a subprocess."""
+"""What a worker runs: `poketrace export` for one unit, or for the shared tables, a subprocess."""
 
 import subprocess
 import time
@@ -7,44 +7,35 @@ from distributed import get_worker
 
 from pokedist import dataset
 
-
 # The tables written once for the whole dataset (export's --tables), beside the units' files.
 TABLES = ("pokes", "ksymbols", "segments")
 
 
 class UnitFailed(Exception):
-    """`poketrace export` could not write a unit's file (not: the unit decoded with errors)."""
+    """`poketrace export` could not write its files (not: the unit decoded with errors)."""
 
 
 def export_unit(poketrace, trace_dir, out, unit_id, extra=()):
     """Exports unit `unit_id` of `trace_dir` into the dataset at `out` (both on storage this
     worker shares) and returns what it wrote: rows and error rows of the unit's file."""
-    args = [poketrace, "export", str(trace_dir), "--format", "parquet", "-o", str(out), "--segment", unit_id, *extra]
-    started = time.monotonic()
-    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    # 0: complete; 1: the unit has decode errors, which are rows of its file.
-    if done.returncode not in (0, 1):
-        raise UnitFailed(f"unit {unit_id}: {' '.join(args)}: exit status {done.returncode}: {_last_lines(done.stderr)}")
+    seconds = _export(poketrace, trace_dir, out, ["--segment", unit_id, *extra], f"unit {unit_id}")
     rows, errors = dataset.counts(dataset.unit_file(out, unit_id))
-    return {
-        "id": unit_id,
-        "rows": rows,
-        "errors": errors,
-        "seconds": time.monotonic() - started,
-        "worker": get_worker().address,
-    }
+    return {"id": unit_id, "rows": rows, "errors": errors, "seconds": seconds, "worker": get_worker().address}
 
 
 def export_tables(poketrace, trace_dir, out, extra=()):
     """Writes the dataset's small shared tables (pokes, ksymbols, segments) from `trace_dir`:
-    `extra` must give the units' --target-bytes when it is not the default."""
-    args = [poketrace, "export", str(trace_dir), "--format", "parquet", "-o", str(out), "--tables", ",".join(TABLES), *extra]
+    `extra` must give the units' --target-bytes when it is not the default. Returns seconds."""
+    return _export(poketrace, trace_dir, out, ["--tables", ",".join(TABLES), *extra], "tables")
+
+
+def _export(poketrace, trace_dir, out, args, what):
+    """Runs `poketrace export` with `args`; its seconds. Exit status 1 is a decode with errors,
+    whose rows are in the files: done; any other but 0 raises UnitFailed naming `what`."""
+    cmd = [poketrace, "export", str(trace_dir), "--format", "parquet", "-o", str(out), *args]
     started = time.monotonic()
-    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode not in (0, 1):
-        raise UnitFailed(f"tables: {' '.join(args)}: exit status {done.returncode}: {_last_lines(done.stderr)}")
-    return {"id": "tables", "seconds": time.monotonic() - started, "worker": get_worker().address}
-
-
-def _last_lines(text, n=5):
-    return " | ".join(text.strip().splitlines()[-n:])
+        last = " | ".join(done.stderr.strip().splitlines()[-5:])
+        raise UnitFailed(f"{what}: {' '.join(cmd)}: exit status {done.returncode}: {last}")
+    return time.monotonic() - started
