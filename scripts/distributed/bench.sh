@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark (not a test) of the Dask driver on this machine (docs/PERFORMANCE.md, "Decoding on a
-# Dask cluster"): the same trace exported by 1 and by 2 local worker processes, and by one
-# `poketrace export` process as the anchor; MB of trace a second a worker; the fixed cost of a
-# unit, from a run of one-PSB-segment units (a few KB each, their decode almost free).
+# Dask cluster"): the same trace exported by 1 and by 2 local worker processes (one core each:
+# RAYON_NUM_THREADS=1), and by one `poketrace export` process on all cores and on one as anchors;
+# MB of trace a second a worker; the fixed cost of a unit, from a run of one-PSB-segment units (a
+# few KB each, their decode almost free) and from one such unit of the big trace exported alone.
 #
 #   scripts/distributed/bench.sh
 #   INSNS=2000000 RUNS=3 scripts/distributed/bench.sh
@@ -33,28 +34,44 @@ trap 'rm -rf "$work"' EXIT
 "$BIN" simulate --cpus "$CPUS" --instructions "$SMALL_INSNS" --pokes 200 --seed 1 -o "$work/small" >/dev/null
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# Seconds from START to END, divided by N (default 1).
+elapsed() { python3 -c 'import sys; print(round((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]), 4))' "$1" "$2" "${3:-1}"; }
+
 # One driver run: its JSON summary, with the workers and the wall time of the whole command.
-drive() { # NAME TRACE TARGET WORKERS
+drive() { # NAME TRACE TARGET WORKERS (RAYON_NUM_THREADS from the caller reaches the workers)
 	local start end
 	rm -rf "$work/out"
-	start=$(date +%s.%N)
+	start=$EPOCHREALTIME
 	python3 scripts/distributed/poketrace_dask.py "$2" -o "$work/out" --local "$4" --target-bytes "$3" --poketrace "$BIN" |
 		python3 -c 'import json, sys; s = json.load(sys.stdin); s.update(name=sys.argv[1], workers=int(sys.argv[2])); print(json.dumps(s))' "$1" "$4" >>"$work/runs.jsonl"
-	end=$(date +%s.%N)
-	echo "  $1, $4 worker(s): $(tail -n1 "$work/runs.jsonl"), command $(echo "$end - $start" | bc) s"
+	end=$EPOCHREALTIME
+	echo "  $1, $4 worker(s): $(tail -n1 "$work/runs.jsonl"), command $(elapsed "$start" "$end") s"
 }
 
+# One unit of a single PSB segment of the big trace, exported alone: the fixed cost on a big file.
+first=$("$BIN" segments "$work/big" --json --target-bytes 1 | head -n1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 for ((r = 1; r <= RUNS; r++)); do
 	echo "round $r"
-	rm -rf "$work/out"
-	start=$(date +%s.%N)
-	"$BIN" export "$work/big" --format parquet -o "$work/out" >/dev/null
-	end=$(date +%s.%N)
-	echo "{\"name\": \"single\", \"seconds\": $(echo "$end - $start" | bc)}" >>"$work/runs.jsonl"
-	echo "  one export process: $(echo "$end - $start" | bc) s"
+	for name in single single1; do
+		rm -rf "$work/out"
+		threads=$([[ $name == single1 ]] && echo 1 || nproc)
+		start=$EPOCHREALTIME
+		RAYON_NUM_THREADS=$threads "$BIN" export "$work/big" --format parquet -o "$work/out" --target-bytes "$TARGET" 2>/dev/null
+		end=$EPOCHREALTIME
+		echo "{\"name\": \"$name\", \"seconds\": $(elapsed "$start" "$end")}" >>"$work/runs.jsonl"
+		echo "  one export process, $threads thread(s): $(elapsed "$start" "$end") s"
+	done
+	start=$EPOCHREALTIME
+	for ((i = 0; i < 5; i++)); do
+		RAYON_NUM_THREADS=1 "$BIN" export "$work/big" --format parquet -o "$work/out" --segment "$first" 2>/dev/null
+	done
+	end=$EPOCHREALTIME
+	echo "{\"name\": \"one_small_unit_of_big\", \"seconds\": $(elapsed "$start" "$end" 5)}" >>"$work/runs.jsonl"
+	echo "  unit $first of the big trace alone: $(elapsed "$start" "$end" 5) s"
+	# Each worker one core: an export's PSB segments on one thread.
 	for w in $WORKERS; do
-		drive big "$work/big" "$TARGET" "$w"
-		drive small "$work/small" 1 "$w"
+		RAYON_NUM_THREADS=1 drive big "$work/big" "$TARGET" "$w"
+		RAYON_NUM_THREADS=1 drive small "$work/small" 1 "$w"
 	done
 done
 python3 scripts/distributed/bench_summary.py "$work/runs.jsonl"

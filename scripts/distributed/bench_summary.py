@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""bench.sh's figures from its runs (JSON lines of poketrace_dask.py summaries): throughput a
-worker, fixed cost a unit, and what 1 TB of Intel PT takes on 100 machines, on paper."""
+"""bench.sh's figures from its runs (JSON lines: poketrace_dask.py summaries and single-process
+times): MB of trace a second a worker, the fixed cost of a unit, and on paper what 1 TB of Intel
+PT takes on 100 machines."""
 
 import json
 import sys
@@ -13,37 +14,41 @@ UNIT = 8 << 20  # poketrace segments' default --target-bytes
 
 def main(path):
     runs = [json.loads(line) for line in open(path)]
-    single = min(r["seconds"] for r in runs if r["name"] == "single")
-    big = {w: best(runs, "big", w) for w in sorted({r["workers"] for r in runs if r["name"] == "big"})}
-    small = {w: best(runs, "small", w) for w in big}
+    big = {w: fastest(runs, "big", w) for w in sorted({r["workers"] for r in runs if r["name"] == "big"})}
+    small = {w: fastest(runs, "small", w) for w in big}
     mb = big[min(big)]["trace_bytes"] / 1e6
-    print(f"one export process: {mb:.1f} MB in {single:.2f} s: {mb / single:.2f} MB/s")
+    for name, what in [("single", "all cores"), ("single1", "one thread")]:
+        s = fastest(runs, name)["seconds"]
+        print(f"one export process, {what}: {mb:.1f} MB in {s:.2f} s: {mb / s:.2f} MB/s")
+    alone = fastest(runs, "one_small_unit_of_big")["seconds"]
+    print(f"one single-PSB unit of that trace exported alone: {alone * 1e3:.0f} ms")
     for w, r in big.items():
         rate = mb / r["seconds"]
         s = small[w]
-        fixed = s["seconds"] * w / s["units"]
         print(
-            f"{w} worker(s): {mb:.1f} MB in {r['units']} units, {r['seconds']:.2f} s: {rate:.2f} MB/s, "
-            f"{rate / w:.2f} MB/s a worker; {s['units']} units of ~{s['trace_bytes'] / s['units'] / 1e3:.1f} KB "
-            f"in {s['seconds']:.2f} s: {fixed * 1e3:.0f} ms a unit"
+            f"{w} worker(s): {mb:.1f} MB in {r['units']} units: {r['seconds']:.2f} s, {rate:.2f} MB/s, "
+            f"{rate / w:.2f} MB/s a worker; {s['units']} units of {s['trace_bytes'] / s['units'] / 1e3:.1f} KB: "
+            f"{s['seconds']:.2f} s, {s['seconds'] * w / s['units'] * 1e3:.0f} ms a unit a worker"
         )
-    # Paper: a worker decodes at the 1-worker rate once its units' fixed cost is taken out.
-    one, s1 = big[min(big)], small[min(big)]
-    fixed = s1["seconds"] / s1["units"]
-    decode = (one["seconds"] - one["units"] * fixed) / one["trace_bytes"]
+    # On paper: a worker's decode rate once its units' fixed cost is taken out, and that cost as
+    # the larger of the two measures of it.
+    one = big[min(big)]
+    fixed = max(alone, small[min(big)]["seconds"] * min(big) / small[min(big)]["units"])
+    per_byte = (one["seconds"] * min(big) - one["units"] * fixed) / one["trace_bytes"]
     units = TB / UNIT
-    total = TB * decode + units * fixed
-    hours = total / (MACHINES * CORES) / 3600
+    total = TB * per_byte + units * fixed
     print(
-        f"on paper: 1 TB = {units:,.0f} units of 8 MiB; {decode * 1e9:.2f} s a GB decoding + {fixed * 1e3:.0f} ms a unit "
-        f"= {total / 3600:,.0f} worker-hours; on {MACHINES} machines x {CORES} workers: {hours:.2f} h"
+        f"on paper: 1 TB = {units:,.0f} units of 8 MiB at {per_byte * 1e9:.1f} s a GB + {fixed * 1e3:.0f} ms a unit "
+        f"= {total / 3600:,.0f} worker-hours: {total / (MACHINES * CORES) / 3600:.2f} h on {MACHINES} machines "
+        f"x {CORES} workers ({total / MACHINES / 3600:.1f} h with one worker a machine)"
     )
 
 
-def best(runs, name, workers):
-    """The fastest run of `name` on `workers` workers (the machine is shared: the least disturbed)."""
-    matching = [r for r in runs if r["name"] == name and r["workers"] == workers]
-    assert all(r["failed"] == 0 for r in matching), matching
+def fastest(runs, name, workers=None):
+    """The fastest run of `name` (on `workers` workers): the machine is shared, the least disturbed."""
+    matching = [r for r in runs if r["name"] == name and r.get("workers") == workers]
+    assert matching, (name, workers)
+    assert all(r.get("failed", 0) == 0 for r in matching), matching
     return min(matching, key=lambda r: r["seconds"])
 
 
