@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark (not a test) of the Dask driver on this machine (docs/PERFORMANCE.md, "Decoding on a
 # Dask cluster"): the same trace exported by 1 and by 2 local worker processes (one core each:
-# RAYON_NUM_THREADS=1), and by one `poketrace export` process on all cores and on one as anchors;
-# MB of trace a second a worker; the fixed cost of a unit, from a run of one-PSB-segment units (a
-# few KB each, their decode almost free) and from one such unit of the big trace exported alone.
+# RAYON_NUM_THREADS=1), and by one `poketrace export` process as the anchor; MB of trace a second
+# a worker, in wall and in CPU time (user + sys of the export processes); the fixed cost of a
+# unit, from a run of one-PSB-segment units (a few KB each, their decode almost free) and from one
+# such unit of the big trace exported alone. Needs GNU time (/usr/bin/time).
 #
 #   scripts/distributed/bench.sh
 #   INSNS=2000000 RUNS=3 scripts/distributed/bench.sh
@@ -48,26 +49,25 @@ drive() { # NAME TRACE TARGET WORKERS (RAYON_NUM_THREADS from the caller reaches
 	echo "  $1, $4 worker(s): $(tail -n1 "$work/runs.jsonl"), command $(elapsed "$start" "$end") s"
 }
 
+# One poketrace run as a JSON line: NAME, wall seconds and CPU seconds (user + sys: on a shared
+# machine wall time says as much about the neighbours as about the program).
+timed() { # NAME COMMAND...
+	local name=$1
+	shift
+	/usr/bin/time -f '%e %U %S' -o "$work/time" "$@" >/dev/null 2>&1
+	read -r wall user sys <"$work/time"
+	echo "{\"name\": \"$name\", \"seconds\": $wall, \"cpu_seconds\": $(python3 -c "print($user + $sys)")}" | tee -a "$work/runs.jsonl"
+}
+
 # One unit of a single PSB segment of the big trace, exported alone: the fixed cost on a big file.
 first=$("$BIN" segments "$work/big" --json --target-bytes 1 | head -n1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 for ((r = 1; r <= RUNS; r++)); do
 	echo "round $r"
-	for name in single single1; do
-		rm -rf "$work/out"
-		threads=$([[ $name == single1 ]] && echo 1 || nproc)
-		start=$EPOCHREALTIME
-		RAYON_NUM_THREADS=$threads "$BIN" export "$work/big" --format parquet -o "$work/out" --target-bytes "$TARGET" 2>/dev/null
-		end=$EPOCHREALTIME
-		echo "{\"name\": \"$name\", \"seconds\": $(elapsed "$start" "$end")}" >>"$work/runs.jsonl"
-		echo "  one export process, $threads thread(s): $(elapsed "$start" "$end") s"
+	rm -rf "$work/out"
+	timed single "$BIN" export "$work/big" --format parquet -o "$work/out" --target-bytes "$TARGET"
+	for ((i = 0; i < 3; i++)); do
+		RAYON_NUM_THREADS=1 timed one_small_unit_of_big "$BIN" export "$work/big" --format parquet -o "$work/out" --segment "$first"
 	done
-	start=$EPOCHREALTIME
-	for ((i = 0; i < 5; i++)); do
-		RAYON_NUM_THREADS=1 "$BIN" export "$work/big" --format parquet -o "$work/out" --segment "$first" 2>/dev/null
-	done
-	end=$EPOCHREALTIME
-	echo "{\"name\": \"one_small_unit_of_big\", \"seconds\": $(elapsed "$start" "$end" 5)}" >>"$work/runs.jsonl"
-	echo "  unit $first of the big trace alone: $(elapsed "$start" "$end" 5) s"
 	# Each worker one core: an export's PSB segments on one thread.
 	for w in $WORKERS; do
 		RAYON_NUM_THREADS=1 drive big "$work/big" "$TARGET" "$w"

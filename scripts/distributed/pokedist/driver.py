@@ -42,6 +42,7 @@ class Outcome:
             "trace_bytes": self.trace_bytes,
             "seconds": round(self.seconds, 3),
             "task_seconds": round(sum(d["seconds"] for d in self.done), 3),
+            "task_cpu_seconds": round(sum(d["cpu_seconds"] for d in self.done), 3),
         }
 
 
