@@ -74,9 +74,10 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
     }
     let bare = (opts.image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
     let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
-    let said: HashSet<String> = built.errors.iter().cloned().collect();
-    let unsaid = bad_records.iter().map(ToString::to_string).filter(|e| !said.contains(e)).count();
-    for e in built.errors.iter().chain(&bad_records.iter().map(ToString::to_string).filter(|e| !said.contains(e)).collect::<Vec<_>>()) {
+    // The records codeimage could not read are those the input could not: each said once.
+    let said: HashSet<&str> = built.errors.iter().map(String::as_str).collect();
+    let unsaid: Vec<String> = bad_records.iter().map(ToString::to_string).filter(|e| !said.contains(e.as_str())).collect();
+    for e in built.errors.iter().chain(&unsaid) {
         eprintln!("poketrace export: {e}");
     }
     let setup = match &info {
@@ -104,7 +105,7 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
     });
     let mut summary = Summary {
         buffers: aux.len(),
-        bad_records: (built.errors.len() + unsaid) as u64,
+        bad_records: (built.errors.len() + unsaid.len()) as u64,
         lost: built.losses.lost_records(),
         truncated: built.losses.aux_damaged(),
         gaps: breaks.len() as u64,
@@ -138,6 +139,9 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
     }
     for b in breaks.iter().take(10) {
         eprintln!("poketrace export: {}", b.describe());
+    }
+    for line in built.losses.report(10) {
+        eprintln!("poketrace export: the recording is incomplete: {line}");
     }
     eprintln!("poketrace export: {summary}, {files} files written to {}", out_dir.display());
     Ok(if summary.incomplete() { 1 } else { 0 })
@@ -206,7 +210,7 @@ impl Decoding<'_> {
             let sym = |addr: u64| symbols.lookup(addr).map(|(name, _)| name);
             let mut row = BranchRow { time: l.time, cpu: l.cpu as i32, pid: who.map(|w| w.0), tid: who.map(|w| w.1), ..BranchRow::default() };
             match &l.kind {
-                Kind::Branch { from, to, flags, .. } => {
+                Kind::Branch { from, to, flags, insns, .. } => {
                     kind.clear();
                     for word in flags.split(' ').filter(|w| !w.is_empty()) {
                         if !kind.is_empty() {
@@ -214,7 +218,8 @@ impl Decoding<'_> {
                         }
                         kind.push_str(word);
                     }
-                    row = BranchRow { ip: Some(*from), addr: Some(*to), kind: &kind, sym: sym(*from), addr_sym: sym(*to), ..row };
+                    row =
+                        BranchRow { ip: Some(*from), addr: Some(*to), kind: &kind, sym: sym(*from), addr_sym: sym(*to), insns: Some(*insns), ..row };
                 }
                 Kind::Insn { ip, uncertain, .. } => {
                     counts.uncertain += u64::from(*uncertain);

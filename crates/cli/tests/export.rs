@@ -80,12 +80,12 @@ fn rows_of(path: &Path) -> Vec<Value> {
             }
         };
         for i in 0..b.num_rows() {
-            assert!(insns.is_null(i), "insns is not counted yet");
             let err = error.as_string::<i32>();
             rows.push(json!({
                 "time": u64s(&time, i), "cpu": i32s(&cpu, i), "pid": i32s(&pid, i), "tid": i32s(&tid, i), "ip": u64s(&ip, i),
                 "addr": u64s(&addr, i), "kind": dict(&kind, i), "sym": dict(&sym, i), "addr_sym": dict(&addr_sym, i),
                 "uncertain": uncertain.as_boolean().value(i), "error": if err.is_null(i) { Value::Null } else { json!(err.value(i)) },
+                "insns": u64s(&insns, i),
             }));
         }
     }
@@ -131,9 +131,36 @@ fn assert_rows_are_decode(what: &str, out: &Path, decoded: &BTreeMap<i64, Vec<Va
         let got = &rows[&format!("cpu={cpu}")];
         assert_eq!(got.len(), lines.len(), "{what}: cpu {cpu}'s rows");
         for (i, (r, l)) in got.iter().zip(lines).enumerate() {
-            assert_eq!(r, l, "{what}: cpu {cpu}, row {i}");
+            let mut r = r.clone();
+            r.as_object_mut().unwrap().remove("insns");
+            assert_eq!(&r, l, "{what}: cpu {cpu}, row {i}");
         }
     }
+}
+
+/// Each branch row's `insns` is the number of instruction lines `decode
+/// --itrace=bie` prints since the branch line before (none after an error);
+/// other rows have none.
+fn assert_insns_counted(what: &str, out: &Path, dir: &Path) {
+    let rows = exported(out);
+    let mut branches = 0;
+    for (cpu, lines) in decoded(dir, &["--itrace=bie"]) {
+        let (mut ran, mut want) = (0u64, Vec::new());
+        for l in &lines {
+            match l["kind"].as_str().unwrap() {
+                "insn" => ran += 1,
+                "error" => ran = 0,
+                _ => want.push(std::mem::take(&mut ran)),
+            }
+        }
+        let got = &rows[&format!("cpu={cpu}")];
+        let counted: Vec<u64> =
+            got.iter().filter(|r| !matches!(r["kind"].as_str(), Some("insn" | "error"))).map(|r| r["insns"].as_u64().unwrap()).collect();
+        assert!(got.iter().filter(|r| matches!(r["kind"].as_str(), Some("insn" | "error"))).all(|r| r["insns"].is_null()), "{what}: cpu {cpu}");
+        assert_eq!(counted, want, "{what}: cpu {cpu}'s branch rows' insns");
+        branches += counted.len();
+    }
+    assert!(branches > 100, "{what}: {branches} branch rows");
 }
 
 /// `segments.parquet`'s unit IDs.
@@ -164,6 +191,7 @@ fn intel_pt_rows_are_decode_json_lines() {
     let pokes = ParquetRecordBatchReaderBuilder::try_new(File::open(all.join("pokes.parquet")).unwrap()).unwrap().build().unwrap();
     assert!(pokes.map(|b| b.unwrap().num_rows()).sum::<usize>() >= 100, "the pokes");
     assert_rows_are_decode("b", &all, &decoded(&dir, &[]));
+    assert_insns_counted("b", &all, &dir);
 
     // Unit by unit (as a distributed driver runs it): the same files, the same rows.
     let apart = root.join("apart");
@@ -246,6 +274,7 @@ fn a_damaged_unit_gives_error_rows_and_a_failed_unit_no_file() {
     damage_aux(&dir, 0, (in_order[hit].0, in_order[hit].1));
     export(&dir, &out, &["--target-bytes", "6000"], 1);
     assert_rows_are_decode("damaged", &out, &decoded(&dir, &[]));
+    assert_insns_counted("damaged", &out, &dir);
     // The damaged unit has error rows; the units before it and the other buffer's are as in the clean trace, file for file.
     let rows = |root: &Path, f: &Path| rows_of(&root.join("branches").join(f));
     assert!(rows(&out, in_order[hit].2).iter().any(|r| r["kind"] == "error"), "error rows in the damaged unit");
@@ -278,6 +307,7 @@ fn coresight_rows_are_decode_json_lines() {
     let (out, apart) = (root.join("out"), root.join("apart"));
     export(&dir, &out, &[], 0);
     assert_rows_are_decode("cs b", &out, &decoded(&dir, &[]));
+    assert_insns_counted("cs b", &out, &dir);
     for id in unit_ids(&out) {
         export(&dir, &apart, &["--segment", &id], 0);
     }

@@ -11,10 +11,9 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 
 use crate::file::AtomicFile;
+use crate::settings::properties;
+pub use crate::settings::ROW_GROUP;
 use crate::Error;
-
-/// Rows a row group holds: the rows kept in memory at most.
-pub const ROW_GROUP: usize = 64 * 1024;
 
 /// One row: a branch, an instruction or an error (see the crate's doc).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -137,7 +136,7 @@ impl BranchWriter {
     pub fn create(path: &Path) -> Result<BranchWriter, Error> {
         let (file, out) = AtomicFile::create(path)?;
         let schema = schema();
-        let writer = ArrowWriter::try_new(out, schema.clone(), Some(crate::table::properties()))?;
+        let writer = ArrowWriter::try_new(out, schema.clone(), Some(properties()))?;
         Ok(BranchWriter { file, writer, schema, columns: Columns::new(), rows: 0, written: 0 })
     }
 

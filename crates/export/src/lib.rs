@@ -6,9 +6,12 @@
 //!   segments` (ID as it lists it, `BUFFER.START-END`) of a per-CPU buffer;
 //!   `branches/tid=N/seg-ID.parquet` for a per-thread buffer.
 //!   Its rows are `poketrace decode --json --segment ID`'s lines for the
-//!   same `--itrace`, one row each, in the same order: the files of a
+//!   same `--itrace` with `e` added (error rows always), one row each, in
+//!   the same order: the files of a
 //!   buffer in the order of their IDs' START give that buffer's lines of
-//!   the whole decode.
+//!   the whole decode. The partition key repeats the file's own `cpu` or
+//!   `tid` column (the buffer's; a line's `cpu` is -1 in a per-thread
+//!   buffer): readers may ignore the partitioning.
 //! - `pokes.parquet`: the TEXT_POKE records, in time order.
 //! - `ksymbols.parquet`: the KSYMBOL records (code outside the kernel image:
 //!   trampolines, BPF programs), in time order.
@@ -24,7 +27,7 @@
 //! | `addr` | UInt64, null | branch: to; null for instructions and errors |
 //! | `kind` | Dictionary(Int32, Utf8) | branch: perf's flags, space-separated (`call`, `jcc`, `return`, `tr strt`, `tr end call`, `hw int`, ...); `insn`; `error` |
 //! | `sym`, `addr_sym` | Dictionary(Int32, Utf8), null | the function holding `ip` / `addr` (no offset), null when none |
-//! | `insns` | UInt64, null | instructions since the previous branch: null (not counted yet) |
+//! | `insns` | UInt64, null | branch: the instructions that ran since the buffer's branch row before, its `ip` included (0 after an error or a trace end); null for instructions and errors |
 //! | `uncertain` | Boolean | an instruction whose content is not known (`decode --json`'s `uncertain`); false for others |
 //! | `error` | Utf8, null | an error row's reason |
 //!
@@ -49,6 +52,7 @@
 
 pub mod branches;
 pub mod file;
+mod settings;
 pub mod table;
 
 pub use branches::{BranchRow, BranchWriter};

@@ -20,7 +20,7 @@ use perfdata::TimeConv;
 
 use crate::itrace::Itrace;
 use crate::lanes::{Lanes, BATCH};
-use crate::line::{InsnBytes, Kind, Out};
+use crate::line::{count_insns, InsnBytes, Kind, Out};
 use crate::queue::Queue;
 use crate::setup::etm_configs;
 use crate::units::Unit;
@@ -76,6 +76,8 @@ struct Flow {
     time: u64,
     /// Instructions since the last that got a line (`Itrace::period`).
     insns_seen: u64,
+    /// Instructions since the last branch line (its `insns`).
+    ran: u64,
 }
 
 /// Decodes every queue over `code` and passes its lines to `emit` in
@@ -142,7 +144,7 @@ fn decode_runs<E: From<Error>>(
         for (base, piece) in q.pieces().take_while(|&(base, _)| Some(base) <= last_chosen) {
             let keep = chosen(queue, base);
             for f in &mut flows {
-                *f = Flow { time: f.time, insns_seen: f.insns_seen, ..Flow::default() };
+                *f = Flow { time: f.time, insns_seen: f.insns_seen, ran: f.ran, ..Flow::default() };
             }
             let mut reader = etm::PacketReader::new(piece, framing, &configs, etm::ErrorRecovery::Resync);
             let mut decoder = FlowDecoder::new(Interval(code), &configs);
@@ -181,20 +183,24 @@ fn decode_runs<E: From<Error>>(
 
 /// One element's lines.
 fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace: &Itrace, clock: &PerfClock<'_>, out: &mut Vec<Out>) {
+    let made = out.len();
     let line = |time, kind| Out { time, queue, cpu, kind };
     match e.kind {
         ElemKind::Timestamp { value, .. } => f.time = clock.perf_time(value),
         ElemKind::InstrRange(r) => {
             if itrace.branches {
                 if !f.tracing {
-                    out.push(line(f.time, Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default() }));
+                    out.push(line(
+                        f.time,
+                        Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default(), insns: 0 },
+                    ));
                 } else if let Some((from, flags)) = taken(f.prev) {
                     let from_bytes = clock.bytes(itrace, from, f.time);
-                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4), from_bytes }));
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4), from_bytes, insns: 0 }));
                 }
                 if let Some(from) = f.exception.take() {
                     let from_bytes = clock.bytes(itrace, from, f.time);
-                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4), from_bytes }));
+                    out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4), from_bytes, insns: 0 }));
                 }
             }
             if itrace.instructions {
@@ -218,7 +224,7 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
             if itrace.branches && f.tracing {
                 if let Some((from, flags)) = taken(f.prev) {
                     let from_bytes = clock.bytes(itrace, from, f.time);
-                    out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4), from_bytes }));
+                    out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4), from_bytes, insns: 0 }));
                 }
             }
             f.exception = Some(ret_addr);
@@ -243,6 +249,13 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
         }
         _ => {}
     }
+    // Instructions between branch lines: a range's run after its lines; none after an error.
+    let (step, stops) = match e.kind {
+        ElemKind::InstrRange(r) => (r.end.saturating_sub(r.start).div_ceil(4), false),
+        ElemKind::Error(_) | ElemKind::AddrNacc(_) => (0, true),
+        _ => (0, false),
+    };
+    f.ran = if stops { 0 } else { count_insns(&mut out[made..], f.ran, step).0 };
 }
 
 /// The taken branch that ends `r`: its address and perf's flags.

@@ -91,7 +91,7 @@ mod tests {
                                 time,
                                 queue,
                                 cpu: k as u32,
-                                kind: Kind::Branch { from: k, to: 0, flags: "jcc", from_len: None, from_bytes: Default::default() },
+                                kind: Kind::Branch { from: k, to: 0, flags: "jcc", from_len: None, from_bytes: Default::default(), insns: 0 },
                             });
                             lanes.send(queue, batch.collect());
                         }

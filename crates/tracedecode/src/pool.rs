@@ -63,7 +63,7 @@ mod tests {
         let lines_of = |queue: usize| (0..5 * queue % 11 + 6).map(move |k| (k as u64 / 3 + (queue % 4) as u64, queue, k));
         let decode = |queue: usize, lanes: &Lanes| {
             for (time, queue, k) in lines_of(queue) {
-                let kind = Kind::Branch { from: k as u64, to: 0, flags: "jmp", from_len: None, from_bytes: Default::default() };
+                let kind = Kind::Branch { from: k as u64, to: 0, flags: "jmp", from_len: None, from_bytes: Default::default(), insns: 0 };
                 lanes.send(queue, vec![Out { time, queue, cpu: 0, kind }]);
             }
         };
@@ -92,7 +92,7 @@ mod tests {
                         time: k,
                         queue,
                         cpu: 0,
-                        kind: Kind::Branch { from: 0, to: 0, flags: "jmp", from_len: None, from_bytes: Default::default() },
+                        kind: Kind::Branch { from: 0, to: 0, flags: "jmp", from_len: None, from_bytes: Default::default(), insns: 0 },
                     }],
                 );
             }

@@ -67,7 +67,7 @@ mod tests {
     #[test]
     fn errors_count_printed_or_not_and_make_the_output_incomplete() {
         let mut s = Summary::default();
-        s.observe(&line(Kind::Branch { from: 1, to: 2, flags: "jmp", from_len: None, from_bytes: Default::default() }), true);
+        s.observe(&line(Kind::Branch { from: 1, to: 2, flags: "jmp", from_len: None, from_bytes: Default::default(), insns: 0 }), true);
         assert!(!s.incomplete());
         s.observe(
             &line(Kind::Insn { ip: 1, len: 1, class: isa::BranchClass::None, to: None, uncertain: true, ends: false, bytes: Default::default() }),

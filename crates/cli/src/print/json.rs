@@ -103,7 +103,7 @@ mod tests {
         let lines = [
             line(
                 1_000_000_123,
-                Kind::Branch { from: u64::MAX, to: 0x1234, flags: "tr end  call", from_len: Some(5), from_bytes: Default::default() },
+                Kind::Branch { from: u64::MAX, to: 0x1234, flags: "tr end  call", from_len: Some(5), from_bytes: Default::default(), insns: 0 },
             ),
             line(7, Kind::Insn { ip: 0xffff_ffff_8100_0000, len: 3, class: BranchClass::None, to: None, uncertain: true, ends: false, bytes: nop3 }),
             line(0, Kind::Error { offset: 99, ip: None, code: 6, reason: "no \"TIP\"\there".into() }),

@@ -143,7 +143,7 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
         }
     };
     let (ip, len, bytes, flags, addr, branch) = match &l.kind {
-        Kind::Branch { from, to, flags, from_len, from_bytes } => (*from, *from_len, from_bytes, *flags, *to, true),
+        Kind::Branch { from, to, flags, from_len, from_bytes, .. } => (*from, *from_len, from_bytes, *flags, *to, true),
         Kind::Insn { ip, len, class, to, ends: true, bytes, .. } => (*ip, Some(*len), bytes, end_flags(*class), to.unwrap_or(0), false),
         Kind::Insn { ip, len, class, to, bytes, .. } => (*ip, Some(*len), bytes, branch_flags(*class, bytes.as_slice()), to.unwrap_or(0), false),
         Kind::Error { .. } => unreachable!("written above"),

@@ -53,6 +53,11 @@ pub(super) struct Collector<'a, C: CodeSource> {
     /// An instruction or the end of tracing came: `prev` and `tracing` no
     /// longer depend on what came before this sink's first event.
     settled: bool,
+    /// Instructions since the last branch line (its `insns`).
+    ran: u64,
+    /// A branch line or an error came: `ran` no longer depends on
+    /// what came before this sink's first event.
+    counted: bool,
 }
 
 impl<'a, C: CodeSource> Collector<'a, C> {
@@ -81,6 +86,8 @@ impl<'a, C: CodeSource> Collector<'a, C> {
             filter,
             keep: true,
             settled: false,
+            ran: 0,
+            counted: false,
         }
     }
 
@@ -93,12 +100,21 @@ impl<'a, C: CodeSource> Collector<'a, C> {
     /// Whether an instruction or an end of tracing came: from then on, the
     /// state lines depend on is what the events since made it.
     pub(super) fn settled(&self) -> bool {
-        self.settled
+        self.settled && (self.counted || !self.itrace.branches)
     }
 
-    /// Drops the lines from `made` on unless they are kept ([`Self::keep_lines`]).
+    /// Counts the instructions of the step that made the lines from `made`
+    /// on (`step` of them after its lines; `stops`: an error, after which
+    /// none have run), then drops those lines unless they are kept
+    /// ([`Self::keep_lines`]).
     #[inline(always)]
-    fn drop_unkept(&mut self, made: usize) {
+    fn step_done(&mut self, made: usize, step: u64, stops: bool) {
+        let (ran, branched) = crate::line::count_insns(&mut self.lines[made..], self.ran, step);
+        self.ran = ran;
+        self.counted |= stops || branched;
+        if stops {
+            self.ran = 0;
+        }
         if !self.keep {
             self.lines.truncate(made);
             self.prev_line = None;
@@ -194,7 +210,7 @@ impl<'a, C: CodeSource> Collector<'a, C> {
             Some(r) if Self::is_taken(r.ip, r.len, r.class, to) => {
                 let from_bytes = self.bytes(&r);
                 let flags = branch_flags(r.class, from_bytes.as_slice());
-                let kind = Kind::Branch { from: r.ip, to, flags, from_len: Some(r.len), from_bytes };
+                let kind = Kind::Branch { from: r.ip, to, flags, from_len: Some(r.len), from_bytes, insns: 0 };
                 Some(Out { time: r.lo, queue: self.queue, cpu: self.cpu, kind })
             }
             _ => None,
@@ -211,7 +227,7 @@ impl<'a, C: CodeSource> Collector<'a, C> {
                     time,
                     queue: self.queue,
                     cpu: self.cpu,
-                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default() },
+                    kind: Kind::Branch { from: 0, to: ip, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default(), insns: 0 },
                 }),
                 None => {}
             }
@@ -232,7 +248,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
         self.flush();
         let made = self.lines.len();
         self.arrive(b.ip, b.lo);
-        self.drop_unkept(made);
+        self.step_done(made, b.len() as u64, false);
         let last = b.last();
         self.prev = Some(Ran { ip: b.last_ip, len: last.len, class: last.class, lo: b.last_lo, hi: b.hi, code: InsnCode::Exact });
         self.settled = true;
@@ -275,7 +291,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                         time,
                         queue,
                         cpu,
-                        kind: Kind::Branch { from, to, flags: "hw int", from_len: None, from_bytes: InsnBytes::default() },
+                        kind: Kind::Branch { from, to, flags: "hw int", from_len: None, from_bytes: InsnBytes::default(), insns: 0 },
                     });
                 }
                 self.prev = None;
@@ -294,14 +310,14 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                         Some(at) if to == at && self.left_filter(at) => {
                             let (from, len, class) = self.prev.map_or((0, 0, BranchClass::None), |p| (p.ip, p.len, p.class));
                             let from_bytes = self.prev.map_or(InsnBytes::default(), |p| self.bytes(&p));
-                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: Some(len), from_bytes };
+                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: Some(len), from_bytes, insns: 0 };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
                         Some(at) => {
                             let b = self.taken(at);
                             self.lines.extend(b);
                             let flags = if to != 0 { "tr end  hw int" } else { "tr end" };
-                            let kind = Kind::Branch { from: at, to, flags, from_len: None, from_bytes: InsnBytes::default() };
+                            let kind = Kind::Branch { from: at, to, flags, from_len: None, from_bytes: InsnBytes::default(), insns: 0 };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
                         None => {
@@ -309,7 +325,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                             let from_bytes = self.prev.map_or(InsnBytes::default(), |p| self.bytes(&p));
                             // Without the TIP.PGD's IP a direct branch still says where it went.
                             let to = if to == 0 && len.is_some() { self.direct_target(from, time).unwrap_or(0) } else { to };
-                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: len, from_bytes };
+                            let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: len, from_bytes, insns: 0 };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
                     }
@@ -326,7 +342,8 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
             // Not asked for (no state events).
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
-        self.drop_unkept(made);
+        let step = matches!(e, FlowEvent::Insn { .. }) as u64;
+        self.step_done(made, step, matches!(e, FlowEvent::Error { .. }));
     }
 }
 
