@@ -17,7 +17,8 @@ def function(sym):
 
 
 def as_row(line):
-    """The export row of a decode line: a branch, an instruction or an error."""
+    """The export row of a decode line: a branch, an instruction or an error; all columns but
+    `insns`, which decode's lines do not carry (export's own tests check it)."""
     if "error" in line:
         kind = "error"
     elif "flags" in line:
@@ -34,7 +35,6 @@ def as_row(line):
         "kind": kind,
         "sym": function(line.get("sym")),
         "addr_sym": function(line.get("addr_sym")),
-        "insns": None,
         "uncertain": line.get("uncertain", False),
         "error": line.get("error"),
     }

@@ -31,7 +31,7 @@ def test_rows_are_decode_lines(request, poketrace, which, itrace):
     decoded = lines(poketrace, trace, itrace)
     units = list_units(poketrace, trace, TARGET_BYTES)
     for cpu in sorted({u["cpu"] for u in units}):
-        rows = [r for u in units if u["cpu"] == cpu for r in pq.read_table(unit_file(out, u["id"])).to_pylist()]
+        rows = [r for u in units if u["cpu"] == cpu for r in pq.read_table(unit_file(out, u["id"])).drop_columns(["insns"]).to_pylist()]
         want = [as_row(line) for line in decoded if line["cpu"] == cpu]
         assert len(rows) == len(want), f"cpu {cpu}"
         for i, (got, line) in enumerate(zip(rows, want)):
