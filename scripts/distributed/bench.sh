@@ -10,7 +10,7 @@
 #   INSNS=2000000 RUNS=3 scripts/distributed/bench.sh
 #
 # Environment: BIN (a poketrace binary; default this tree's release build), CPUS and INSNS (the
-# simulated trace: CPUs x instructions each, default 4 x 8M, about 18 MB), TARGET (bytes a unit,
+# simulated trace: CPUs x instructions each, default 4 x 8M, 19.2 MB), TARGET (bytes a unit,
 # default 1 MiB), SMALL_INSNS (instructions a CPU of the fixed-cost trace, default 200000),
 # WORKERS (default "1 2"), RUNS (default 1), PYTHONPATH (the packages setup.sh --tests installs:
 # the default).
