@@ -73,3 +73,16 @@ if [[ ! -f "$pylib/perfetto/protos/perfetto/trace/perfetto_trace_pb2.py" ]]; the
 	echo "setup: installing perfetto's Python protos into $pylib" >&2
 	python3 -m pip install --quiet --disable-pip-version-check --target "$pylib" perfetto==0.59.1 protobuf >/dev/null
 fi
+
+# Dask distributed, pyarrow, DuckDB and pytest from PyPI, pinned in
+# scripts/distributed/requirements.txt: the Dask driver's tests
+# (scripts/distributed/tests, which scripts/test.sh runs with this PYTHONPATH).
+# Reinstalled when the requirements change.
+distributed="${POKETRACE_CACHE:-$HOME/.cache/poketrace}/python-distributed"
+requirements="$(dirname "${BASH_SOURCE[0]}")/distributed/requirements.txt"
+if ! cmp -s "$requirements" "$distributed/requirements.txt"; then
+	echo "setup: installing the Dask driver's Python packages into $distributed" >&2
+	rm -rf "$distributed"
+	python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$distributed" -r "$requirements" >/dev/null
+	cp "$requirements" "$distributed/requirements.txt"
+fi
