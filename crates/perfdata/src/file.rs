@@ -98,6 +98,18 @@ impl PerfFile {
         Self::from_bytes(bytes, data_path, dir)
     }
 
+    /// Lets the system drop from memory the pages wholly inside `bytes`, a
+    /// slice of this file's data (a record's, say) that will not be read
+    /// again soon: see [`crate::mapped::MappedFile::release`]. Bytes held in
+    /// memory (a pipe, a decompressed record) are kept.
+    pub fn release(&self, bytes: &[u8]) {
+        let Bytes::Map(m) = &self.bytes else { return };
+        let start = (bytes.as_ptr() as usize).wrapping_sub(m.as_ptr() as usize);
+        if start <= m.len() && bytes.len() <= m.len() - start {
+            m.release(start..start + bytes.len());
+        }
+    }
+
     /// Parses perf.data held in memory.
     pub fn from_vec(data: Vec<u8>) -> Result<PerfFile> {
         Self::from_bytes(Bytes::Owned(data), PathBuf::from("<memory>"), None)

@@ -7,6 +7,7 @@
 //! ([`Stats`]), and the merge of
 //! all queues' lines in time order on a bounded pool of threads.
 
+mod aux;
 pub mod cs;
 pub mod filter;
 pub mod flags;
@@ -25,6 +26,7 @@ mod summary;
 mod threads;
 pub mod units;
 
+pub use aux::AuxBytes;
 pub use input::{Input, Trace};
 pub use itrace::Itrace;
 pub use line::{InsnBytes, Kind, Out};

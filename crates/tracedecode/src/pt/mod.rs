@@ -19,6 +19,7 @@ use self::count::Count;
 pub use self::error_code::perf_error_code;
 use self::errors::ErrorLines;
 use self::lines::Collector;
+use crate::aux::Behind;
 use crate::itrace::Itrace;
 use crate::lanes::Lanes;
 use crate::line::Out;
@@ -38,7 +39,7 @@ pub use self::units::decode_units;
 /// the decoders' blocks are not looked at.
 pub fn decode<E: From<Error>>(
     plan: Plan<'_>,
-    queues: &[Queue],
+    queues: &[Queue<'_>],
     itrace: &Itrace,
     image: ImageMode,
     tl: &CodeTimeline,
@@ -57,7 +58,7 @@ pub fn decode<E: From<Error>>(
 /// `upper_bounds`; the lines' instruction bytes are those read from `code`.
 fn decode_over<C: CodeSource + Sync, E: From<Error>>(
     plan: Plan<'_>,
-    queues: &[Queue],
+    queues: &[Queue<'_>],
     itrace: &Itrace,
     code: &C,
     upper_bounds: bool,
@@ -70,14 +71,18 @@ fn decode_over<C: CodeSource + Sync, E: From<Error>>(
         let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
         if itrace.branches || itrace.instructions {
             let sink = &mut Collector::new(queue, q.cpu, itrace, (code, tl), lanes, plan.setup.filter);
-            run_pieces(&mut dec, q, sink);
+            run_pieces(&mut dec, plan.setup, q, sink);
             sink.finish();
         } else if plan.cut() && q.breaks.is_empty() {
             let segment = || ErrorLines::new(queue, q.cpu, None);
-            par.run_segments(&q.trace, segment, |mut seg| seg.finish(lanes));
+            let mut behind = Behind::new(&q.trace);
+            par.run_segments_ranged(&q.trace, segment, |mut seg, at| {
+                seg.finish(lanes);
+                behind.past(at.start);
+            });
         } else {
             let sink = &mut ErrorLines::new(queue, q.cpu, Some(lanes));
-            run_pieces(&mut dec, q, sink);
+            run_pieces(&mut dec, plan.setup, q, sink);
             sink.finish(lanes);
         }
     };
@@ -87,7 +92,7 @@ fn decode_over<C: CodeSource + Sync, E: From<Error>>(
 /// Decodes every queue as [`decode`] does and counts what the lines of
 /// `--itrace=bie` would show, without making them; the pokes crossed are
 /// those of `tl`.
-pub fn stat(plan: Plan<'_>, queues: &[Queue], image: ImageMode, tl: &CodeTimeline, code: &CodeTimeline) -> Result<Stats, Error> {
+pub fn stat(plan: Plan<'_>, queues: &[Queue<'_>], image: ImageMode, tl: &CodeTimeline, code: &CodeTimeline) -> Result<Stats, Error> {
     let mut total = match image {
         ImageMode::Timeline => stat_over(plan, queues, &Interval(tl), true)?,
         ImageMode::PerfStyle => stat_over(plan, queues, &PerfStyle(tl), false)?,
@@ -98,17 +103,21 @@ pub fn stat(plan: Plan<'_>, queues: &[Queue], image: ImageMode, tl: &CodeTimelin
 }
 
 /// [`stat`] over `code`.
-fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue], code: &C, upper_bounds: bool) -> Result<Stats, Error> {
+fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue<'_>], code: &C, upper_bounds: bool) -> Result<Stats, Error> {
     let par = ParallelFlow::new(decoder(plan.setup, code, upper_bounds));
     let total = Mutex::new(Stats::default());
     let decode_one = |queue: usize, _: &Lanes| {
         let q = &queues[queue];
         let mut count = Count::buffer();
         if plan.cut() && q.breaks.is_empty() {
-            par.run_segments(&q.trace, Count::segment, |seg| count.append(seg));
+            let mut behind = Behind::new(&q.trace);
+            par.run_segments_ranged(&q.trace, Count::segment, |seg, at| {
+                count.append(seg);
+                behind.past(at.start);
+            });
         } else {
             let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
-            run_pieces(&mut dec, q, &mut count);
+            run_pieces(&mut dec, plan.setup, q, &mut count);
         }
         total.lock().unwrap_or_else(|e| e.into_inner()).add(&count.finish());
     };

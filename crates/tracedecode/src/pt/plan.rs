@@ -3,7 +3,9 @@
 
 use codeimage::window::CodeSource;
 use intel_pt::flow::{FlowDecoder, FlowSink};
+use intel_pt::parallel::segments;
 
+use crate::aux::Behind;
 use crate::queue::Queue;
 use crate::setup::PtSetup;
 
@@ -40,10 +42,22 @@ pub(super) fn decoder<'a, C: CodeSource>(setup: &PtSetup, code: &'a C, upper_bou
 }
 
 /// Decodes each piece of `q`'s trace on its own: never across a gap in
-/// the AUX data (each starts at its first PSB).
-pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, q: &'a Queue, sink: &mut impl FlowSink) {
+/// the AUX data (each starts at its first PSB). Where the segments of a
+/// piece give its events decoded one after the other (PSB+ with a TSC, no
+/// CYC timing), so they are decoded, and the bytes behind them let go of.
+pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, setup: &PtSetup, q: &'a Queue<'_>, sink: &mut impl FlowSink) {
+    let mut behind = Behind::new(&q.trace);
     for (base, piece) in q.pieces() {
-        dec.reset_at(piece, base);
-        dec.run_with(sink);
+        if setup.psb_tsc && setup.cyc.is_none() {
+            for (start, end) in segments(piece) {
+                behind.past(base + start);
+                dec.reset_segment(piece, base, start, end);
+                dec.run_with(sink);
+            }
+        } else {
+            dec.reset_at(piece, base);
+            dec.run_with(sink);
+        }
+        behind.past(base + piece.len());
     }
 }
