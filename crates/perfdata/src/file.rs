@@ -246,6 +246,7 @@ impl PerfFile {
             inner: None,
             unfinished,
             done: false,
+            released: 0,
         }
     }
 
@@ -551,7 +552,14 @@ pub struct Records<'a> {
     /// Said before the first record: the file was never finished.
     unfinished: Option<Error>,
     done: bool,
+    /// Where the pages of the file read so far were let go of
+    /// ([`PerfFile::release`]) up to, so that a pass over a large file does
+    /// not keep it all in the process's memory.
+    released: usize,
 }
+
+/// Bytes of records read between two releases of the pages behind them.
+const RELEASE_STEP: usize = 1 << 20;
 
 impl<'a> Records<'a> {
     /// The attrs known so far (pipe mode adds them as HEADER_ATTR records pass).
@@ -693,7 +701,13 @@ impl<'a> Iterator for Records<'a> {
         }
         Some(match self.read_one(self.outer) {
             Ok((r, next)) => {
-                self.outer.pos = next;
+                let start = std::mem::replace(&mut self.outer.pos, next);
+                if start >= self.released + RELEASE_STEP {
+                    // (Up to this record, which is read next; from the
+                    // start: the page the last release ended in goes too.)
+                    self.file.release(&self.outer.data[..start]);
+                    self.released = start;
+                }
                 if let RecordBody::Compressed(_) = r.body {
                     match self.file.decompressed().by_offset.get(&r.offset) {
                         Some(Ok(buf)) => {

@@ -30,7 +30,7 @@ mod record;
 mod segments;
 
 use self::record::Recording;
-pub use self::segments::segments;
+pub use self::segments::{psb_segments, segments, PsbSegments};
 use crate::flow::walk::Walker;
 use crate::flow::{CodeSource, FlowDecoder, FlowEvent, FlowSink, SharedBlocks};
 
@@ -124,11 +124,12 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         self.segments_in_groups(buf, 0, &segments(buf), true, make, |s, _| done(s));
     }
 
-    /// [`Self::run_segments`], `done` given each segment's byte range in
-    /// `buf` with its sink: no segment handed out later reads `buf` before
-    /// that range's start (to let go of the bytes behind it).
-    pub fn run_segments_ranged<S: FlowSink + Send>(&self, buf: &'a [u8], make: impl FnMut() -> S, done: impl FnMut(S, Range<usize>)) {
-        self.segments_in_groups(buf, 0, &segments(buf), true, make, done);
+    /// [`Self::run_segments`] over the segments `cuts` (as [`segments`]
+    /// gives them), `done` given each segment's byte range with its sink:
+    /// no segment handed out later reads `buf` before that range's start
+    /// (to let go of the bytes behind it).
+    pub fn run_cuts<S: FlowSink + Send>(&self, buf: &'a [u8], cuts: &[(usize, usize)], make: impl FnMut() -> S, done: impl FnMut(S, Range<usize>)) {
+        self.segments_in_groups(buf, 0, cuts, true, make, done);
     }
 
     /// [`Self::run_segments`] for only the PSB segments of `buf` that start
@@ -148,7 +149,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         self.segments_in_groups(buf, base, &cuts, true, make, |s, _| done(s));
     }
 
-    /// [`Self::run_segments_ranged`] over `cuts`, offsets from `base`, with
+    /// [`Self::run_cuts`] over `cuts`, offsets from `base`, with
     /// groups of one segment unless `grouped`.
     fn segments_in_groups<S: FlowSink + Send>(
         &self,

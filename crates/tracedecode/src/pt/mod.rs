@@ -29,7 +29,7 @@ use crate::stats::Stats;
 use crate::Error;
 
 pub use self::plan::Plan;
-use self::plan::{decoder, run_pieces};
+use self::plan::{cuts, decoder, run_pieces};
 pub use self::units::decode_units;
 
 /// Decodes every queue over `tl` (or `code`, the code before any change,
@@ -76,7 +76,7 @@ fn decode_over<C: CodeSource + Sync, E: From<Error>>(
         } else if plan.cut() && q.breaks.is_empty() {
             let segment = || ErrorLines::new(queue, q.cpu, None);
             let mut behind = Behind::new(&q.trace);
-            par.run_segments_ranged(&q.trace, segment, |mut seg, at| {
+            par.run_cuts(&q.trace, &cuts(q), segment, |mut seg, at| {
                 seg.finish(lanes);
                 behind.past(at.start);
             });
@@ -111,7 +111,7 @@ fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue<'_>], code: &
         let mut count = Count::buffer();
         if plan.cut() && q.breaks.is_empty() {
             let mut behind = Behind::new(&q.trace);
-            par.run_segments_ranged(&q.trace, Count::segment, |seg, at| {
+            par.run_cuts(&q.trace, &cuts(q), Count::segment, |seg, at| {
                 count.append(seg);
                 behind.past(at.start);
             });

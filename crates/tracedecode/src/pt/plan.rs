@@ -3,7 +3,7 @@
 
 use codeimage::window::CodeSource;
 use intel_pt::flow::{FlowDecoder, FlowSink};
-use intel_pt::parallel::segments;
+use intel_pt::parallel::psb_segments;
 
 use crate::aux::Behind;
 use crate::queue::Queue;
@@ -49,7 +49,7 @@ pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, setup:
     let mut behind = Behind::new(&q.trace);
     for (base, piece) in q.pieces() {
         if setup.psb_tsc && setup.cyc.is_none() {
-            for (start, end) in segments(piece) {
+            for (start, end) in psb_segments(piece) {
                 behind.past(base + start);
                 dec.reset_segment(piece, base, start, end);
                 dec.run_with(sink);
@@ -60,4 +60,11 @@ pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, setup:
         }
         behind.past(base + piece.len());
     }
+}
+
+/// The PSB segments of `q`'s trace (as [`intel_pt::parallel::segments`]),
+/// the bytes let go of as they are scanned: the decode reads them again.
+pub(super) fn cuts(q: &Queue<'_>) -> Vec<(usize, usize)> {
+    let mut behind = Behind::new(&q.trace);
+    psb_segments(&q.trace).inspect(|&(start, _)| behind.past(start)).collect()
 }
