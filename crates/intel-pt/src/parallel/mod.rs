@@ -30,7 +30,7 @@ mod record;
 mod segments;
 
 use self::record::Recording;
-pub use self::segments::{psb_segments, segments, PsbSegments};
+pub use self::segments::{psb_runs, psb_segments, segments, PsbSegments};
 use crate::flow::walk::Walker;
 use crate::flow::{CodeSource, FlowDecoder, FlowEvent, FlowSink, SharedBlocks};
 

@@ -12,14 +12,23 @@ pub fn segments(buf: &[u8]) -> Vec<(usize, usize)> {
 /// [`segments`] one at a time, each found when asked for: the bytes of
 /// `buf` past a segment's end are not read before the next is asked for.
 pub fn psb_segments(buf: &[u8]) -> PsbSegments<'_> {
-    PsbSegments { buf, next: Some(find_psb(buf).unwrap_or(0)) }
+    psb_runs(buf, PSB.len())
 }
 
-/// The iterator of [`psb_segments`].
+/// Consecutive PSB segments of `buf` together, as [`psb_segments`] gives
+/// them, each run of at least `at_least` bytes but the last: cut at the
+/// first PSB that many bytes after the run's start (the bytes between are
+/// not searched).
+pub fn psb_runs(buf: &[u8], at_least: usize) -> PsbSegments<'_> {
+    PsbSegments { buf, next: Some(find_psb(buf).unwrap_or(0)), at_least: at_least.max(PSB.len()) }
+}
+
+/// The iterator of [`psb_segments`] and [`psb_runs`].
 pub struct PsbSegments<'b> {
     buf: &'b [u8],
     /// Where the next segment starts.
     next: Option<usize>,
+    at_least: usize,
 }
 
 impl Iterator for PsbSegments<'_> {
@@ -27,7 +36,7 @@ impl Iterator for PsbSegments<'_> {
 
     fn next(&mut self) -> Option<(usize, usize)> {
         let start = self.next?;
-        let after = start + PSB.len();
+        let after = start.saturating_add(self.at_least);
         self.next = self.buf.get(after..).and_then(find_psb).map(|p| after + p);
         Some((start, self.next.unwrap_or(self.buf.len())))
     }
