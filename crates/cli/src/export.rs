@@ -51,7 +51,7 @@ pub struct Options {
 struct Decoding<'a> {
     info: Trace,
     time_conv: Option<perfdata::TimeConv>,
-    aux: Vec<Queue>,
+    aux: Vec<Queue<'a>>,
     threads: Threads,
     tl: CodeTimeline,
     bare: Option<CodeTimeline>,

@@ -3,14 +3,15 @@
 //! 1 and 3 threads, and with corrupt bytes inside segments (the error, then
 //! the next segment); recorded and replayed into one sink, into a sink per
 //! segment, or walked a few segments at once on one thread (alone, or on
-//! each thread of the pool); and runs of consecutive segments decoded apart.
+//! each thread of the pool); runs of consecutive segments decoded one after
+//! the other into one sink; and runs of consecutive segments decoded apart.
 
 #[path = "common/flow.rs"]
 mod common;
 
 use codeimage::window::{Interval, PerfStyle, Static};
 use intel_pt::flow::{CodeSource, FlowConfig, FlowDecoder, FlowEvent, Recovery};
-use intel_pt::parallel::{segments, ParallelFlow};
+use intel_pt::parallel::{psb_runs, segments, ParallelFlow};
 
 fn sequential(trace: &[u8], code: &impl CodeSource, cfg: &FlowConfig) -> Vec<FlowEvent> {
     let mut out = Vec::new();
@@ -48,6 +49,17 @@ fn same<C: CodeSource + Sync>(what: &str, traces: &[Vec<u8>], code: &C, cfg: &Fl
         let (joined, parts) = pool.install(|| joined_segments(&par, trace));
         assert_eq!(parts, segments(trace).len(), "{what}: a sink per segment");
         assert!(joined == want, "{what}, {threads} threads, cpu {cpu}: segment sinks joined differ");
+        // Runs of consecutive segments decoded one after the other on one
+        // decoder into one sink (as `poketrace decode` walks a buffer to let
+        // go of the bytes behind it): the same.
+        for at_least in [1, trace.len() / 3] {
+            let (mut dec, mut got) = (FlowDecoder::new(&[], code, cfg.clone()), Vec::new());
+            for (start, end) in psb_runs(trace, at_least) {
+                dec.reset_segment(trace, 0, start, end);
+                dec.run(|e| got.push(e));
+            }
+            assert!(got == want, "{what}, cpu {cpu}: runs of at least {at_least} bytes one after the other differ");
+        }
         // Each thread walking its segments a few at once (what large code
         // gets): the same in a sink per segment; replayed (one at a time
         // there) too.

@@ -98,6 +98,18 @@ impl PerfFile {
         Self::from_bytes(bytes, data_path, dir)
     }
 
+    /// Lets the system drop from memory the pages wholly inside `bytes`, a
+    /// slice of this file's data (a record's, say) that will not be read
+    /// again soon: see [`crate::mapped::MappedFile::release`]. Bytes held in
+    /// memory (a pipe, a decompressed record) are kept.
+    pub fn release(&self, bytes: &[u8]) {
+        let Bytes::Map(m) = &self.bytes else { return };
+        let start = (bytes.as_ptr() as usize).wrapping_sub(m.as_ptr() as usize);
+        if start <= m.len() && bytes.len() <= m.len() - start {
+            m.release(start..start + bytes.len());
+        }
+    }
+
     /// Parses perf.data held in memory.
     pub fn from_vec(data: Vec<u8>) -> Result<PerfFile> {
         Self::from_bytes(Bytes::Owned(data), PathBuf::from("<memory>"), None)
@@ -234,6 +246,7 @@ impl PerfFile {
             inner: None,
             unfinished,
             done: false,
+            released: 0,
         }
     }
 
@@ -539,7 +552,14 @@ pub struct Records<'a> {
     /// Said before the first record: the file was never finished.
     unfinished: Option<Error>,
     done: bool,
+    /// Where the pages of the file read so far were let go of
+    /// ([`PerfFile::release`]) up to, so that a pass over a large file does
+    /// not keep it all in the process's memory.
+    released: usize,
 }
+
+/// Bytes of records read between two releases of the pages behind them.
+const RELEASE_STEP: usize = 1 << 20;
 
 impl<'a> Records<'a> {
     /// The attrs known so far (pipe mode adds them as HEADER_ATTR records pass).
@@ -681,7 +701,13 @@ impl<'a> Iterator for Records<'a> {
         }
         Some(match self.read_one(self.outer) {
             Ok((r, next)) => {
-                self.outer.pos = next;
+                let start = std::mem::replace(&mut self.outer.pos, next);
+                if start >= self.released + RELEASE_STEP {
+                    // (Up to this record, which is read next; from the
+                    // start: the page the last release ended in goes too.)
+                    self.file.release(&self.outer.data[..start]);
+                    self.released = start;
+                }
                 if let RecordBody::Compressed(_) = r.body {
                     match self.file.decompressed().by_offset.get(&r.offset) {
                         Some(Ok(buf)) => {

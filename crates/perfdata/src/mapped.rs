@@ -85,6 +85,24 @@ impl MappedFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Lets the system drop from memory the pages wholly inside
+    /// `range` (bytes of the file) until they are read again: a map reads
+    /// them back from the file then, so the bytes stay the same; bytes held
+    /// in memory are kept. For data read once, so that the memory a large
+    /// file takes stays bounded.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        let Bytes::Map { map, .. } = &self.bytes else { return };
+        let page = PAGE.load(Ordering::Relaxed);
+        let (start, end) = (range.start.next_multiple_of(page), range.end.min(map.len()) / page * page);
+        if start < end {
+            // SAFETY: a read-only map of a file, never written through: its
+            // pages dropped are read from the file again when touched (or,
+            // where the file was cut short, the SIGBUS handler's zeros, as
+            // on the first read).
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
 }
 
 impl std::ops::Deref for MappedFile {
@@ -202,6 +220,26 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *
             // The default action: the fault repeats on return and kills, as without us.
             // SAFETY: resetting SIGBUS's action, async-signal-safe.
             unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MappedFile;
+
+    #[test]
+    fn released_pages_read_the_same() {
+        let path = std::env::temp_dir().join(format!("perfdata-release-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..5 * 4096 + 100).map(|i: usize| (i * 7 + i / 4096) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let map = MappedFile::map(&std::fs::File::open(&path).unwrap(), &path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(&map[..], &bytes[..]);
+        // Unaligned ends, an empty range, past the end: the bytes stay.
+        for range in [100..3 * 4096 + 5, 0..map.len(), 7..7, 0..usize::MAX] {
+            map.release(range.clone());
+            assert!(map[..] == bytes[..], "{range:?}");
         }
     }
 }

@@ -172,6 +172,8 @@ fn decode_runs<E: From<Error>>(
                     lanes.send(queue, std::mem::replace(&mut out, Vec::with_capacity(BATCH)));
                 }
             });
+            // (The whole run is read: a long one stays in memory until here.)
+            q.trace.release(base..base + piece.len());
         }
         if !out.is_empty() {
             out.shrink_to_fit();

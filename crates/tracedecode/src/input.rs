@@ -7,6 +7,7 @@ use perfdata::abi::auxtrace_type;
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
 use perfdata::{PerfFile, RecordBody, TimeConv};
 
+use crate::aux::AuxBytes;
 use crate::queue::{AuxBreak, Queue};
 use crate::threads::Threads;
 use crate::Error;
@@ -18,12 +19,12 @@ pub enum Trace {
 }
 
 /// What a decode needs of a perf.data, read in one pass.
-pub struct Input {
+pub struct Input<'f> {
     /// The last Intel PT or CoreSight AUXTRACE_INFO.
     pub trace: Option<Trace>,
     pub time_conv: Option<TimeConv>,
     /// Ordered by (CPU, thread, mmap index), as perf orders its queues.
-    pub queues: Vec<Queue>,
+    pub queues: Vec<Queue<'f>>,
     pub threads: Threads,
     /// Records that could not be read (skipped), in file order.
     pub bad_records: Vec<perfdata::Error>,
@@ -32,13 +33,15 @@ pub struct Input {
     pub breaks: Vec<AuxBreak>,
 }
 
-impl Input {
+impl<'f> Input<'f> {
     /// Reads every record of `file` once; a record that cannot be read is
-    /// skipped and kept in `bad_records`.
-    pub fn read(file: &PerfFile) -> Result<Input, Error> {
+    /// skipped and kept in `bad_records`. The AUX data is not copied into
+    /// memory ([`AuxBytes`]).
+    pub fn read(file: &'f PerfFile) -> Result<Input<'f>, Error> {
         let mut trace = None;
         let mut time_conv = None;
-        let mut queues: Vec<Queue> = Vec::new();
+        // Each queue with its records' data, joined at the end.
+        let mut queues: Vec<(Queue<'f>, Vec<&'f [u8]>, usize)> = Vec::new();
         // Per mmap index: its queue, and where its last record's data ended
         // in the AUX stream and how long it was.
         let mut by_idx: HashMap<u32, (usize, (u64, usize))> = HashMap::new();
@@ -62,24 +65,27 @@ impl Input {
                     let end = (a.offset.saturating_add(a.data.len() as u64), a.data.len());
                     match by_idx.get_mut(&a.idx) {
                         Some((q, expected)) => {
-                            let q = &mut queues[*q];
+                            let (q, records, len) = &mut queues[*q];
                             if !follows(*expected, a.offset) {
                                 breaks.push(AuxBreak { idx: a.idx, cpu: a.cpu, record: r.offset, expected: expected.0, found: a.offset });
-                                q.breaks.push(q.trace.len());
+                                q.breaks.push(*len);
                             }
                             *expected = end;
-                            q.trace.extend_from_slice(a.data);
+                            records.push(a.data);
+                            *len += a.data.len();
                         }
                         None => {
                             by_idx.insert(a.idx, (queues.len(), end));
                             let thread = (a.cpu == u32::MAX).then_some(a.tid as i32);
-                            queues.push(Queue { idx: a.idx, cpu: a.cpu, thread, trace: a.data.to_vec(), breaks: Vec::new() });
+                            let q = Queue { idx: a.idx, cpu: a.cpu, thread, trace: AuxBytes::Held(Vec::new()), breaks: Vec::new() };
+                            queues.push((q, vec![a.data], a.data.len()));
                         }
                     }
                 }
                 _ => {}
             }
         }
+        let mut queues: Vec<Queue<'f>> = queues.into_iter().map(|(q, records, _)| Queue { trace: AuxBytes::join(file, &records), ..q }).collect();
         queues.sort_by_key(|q| (q.cpu, q.thread, q.idx));
         threads.finish();
         Ok(Input { trace, time_conv, queues, threads, bad_records, breaks })

@@ -6,6 +6,7 @@
 //! samples made of the decoders' events ([`pt`], [`cs`]) or their counts
 //! ([`Summary`]), and the merge of all queues' lines in time order on a bounded pool of threads.
 
+mod aux;
 pub mod cs;
 pub mod filter;
 pub mod flags;
@@ -24,6 +25,7 @@ mod summary;
 mod threads;
 pub mod units;
 
+pub use aux::AuxBytes;
 pub use input::{Input, Trace};
 pub use itrace::Itrace;
 pub use line::{InsnBytes, Kind, Out};

@@ -1,22 +1,25 @@
 //! The input's AUX buffers (perf's queues).
 
+use crate::aux::AuxBytes;
+
 /// One AUX buffer of the input (perf's queue): per CPU, or per thread.
-pub struct Queue {
+pub struct Queue<'f> {
     /// The mmap index of its AUXTRACE records.
     pub idx: u32,
     /// The CPU (`u32::MAX` for a per-thread buffer followed across CPUs).
     pub cpu: u32,
     /// The traced thread of a per-thread buffer.
     pub thread: Option<i32>,
-    /// The AUXTRACE records' data, one after the other.
-    pub trace: Vec<u8>,
+    /// The AUXTRACE records' data, one after the other (not copied into
+    /// memory: see [`AuxBytes`]).
+    pub trace: AuxBytes<'f>,
     /// Where in `trace` a record starts that does not follow on from the
     /// one before (a gap or overlap in their AUX offsets): decoding never
     /// runs across these.
     pub breaks: Vec<usize>,
 }
 
-impl Queue {
+impl Queue<'_> {
     /// The runs of `trace` without a break, each with its offset in `trace`.
     pub fn pieces(&self) -> impl Iterator<Item = (usize, &[u8])> {
         let starts = std::iter::once(0).chain(self.breaks.iter().copied());
@@ -63,7 +66,7 @@ mod tests {
 
     #[test]
     fn pieces_split_at_the_breaks() {
-        let q = Queue { idx: 0, cpu: 0, thread: None, trace: (0..10).collect(), breaks: vec![3, 7] };
+        let q = Queue { idx: 0, cpu: 0, thread: None, trace: (0..10).collect::<Vec<u8>>().into(), breaks: vec![3, 7] };
         let got: Vec<(usize, Vec<u8>)> = q.pieces().map(|(at, p)| (at, p.to_vec())).collect();
         assert_eq!(got, [(0, vec![0, 1, 2]), (3, vec![3, 4, 5, 6]), (7, vec![7, 8, 9])]);
         let whole = Queue { breaks: vec![], ..q };

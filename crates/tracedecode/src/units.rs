@@ -177,7 +177,7 @@ mod tests {
         (0..4).for_each(|i| trace.extend(psb_segment(10 * i, 100)));
         let gap = trace.len();
         (4..6).for_each(|i| trace.extend(psb_segment(10 * i, 100)));
-        let queues = [Queue { idx: 7, cpu: 2, thread: None, trace, breaks: vec![gap] }];
+        let queues = [Queue { idx: 7, cpu: 2, thread: None, trace: trace.into(), breaks: vec![gap] }];
         let ids = |target| pt_units(&queues, target, &CONV).iter().map(|u| (u.id.start, u.id.end, u.syncs)).collect::<Vec<_>>();
         assert_eq!(ids(1), [(5, 131, 1), (131, 257, 1), (257, 383, 1), (383, 509, 1), (509, 635, 1), (635, 761, 1)]);
         assert_eq!(ids(300), [(5, 257, 2), (257, 509, 2), (509, 761, 2)]);

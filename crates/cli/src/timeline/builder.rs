@@ -31,7 +31,7 @@ pub struct Builder<'a> {
     pub w: TefWriter,
     filter: &'a Filter,
     threads: &'a Threads,
-    queues: &'a [Queue],
+    queues: &'a [Queue<'a>],
     symbols: Symbolizer,
     /// KSYMBOL records in time order and how many are applied.
     ksymbols: Vec<KsymbolAt>,

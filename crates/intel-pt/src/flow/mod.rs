@@ -233,8 +233,11 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
     /// Starts over on one PSB segment of `whole`, `start..end` (`start` at a
     /// PSB, `end` at the next, or the end): the run stops where the walk
     /// would read the packet at `end`, and error offsets are `whole`'s
-    /// from `base` (where `whole` is in the trace).
-    pub(crate) fn reset_segment(&mut self, whole: &'a [u8], base: usize, start: usize, end: usize) {
+    /// from `base` (where `whole` is in the trace). Decoding each segment
+    /// of a buffer so, one after the other into one sink, gives the events
+    /// of [`Self::run`] over the whole buffer when each PSB+ carries a TSC
+    /// (see [`crate::parallel`]), and reads nothing of `whole` before `start`.
+    pub fn reset_segment(&mut self, whole: &'a [u8], base: usize, start: usize, end: usize) {
         self.buf = &whole[start..];
         self.st = State::new(self.buf, if end >= whole.len() { usize::MAX } else { end - start });
         self.base = base + start;

@@ -30,7 +30,7 @@ mod record;
 mod segments;
 
 use self::record::Recording;
-pub use self::segments::segments;
+pub use self::segments::{psb_runs, psb_segments, segments, PsbSegments};
 use crate::flow::walk::Walker;
 use crate::flow::{CodeSource, FlowDecoder, FlowEvent, FlowSink, SharedBlocks};
 
@@ -105,7 +105,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
             &segments(buf),
             false,
             || self.spare(),
-            |mut rec: Recording| {
+            |mut rec: Recording, _| {
                 rec.replay(sink);
                 self.spare.lock().expect("no panic while held").push(rec);
             },
@@ -124,7 +124,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
             &cuts,
             false,
             || self.spare(),
-            |mut rec: Recording| {
+            |mut rec: Recording, _| {
                 rec.replay(sink);
                 self.spare.lock().expect("no panic while held").push(rec);
             },
@@ -139,8 +139,16 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
     /// Nothing is recorded and replayed: the way to scale with cores when
     /// what a segment's events become (counts, coverage, formatted lines)
     /// can be worked out apart and put together in order.
-    pub fn run_segments<S: FlowSink + Send>(&self, buf: &'a [u8], make: impl FnMut() -> S, done: impl FnMut(S)) {
-        self.segments_in_groups(buf, 0, &segments(buf), true, make, done);
+    pub fn run_segments<S: FlowSink + Send>(&self, buf: &'a [u8], make: impl FnMut() -> S, mut done: impl FnMut(S)) {
+        self.segments_in_groups(buf, 0, &segments(buf), true, make, |s, _| done(s));
+    }
+
+    /// [`Self::run_segments`] over the segments `cuts` (as [`segments`]
+    /// gives them), `done` given each segment's byte range with its sink:
+    /// no segment handed out later reads `buf` before that range's start
+    /// (to let go of the bytes behind it).
+    pub fn run_cuts<S: FlowSink + Send>(&self, buf: &'a [u8], cuts: &[(usize, usize)], make: impl FnMut() -> S, done: impl FnMut(S, Range<usize>)) {
+        self.segments_in_groups(buf, 0, cuts, true, make, done);
     }
 
     /// [`Self::run_segments`] for only the PSB segments of `buf` that start
@@ -153,15 +161,15 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         base: usize,
         starts: Range<usize>,
         make: impl FnMut() -> S,
-        done: impl FnMut(S),
+        mut done: impl FnMut(S),
     ) {
         let mut cuts = segments(buf);
         cuts.retain(|(start, _)| starts.contains(start));
-        self.segments_in_groups(buf, base, &cuts, true, make, done);
+        self.segments_in_groups(buf, base, &cuts, true, make, |s, _| done(s));
     }
 
-    /// [`Self::run_segments`] over `cuts`, offsets from `base`, with groups
-    /// of one segment unless `grouped`.
+    /// [`Self::run_cuts`] over `cuts`, offsets from `base`, with
+    /// groups of one segment unless `grouped`.
     fn segments_in_groups<S: FlowSink + Send>(
         &self,
         buf: &'a [u8],
@@ -169,7 +177,7 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
         cuts: &[(usize, usize)],
         grouped: bool,
         mut make: impl FnMut() -> S,
-        mut done: impl FnMut(S),
+        mut done: impl FnMut(S, Range<usize>),
     ) {
         let threads = rayon::current_num_threads().max(1);
         // Consecutive segments in groups, a group decoded by one thread: as
@@ -219,7 +227,9 @@ impl<'a, C: CodeSource + Sync> ParallelFlow<'a, C> {
                         }
                     }
                 };
-                sinks.into_iter().for_each(&mut done);
+                for (sink, &(start, end)) in sinks.into_iter().zip(groups[next]) {
+                    done(sink, start..end);
+                }
             }
         });
     }

@@ -25,6 +25,7 @@ use self::errors::ErrorLines;
 use self::lines::Collector;
 use self::profile::Profiler;
 pub use self::samples::{branch_samples, SampleCounts};
+use crate::aux::Behind;
 use crate::itrace::Itrace;
 use crate::lanes::Lanes;
 use crate::line::Out;
@@ -35,7 +36,7 @@ use crate::summary::Summary;
 use crate::Error;
 
 pub use self::plan::Plan;
-use self::plan::{decoder, run_pieces};
+use self::plan::{cuts, decoder, run_pieces};
 pub use self::units::decode_units;
 
 /// Decodes every queue over `tl` (or `code`, the code before any change,
@@ -45,7 +46,7 @@ pub use self::units::decode_units;
 /// the decoders' blocks are not looked at.
 pub fn decode<E: From<Error>>(
     plan: Plan<'_>,
-    queues: &[Queue],
+    queues: &[Queue<'_>],
     itrace: &Itrace,
     image: ImageMode,
     tl: &CodeTimeline,
@@ -64,7 +65,7 @@ pub fn decode<E: From<Error>>(
 /// `upper_bounds`; the lines' instruction bytes are those read from `code`.
 fn decode_over<C: CodeSource + Sync, E: From<Error>>(
     plan: Plan<'_>,
-    queues: &[Queue],
+    queues: &[Queue<'_>],
     itrace: &Itrace,
     code: &C,
     upper_bounds: bool,
@@ -77,14 +78,18 @@ fn decode_over<C: CodeSource + Sync, E: From<Error>>(
         let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
         if itrace.branches || itrace.instructions {
             let sink = &mut Collector::new(queue, q.cpu, itrace, (code, tl), lanes, plan.setup.filter);
-            run_pieces(&mut dec, q, sink);
+            run_pieces(&mut dec, plan.setup, q, sink);
             sink.finish();
         } else if plan.cut() && q.breaks.is_empty() {
             let segment = || ErrorLines::new(queue, q.cpu, None);
-            par.run_segments(&q.trace, segment, |mut seg| seg.finish(lanes));
+            let mut behind = Behind::new(&q.trace);
+            par.run_cuts(&q.trace, &cuts(q), segment, |mut seg, at| {
+                seg.finish(lanes);
+                behind.past(at.start);
+            });
         } else {
             let sink = &mut ErrorLines::new(queue, q.cpu, Some(lanes));
-            run_pieces(&mut dec, q, sink);
+            run_pieces(&mut dec, plan.setup, q, sink);
             sink.finish(lanes);
         }
     };
@@ -94,7 +99,7 @@ fn decode_over<C: CodeSource + Sync, E: From<Error>>(
 /// Decodes every queue as [`decode`] does and counts what the lines of
 /// `--itrace=bie` would show, without making them; the pokes crossed are
 /// those of `tl`.
-pub fn stat(plan: Plan<'_>, queues: &[Queue], image: ImageMode, tl: &CodeTimeline, code: &CodeTimeline) -> Result<Summary, Error> {
+pub fn stat(plan: Plan<'_>, queues: &[Queue<'_>], image: ImageMode, tl: &CodeTimeline, code: &CodeTimeline) -> Result<Summary, Error> {
     let mut total = match image {
         ImageMode::Timeline => stat_over(plan, queues, &Interval(tl), true)?,
         ImageMode::PerfStyle => stat_over(plan, queues, &PerfStyle(tl), false)?,
@@ -105,17 +110,21 @@ pub fn stat(plan: Plan<'_>, queues: &[Queue], image: ImageMode, tl: &CodeTimelin
 }
 
 /// [`stat`] over `code`.
-fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue], code: &C, upper_bounds: bool) -> Result<Summary, Error> {
+fn stat_over<C: CodeSource + Sync>(plan: Plan<'_>, queues: &[Queue<'_>], code: &C, upper_bounds: bool) -> Result<Summary, Error> {
     let par = ParallelFlow::new(decoder(plan.setup, code, upper_bounds));
     let total = Mutex::new(Summary::default());
     let decode_one = |queue: usize, _: &Lanes| {
         let q = &queues[queue];
         let mut count = Count::buffer();
         if plan.cut() && q.breaks.is_empty() {
-            par.run_segments(&q.trace, Count::segment, |seg| count.append(seg));
+            let mut behind = Behind::new(&q.trace);
+            par.run_cuts(&q.trace, &cuts(q), Count::segment, |seg, at| {
+                count.append(seg);
+                behind.past(at.start);
+            });
         } else {
             let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
-            run_pieces(&mut dec, q, &mut count);
+            run_pieces(&mut dec, plan.setup, q, &mut count);
         }
         total.lock().unwrap_or_else(|e| e.into_inner()).add(&count.finish());
     };
@@ -159,7 +168,7 @@ fn profile_over<C: CodeSource + Sync>(
             par.run_segments(&q.trace, || Profiler::segment(keep_here), |seg| whole.append(seg));
         } else {
             let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
-            run_pieces(&mut dec, q, &mut whole);
+            run_pieces(&mut dec, plan.setup, q, &mut whole);
         }
         total.lock().unwrap_or_else(|e| e.into_inner()).add(&whole.finish());
     };

@@ -3,7 +3,9 @@
 
 use codeimage::window::CodeSource;
 use intel_pt::flow::{FlowDecoder, FlowSink};
+use intel_pt::parallel::{psb_runs, psb_segments};
 
+use crate::aux::Behind;
 use crate::queue::Queue;
 use crate::setup::PtSetup;
 
@@ -40,10 +42,35 @@ pub(super) fn decoder<'a, C: CodeSource>(setup: &PtSetup, code: &'a C, upper_bou
 }
 
 /// Decodes each piece of `q`'s trace on its own: never across a gap in
-/// the AUX data (each starts at its first PSB).
-pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, q: &'a Queue, sink: &mut impl FlowSink) {
+/// the AUX data (each starts at its first PSB). Where its PSB segments
+/// give its events decoded one after the other (PSB+ with a TSC, no CYC
+/// timing), it is decoded in runs of them of about [`RUN`] bytes, and the
+/// bytes behind each let go of.
+pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, setup: &PtSetup, q: &'a Queue<'_>, sink: &mut impl FlowSink) {
+    let mut behind = Behind::new(&q.trace);
     for (base, piece) in q.pieces() {
-        dec.reset_at(piece, base);
-        dec.run_with(sink);
+        if setup.psb_tsc && setup.cyc.is_none() {
+            for (start, end) in psb_runs(piece, RUN) {
+                behind.past(base + start);
+                dec.reset_segment(piece, base, start, end);
+                dec.run_with(sink);
+            }
+        } else {
+            dec.reset_at(piece, base);
+            dec.run_with(sink);
+        }
+        behind.past(base + piece.len());
     }
+}
+
+/// Bytes of trace a sequential decode walks between two of its restarts at
+/// a PSB (each reads that PSB+ twice, once to check where the run before
+/// ends).
+const RUN: usize = 1 << 19;
+
+/// The PSB segments of `q`'s trace (as [`intel_pt::parallel::segments`]),
+/// the bytes let go of as they are scanned: the decode reads them again.
+pub(super) fn cuts(q: &Queue<'_>) -> Vec<(usize, usize)> {
+    let mut behind = Behind::new(&q.trace);
+    psb_segments(&q.trace).inspect(|&(start, _)| behind.past(start)).collect()
 }
