@@ -58,6 +58,9 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         eprintln!("poketrace decode: {refused}");
     }
     symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &sideband.ksymbols);
+    for (time, k) in &sideband.ksymbol_records {
+        symbols.apply_at(k, *time);
+    }
     let bare = (image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
     let built = sideband.timeline(base);
     // The records codeimage could not read are those the input could not: each said once.

@@ -79,6 +79,9 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
         eprintln!("poketrace export: {refused}");
     }
     symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &sideband.ksymbols);
+    for (time, k) in &sideband.ksymbol_records {
+        symbols.apply_at(k, *time);
+    }
     let bare = (opts.image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
     let built = sideband.timeline(base);
     // The records codeimage could not read are those the input could not: each said once.
@@ -131,8 +134,7 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
         }
     }
     if tables.contains(&Table::Pokes) || tables.contains(&Table::Ksymbols) {
-        let symbols = Symbolizer::for_input(&file, None)?;
-        let (pokes, ksymbols) = side_tables(&file, &symbols)?;
+        let (pokes, ksymbols) = side_tables(&file, Symbolizer::for_input(&file, None)?)?;
         for (table, batch, name) in [(Table::Pokes, pokes, "pokes.parquet"), (Table::Ksymbols, ksymbols, "ksymbols.parquet")] {
             if tables.contains(&table) {
                 ::export::table::write(&out_dir.join(name), &batch)?;
@@ -212,7 +214,7 @@ impl Decoding<'_> {
         let mut emit = |l: &Out| -> Result<()> {
             counts.lines += 1;
             let who = self.threads.at(&self.aux[l.queue], l.cpu, l.time);
-            let sym = |addr: u64| symbols.lookup(addr).map(|(name, _)| name);
+            let sym = |addr: u64| symbols.lookup_at(addr, l.time).map(|(name, _)| name);
             let mut row = BranchRow { time: l.time, cpu: l.cpu as i32, pid: who.map(|w| w.0), tid: who.map(|w| w.1), ..BranchRow::default() };
             match &l.kind {
                 Kind::Branch { from, to, flags, insns, .. } => {
@@ -278,8 +280,9 @@ fn remove_stale(dir: &Path, written: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// The TEXT_POKE and KSYMBOL records as tables, in time order.
-fn side_tables(file: &PerfFile, symbols: &Symbolizer) -> Result<(RecordBatch, RecordBatch)> {
+/// The TEXT_POKE and KSYMBOL records as tables, in time order; a poke's
+/// site named as `poketrace pokes` names it (KSYMBOL names from their record on).
+fn side_tables(file: &PerfFile, mut symbols: Symbolizer) -> Result<(RecordBatch, RecordBatch)> {
     let arch = match file.features().arch.as_deref() {
         Some("aarch64" | "arm64") => Arch::Aarch64,
         _ => Arch::X86_64,
@@ -301,6 +304,7 @@ fn side_tables(file: &PerfFile, symbols: &Symbolizer) -> Result<(RecordBatch, Re
                 p_new.append_value(p.new);
             }
             RecordBody::Ksymbol(k) => {
+                symbols.apply(k);
                 k_time.append_option(r.sample_id.time);
                 k_addr.append_value(k.addr);
                 k_len.append_value(k.len);

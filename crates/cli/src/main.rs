@@ -13,6 +13,7 @@ mod etm_cmd;
 mod export;
 mod hex;
 mod image;
+mod ksymbol_names;
 mod lines;
 mod pokes;
 mod print;

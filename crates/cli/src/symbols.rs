@@ -3,7 +3,6 @@
 //! ELF files that MMAP/MMAP2 records mapped.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +11,8 @@ use codeimage::{UserCode, UserMapping};
 use object::{Object, ObjectSegment, ObjectSymbol};
 use perfdata::kcore::Kallsyms;
 use perfdata::{Ksymbol, PerfFile};
+
+use crate::ksymbol_names::KsymbolNames;
 
 /// Where user files are looked up: under `symfs` when given, and first in
 /// perf's build-id cache (`$HOME/.debug`) for a recorded build-id.
@@ -104,8 +105,8 @@ impl UserFile {
 #[derive(Default)]
 pub struct Symbolizer {
     kallsyms: Kallsyms,
-    /// Code announced by KSYMBOL (OOL trampolines, BPF programs): start -> (end, name).
-    dynamic: BTreeMap<u64, (u64, String)>,
+    /// Code announced by KSYMBOL (OOL trampolines, BPF programs), over time.
+    dynamic: KsymbolNames,
     /// Executable user mappings (one address space for all processes: where
     /// mappings overlap, the later one wins), sorted by start.
     user: Vec<UserMap>,
@@ -209,14 +210,13 @@ impl Symbolizer {
         self.kernel_code = merged;
     }
 
-    /// A kernel address in no code the input holds, when that is known.
-    fn outside_kernel_code(&self, addr: u64) -> bool {
+    /// A kernel address in no code the input holds at `time`, when that is known.
+    fn outside_kernel_code(&self, addr: u64, time: u64) -> bool {
         if addr >> 63 == 0 || self.kernel_code.is_empty() {
             return false;
         }
         let in_code = self.kernel_code.partition_point(|r| r.start <= addr).checked_sub(1).is_some_and(|i| addr < self.kernel_code[i].end);
-        let dynamic = self.dynamic.range(..=addr).next_back().is_some_and(|(_, (end, _))| addr < *end);
-        !in_code && !dynamic
+        !in_code && self.dynamic.lookup(addr, time).is_none()
     }
 
     fn user_map(&self, addr: u64) -> Option<&UserMap> {
@@ -228,32 +228,37 @@ impl Symbolizer {
     pub fn dso(&self, addr: u64) -> &str {
         match self.user_map(addr) {
             Some(m) => &self.files[m.file].path,
-            None if addr >> 63 == 1 && !self.outside_kernel_code(addr) => "[kernel.kallsyms]",
+            None if addr >> 63 == 1 && !self.outside_kernel_code(addr, u64::MAX) => "[kernel.kallsyms]",
             None => "[unknown]",
         }
     }
 
-    /// Applies a KSYMBOL record: registers or unregisters its range.
+    /// Applies a KSYMBOL record after those applied so far: registers or
+    /// unregisters its range for [`Symbolizer::lookup`].
     pub fn apply(&mut self, k: &Ksymbol<'_>) {
-        if k.flags & perfdata::abi::KSYMBOL_FLAG_UNREGISTER != 0 {
-            self.dynamic.remove(&k.addr);
-        } else {
-            let end = k.addr.saturating_add(k.len as u64);
-            self.dynamic.insert(k.addr, (end, String::from_utf8_lossy(k.name).into_owned()));
-        }
+        self.dynamic.apply(k);
     }
 
-    /// The symbol covering `addr` and the offset into it.
+    /// Applies a KSYMBOL record from `time` on, for [`Symbolizer::lookup_at`]
+    /// (as perf does while it decodes a trace).
+    pub fn apply_at(&mut self, k: &Ksymbol<'_>, time: u64) {
+        self.dynamic.apply_at(k, time);
+    }
+
+    /// The symbol covering `addr` after every KSYMBOL record applied, and the offset into it.
     pub fn lookup(&self, addr: u64) -> Option<(&str, u64)> {
+        self.lookup_at(addr, u64::MAX)
+    }
+
+    /// The symbol covering `addr` at `time`, and the offset into it.
+    pub fn lookup_at(&self, addr: u64, time: u64) -> Option<(&str, u64)> {
         if let Some(m) = self.user_map(addr) {
             return self.files[m.file].lookup(addr - m.start + m.pgoff);
         }
-        if let Some((start, (end, name))) = self.dynamic.range(..=addr).next_back() {
-            if addr < *end {
-                return Some((name, addr - start));
-            }
+        if let Some(named) = self.dynamic.lookup(addr, time) {
+            return Some(named);
         }
-        if self.outside_kernel_code(addr) {
+        if self.outside_kernel_code(addr, time) {
             return None;
         }
         self.kernel_symbol(addr)

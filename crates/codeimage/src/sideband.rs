@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 use perfdata::abi::{ksymbol_type, misc};
-use perfdata::{Losses, PerfFile, RecordBody};
+use perfdata::{Ksymbol, Losses, PerfFile, RecordBody};
 
 use crate::base::BaseImage;
 use crate::timeline::{CodeTimeline, Poke, TimelineBuilder};
@@ -45,6 +45,8 @@ pub struct Sideband<'a> {
     pub mappings: Vec<UserMapping<'a>>,
     /// The range of every KSYMBOL record, registered or not.
     pub ksymbols: Vec<Range<u64>>,
+    /// Every KSYMBOL record and its time (0 when it has none), in time order.
+    pub ksymbol_records: Vec<(u64, Ksymbol<'a>)>,
     /// The changes and named ranges, over no base yet.
     changes: TimelineBuilder,
     pokes: usize,
@@ -66,6 +68,7 @@ impl<'a> Sideband<'a> {
         // Mappings by their place in the file: they are listed in file order.
         let mut mappings = Vec::new();
         let mut ksymbols = Vec::new();
+        let mut ksymbol_records = Vec::new();
         for r in file.sorted_records() {
             let r = match r {
                 Ok(r) => r,
@@ -78,11 +81,11 @@ impl<'a> Sideband<'a> {
             if let Some(m) = mapping_of(&r, &build_ids) {
                 mappings.push(((r.offset, r.inner_offset), m));
             }
+            let time = r.time().unwrap_or(0);
             match r.body {
                 RecordBody::TextPoke(p) => {
                     pokes += 1;
                     non_kernel_pokes += (r.cpumode() != misc::KERNEL) as usize;
-                    let time = r.time().unwrap_or(0);
                     let (time, settled) = match events {
                         PokeEvents::Single => (time, None),
                         PokeEvents::Pairs => match open.remove(&(p.addr, p.old.to_vec(), p.new.to_vec())) {
@@ -97,6 +100,7 @@ impl<'a> Sideband<'a> {
                 }
                 RecordBody::Ksymbol(k) => {
                     ksymbols.push(k.addr..k.addr.saturating_add(k.len as u64));
+                    ksymbol_records.push((time, k.clone()));
                     if k.flags & perfdata::abi::KSYMBOL_FLAG_UNREGISTER == 0 {
                         let kind = match k.ksym_type {
                             ksymbol_type::BPF => "BPF program",
@@ -116,7 +120,7 @@ impl<'a> Sideband<'a> {
         }
         mappings.sort_by_key(|(at, _)| *at);
         let mappings = mappings.into_iter().map(|(_, m)| m).collect();
-        Sideband { mappings, ksymbols, changes, pokes, non_kernel_pokes, errors, losses }
+        Sideband { mappings, ksymbols, ksymbol_records, changes, pokes, non_kernel_pokes, errors, losses }
     }
 
     /// The changes over `base`, the code before any change.

@@ -13,7 +13,7 @@ pub fn write_json_line(t: &mut Text, l: &Out, cpu: u32, who: Option<(i32, i32, &
     let cpu = i64::from(cpu as i32);
     let sym = |t: &mut Text, addr: u64| {
         t.byte(b'"');
-        if let Some((name, off)) = symbols.lookup(addr) {
+        if let Some((name, off)) = symbols.lookup_at(addr, l.time) {
             t.json_chars(name).byte(b'+').hex_0x(off);
         }
         t.byte(b'"');

@@ -130,7 +130,7 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
     }
     let sym = |t: &mut Text, addr: u64| {
         if f.sym {
-            match symbols.lookup(addr) {
+            match symbols.lookup_at(addr, l.time) {
                 Some((name, off)) if f.symoff => t.byte(b' ').str(name).byte(b'+').hex_0x(off),
                 Some((name, _)) => t.byte(b' ').str(name),
                 None => t.str(" [unknown]"),
