@@ -102,8 +102,7 @@ def test_between_pokes(exported_insns, poketrace, trace):
             if line["ip"] >= site + len(p["new"]) // 2:
                 continue
             until = ps[at + 1]["time"] if at + 1 < len(ps) else None
-            want[(site, p["time"], until, p["kind"], p["new"].upper(), line["cpu"], "insn", None)] += 1
-    # (Without site_sym: pokes.parquet names KSYMBOL code by the kernel symbol before it.)
-    got = {(r[0], *r[2:-1]): r[-1] for r in rows}
+            want[(site, p["sym"] or None, p["time"], until, p["kind"], p["new"].upper(), line["cpu"], "insn", None)] += 1
+    got = {tuple(r[:-1]): r[-1] for r in rows}
     assert columns[-1] == "n" and got == dict(want)
     assert len(got) > 10
