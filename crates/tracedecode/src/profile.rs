@@ -59,15 +59,19 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Adds `other`'s counts.
-    pub fn add(&mut self, other: &Profile) {
+    /// Adds `other`'s counts: the smaller of each two maps is counted into
+    /// the larger, so adding to an empty profile moves the maps.
+    pub fn add(&mut self, mut other: Profile) {
         for (mine, theirs) in [
-            (&mut self.branches, &other.branches),
-            (&mut self.ranges, &other.ranges),
-            (&mut self.uncertain_branches, &other.uncertain_branches),
-            (&mut self.uncertain_ranges, &other.uncertain_ranges),
+            (&mut self.branches, &mut other.branches),
+            (&mut self.ranges, &mut other.ranges),
+            (&mut self.uncertain_branches, &mut other.uncertain_branches),
+            (&mut self.uncertain_ranges, &mut other.uncertain_ranges),
         ] {
-            for (&k, &n) in theirs {
+            if mine.len() < theirs.len() {
+                std::mem::swap(mine, theirs);
+            }
+            for (k, n) in theirs.drain() {
                 *mine.entry(k).or_default() += n;
             }
         }
@@ -173,5 +177,31 @@ impl RangeCounter {
     /// Whether a range is open.
     pub fn open(&self) -> bool {
         self.start.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(pairs: &[((u64, u64), u64)], errors: u64) -> Profile {
+        let counts: PairCounts = pairs.iter().copied().collect();
+        Profile { branches: counts.clone(), uncertain_ranges: counts, errors, ..Profile::default() }
+    }
+
+    /// Counts add up whichever side holds more pairs (the larger map is kept).
+    #[test]
+    fn adding_sums_counts_either_way() {
+        let small = profile(&[((1, 2), 3)], 1);
+        let large = profile(&[((1, 2), 4), ((5, 6), 7)], 2);
+        let sum = profile(&[((1, 2), 7), ((5, 6), 7)], 3);
+        for (a, b) in [(&small, &large), (&large, &small)] {
+            let mut total = a.clone();
+            total.add(b.clone());
+            assert_eq!(total, sum);
+        }
+        let mut from_empty = Profile::default();
+        from_empty.add(large.clone());
+        assert_eq!(from_empty, large);
     }
 }

@@ -79,11 +79,11 @@ pub fn profile(
     };
     tracedecode::cs::decode(info, conv, queues, &itrace, code, &mut emit)?;
     let mut total = Profile::default();
-    for q in &mut counts {
+    for mut q in counts {
         if let Some((ip, _)) = q.last {
             q.counter.close(ip);
         }
-        total.add(&q.counter.profile);
+        total.add(q.counter.profile);
     }
     Ok(total)
 }

@@ -170,7 +170,7 @@ fn profile_over<C: CodeSource + Sync>(
             let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
             run_pieces(&mut dec, plan.setup, q, &mut whole);
         }
-        total.lock().unwrap_or_else(|e| e.into_inner()).add(&whole.finish());
+        total.lock().unwrap_or_else(|e| e.into_inner()).add(whole.finish());
     };
     crate::pool::decode_merged::<Error>(queues.len(), decode_one, &mut |_| Ok(()))?;
     Ok(total.into_inner().unwrap_or_else(|e| e.into_inner()))

@@ -81,9 +81,9 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
             self.apply(s);
         }
         if seg.known {
-            self.counter.profile.add(&seg.counter.profile);
             self.counter.set_state(seg.counter.state());
             self.prev = seg.prev;
+            self.counter.profile.add(seg.counter.profile);
         }
     }
 
