@@ -1,21 +1,20 @@
 //! `poketrace decode`: Intel PT or CoreSight ETMv4 in a perf.data
 //! directory, decoded over the code timeline, printed like `perf script --itrace`.
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
-use codeimage::{BaseImage, CodeTimeline, PokeEvents, Sideband};
+use codeimage::CodeTimeline;
 use perfdata::PerfFile;
 use tracedecode::pt::Plan;
-use tracedecode::setup::{self, PtSetup};
+use tracedecode::setup::PtSetup;
 use tracedecode::units::{self, Unit, UnitId};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Summary, Trace};
 
+use crate::prepare::Prepared;
 use crate::print::Layout;
-use crate::symbols::{InputKallsyms, Symbolizer};
 use crate::text::Text;
 
 /// What `decode` prints and from which code image.
@@ -43,35 +42,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     if matches!(info, Trace::CoreSight(_)) && image == ImageMode::PerfStyle {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
     }
-    // kallsyms read once: for the symbols, and for the Intel PT decoder's idioms.
-    let kallsyms = InputKallsyms::read(&file, None)?;
-    let mut symbols = Symbolizer::of_kallsyms(kallsyms.as_ref());
-    let idioms = kallsyms.as_ref().map_or_else(Default::default, |k| setup::idioms_of(&k.symbols));
-    drop(kallsyms);
-    // The side-band read once, beside the AUX data.
-    let sideband = Sideband::read(&file, PokeEvents::Single);
-    symbols.add_user_mappings(&sideband.mappings, &opts.user);
-    // The code before any change, read from the input once: under the
-    // pokes, and on its own for `--image static`.
-    let mut base = BaseImage::new();
-    if let Some(refused) = codeimage::add_base_mapped(&file, &sideband.mappings, &mut base, &opts.user)?.summary() {
-        eprintln!("poketrace decode: {refused}");
-    }
-    symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &sideband.ksymbols);
-    for (time, k) in &sideband.ksymbol_records {
-        symbols.apply_at(k, *time);
-    }
-    let bare = (image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
-    let built = sideband.timeline(base);
-    // The records codeimage could not read are those the input could not: each said once.
-    for e in &built.errors {
-        eprintln!("poketrace decode: {e}");
-    }
-    let said: HashSet<&str> = built.errors.iter().map(String::as_str).collect();
-    let unsaid: Vec<String> = bad_records.iter().map(ToString::to_string).filter(|e| !said.contains(e.as_str())).collect();
-    for e in &unsaid {
-        eprintln!("poketrace decode: {e}");
-    }
+    let Prepared { symbols, idioms, bare, built, unsaid } = Prepared::read(&file, image, &opts.user, &bad_records, "decode")?;
     let mut summary = Summary {
         bad_records: (built.errors.len() + unsaid.len()) as u64,
         lost: built.losses.lost_records(),

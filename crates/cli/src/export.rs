@@ -14,15 +14,16 @@ use arrow::array::{
 };
 use arrow::datatypes::Int32Type;
 use arrow::record_batch::RecordBatch;
-use codeimage::{BaseImage, CodeTimeline, PokeEvents, Sideband};
+use codeimage::CodeTimeline;
 use isa::Arch;
 use perfdata::{PerfFile, RecordBody};
 use tracedecode::pt::Plan;
-use tracedecode::setup::{self, PtSetup};
+use tracedecode::setup::PtSetup;
 use tracedecode::units::{self, Unit, UnitId};
 use tracedecode::{ImageMode, Input, Itrace, Kind, Out, Queue, Summary, Threads, Trace};
 
-use crate::symbols::{InputKallsyms, Symbolizer};
+use crate::prepare::Prepared;
+use crate::symbols::Symbolizer;
 
 /// The tables `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -67,29 +68,7 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
     if matches!(info, Trace::CoreSight(_)) && opts.image == ImageMode::PerfStyle {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
     }
-    // kallsyms and the side-band read once, as `decode` reads them.
-    let kallsyms = InputKallsyms::read(&file, None)?;
-    let mut symbols = Symbolizer::of_kallsyms(kallsyms.as_ref());
-    let idioms = kallsyms.as_ref().map_or_else(Default::default, |k| setup::idioms_of(&k.symbols));
-    drop(kallsyms);
-    let sideband = Sideband::read(&file, PokeEvents::Single);
-    symbols.add_user_mappings(&sideband.mappings, &opts.user);
-    let mut base = BaseImage::new();
-    if let Some(refused) = codeimage::add_base_mapped(&file, &sideband.mappings, &mut base, &opts.user)?.summary() {
-        eprintln!("poketrace export: {refused}");
-    }
-    symbols.set_kernel_code(base.regions().iter().map(|r| r.start..r.end()), &sideband.ksymbols);
-    for (time, k) in &sideband.ksymbol_records {
-        symbols.apply_at(k, *time);
-    }
-    let bare = (opts.image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
-    let built = sideband.timeline(base);
-    // The records codeimage could not read are those the input could not: each said once.
-    let said: HashSet<&str> = built.errors.iter().map(String::as_str).collect();
-    let unsaid: Vec<String> = bad_records.iter().map(ToString::to_string).filter(|e| !said.contains(e.as_str())).collect();
-    for e in built.errors.iter().chain(&unsaid) {
-        eprintln!("poketrace export: {e}");
-    }
+    let Prepared { symbols, idioms, bare, built, unsaid } = Prepared::read(&file, opts.image, &opts.user, &bad_records, "export")?;
     let setup = match &info {
         Trace::IntelPt(info) => Some(PtSetup::new(&file, info, idioms)),
         Trace::CoreSight(_) => None,

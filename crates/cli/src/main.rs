@@ -16,6 +16,7 @@ mod image;
 mod ksymbol_names;
 mod lines;
 mod pokes;
+mod prepare;
 mod print;
 mod profile;
 mod progress;
