@@ -696,40 +696,12 @@ fn per_thread_buffers_are_the_threads_own() {
     if !perf_available() {
         return;
     }
-    use perfdata::auxtrace::IntelPtInfo;
     let dir = scratch("per-thread");
     let cpu_wide = dir.join("cpu-wide");
     simulate(&cpu_wide, &["--cpus", "1", "--pokes", "10", "--instructions", "5000"]);
     // The same trace, rewritten as thread 77's own buffer.
     let per_thread = dir.join("per-thread");
-    std::fs::create_dir_all(&per_thread).unwrap();
-    let status = Command::new("cp").arg("-r").arg(cpu_wide.join("kcore_dir")).arg(&per_thread).status().unwrap();
-    assert!(status.success());
-    let file = PerfFile::open(&cpu_wide).unwrap();
-    let mut w = Writer::create(per_thread.join("data"), file.attrs().to_vec()).unwrap();
-    let info_bytes = file
-        .records()
-        .find_map(|r| match r.unwrap().body {
-            RecordBody::AuxtraceInfo(i) => Some(IntelPtInfo { per_cpu_mmaps: 0, ..IntelPtInfo::parse(&i).unwrap() }.to_priv_bytes()),
-            _ => None,
-        })
-        .unwrap();
-    let mut commed = false;
-    for r in file.records() {
-        let r = r.unwrap();
-        let body = match r.body {
-            RecordBody::AuxtraceInfo(i) => RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: i.auxtrace_type, priv_data: &info_bytes }),
-            RecordBody::Auxtrace(a) => RecordBody::Auxtrace(Auxtrace { cpu: u32::MAX, tid: 77, ..a }),
-            other => other,
-        };
-        if !commed && matches!(body, RecordBody::Auxtrace(_)) {
-            let sid = SampleId { pid: Some(70), tid: Some(77), time: Some(1), cpu: Some(0), ..r.sample_id };
-            w.write(0, &RecordBody::Comm(Comm { pid: 70, tid: 77, comm: b"worker" }), &sid).unwrap();
-            commed = true;
-        }
-        w.write(r.misc, &body, &r.sample_id).unwrap();
-    }
-    w.finish().unwrap();
+    common::as_thread_buffer(&cpu_wide, &per_thread);
     let t = per_thread.to_str().unwrap();
     let fields = "comm,tid,pid,flags,ip,sym,symoff,addr";
     let ours = poketrace(&["decode", t, "--itrace=be", "-F", fields]);

@@ -113,42 +113,11 @@ fn per_thread_kernel_trace_stacks_equal_perf_inject() {
     if !perf_available() {
         return;
     }
-    use perfdata::auxtrace::IntelPtInfo;
-    use perfdata::{Auxtrace, AuxtraceInfo, Comm, SampleId, Writer};
     let dir = scratch("per-thread");
     let cpu_wide = dir.join("cpu-wide");
     simulate(&cpu_wide, &["--cpus", "1", "--pokes", "0", "--protocol", "none", "--instructions", "40000", "--seed", "8"]);
     let trace = dir.join("trace");
-    std::fs::create_dir_all(trace.join("kcore_dir")).unwrap();
-    for f in std::fs::read_dir(cpu_wide.join("kcore_dir")).unwrap() {
-        let f = f.unwrap();
-        std::fs::copy(f.path(), trace.join("kcore_dir").join(f.file_name())).unwrap();
-    }
-    let file = PerfFile::open(&cpu_wide).unwrap();
-    let mut w = Writer::create(trace.join("data"), file.attrs().to_vec()).unwrap();
-    let info = file
-        .records()
-        .find_map(|r| match r.unwrap().body {
-            RecordBody::AuxtraceInfo(i) => Some(IntelPtInfo { per_cpu_mmaps: 0, ..IntelPtInfo::parse(&i).unwrap() }.to_priv_bytes()),
-            _ => None,
-        })
-        .unwrap();
-    let mut commed = false;
-    for r in file.records() {
-        let r = r.unwrap();
-        let body = match r.body {
-            RecordBody::AuxtraceInfo(i) => RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: i.auxtrace_type, priv_data: &info }),
-            RecordBody::Auxtrace(a) => RecordBody::Auxtrace(Auxtrace { cpu: u32::MAX, tid: 77, ..a }),
-            other => other,
-        };
-        if !commed && matches!(body, RecordBody::Auxtrace(_)) {
-            let sid = SampleId { pid: Some(70), tid: Some(77), time: Some(1), cpu: Some(0), ..r.sample_id };
-            w.write(0, &RecordBody::Comm(Comm { pid: 70, tid: 77, comm: b"worker" }), &sid).unwrap();
-            commed = true;
-        }
-        w.write(r.misc, &body, &r.sample_id).unwrap();
-    }
-    w.finish().unwrap();
+    common::as_thread_buffer(&cpu_wide, &trace);
     let (ours, theirs) = (dir.join("ours.data"), dir.join("theirs.data"));
     let (code, stderr) = profile(&trace, &ours, 331);
     assert_eq!(code, Some(0), "{stderr}");

@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use perfdata::SampleId;
+use perfdata::auxtrace::IntelPtInfo;
+use perfdata::{Auxtrace, AuxtraceInfo, Comm, PerfFile, RecordBody, SampleId, Writer};
 
 /// The two contents of a jump-label site: a 5-byte NOP and a JMP rel32.
 pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
@@ -45,4 +46,40 @@ pub fn damage_trace(dir: &Path) {
         data[p - 3..p + 2].copy_from_slice(&[0x5a, 0xa5, 0x5a, 0xa5, 0x5a]);
     }
     std::fs::write(&path, data).unwrap();
+}
+
+/// Rewrites the simulated single-CPU Intel PT trace `cpu_wide` into `out`
+/// as thread 77's own buffer (pid 70, comm `worker`), as `perf record
+/// --per-thread` records it, with a copy of its kcore_dir.
+pub fn as_thread_buffer(cpu_wide: &Path, out: &Path) {
+    std::fs::create_dir_all(out.join("kcore_dir")).unwrap();
+    for f in std::fs::read_dir(cpu_wide.join("kcore_dir")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), out.join("kcore_dir").join(f.file_name())).unwrap();
+    }
+    let file = PerfFile::open(cpu_wide).unwrap();
+    let mut w = Writer::create(out.join("data"), file.attrs().to_vec()).unwrap();
+    let info = file
+        .records()
+        .find_map(|r| match r.unwrap().body {
+            RecordBody::AuxtraceInfo(i) => Some(IntelPtInfo { per_cpu_mmaps: 0, ..IntelPtInfo::parse(&i).unwrap() }.to_priv_bytes()),
+            _ => None,
+        })
+        .unwrap();
+    let mut commed = false;
+    for r in file.records() {
+        let r = r.unwrap();
+        let body = match r.body {
+            RecordBody::AuxtraceInfo(i) => RecordBody::AuxtraceInfo(AuxtraceInfo { auxtrace_type: i.auxtrace_type, priv_data: &info }),
+            RecordBody::Auxtrace(a) => RecordBody::Auxtrace(Auxtrace { cpu: u32::MAX, tid: 77, ..a }),
+            other => other,
+        };
+        if !commed && matches!(body, RecordBody::Auxtrace(_)) {
+            let sid = SampleId { pid: Some(70), tid: Some(77), time: Some(1), cpu: Some(0), ..r.sample_id };
+            w.write(0, &RecordBody::Comm(Comm { pid: 70, tid: 77, comm: b"worker" }), &sid).unwrap();
+            commed = true;
+        }
+        w.write(r.misc, &body, &r.sample_id).unwrap();
+    }
+    w.finish().unwrap();
 }
