@@ -8,6 +8,8 @@ use codeimage::CodeTimeline;
 use intel_pt::flow::{AddrFilter, FlowEvent, FlowSink, InsnBlock};
 use isa::BranchClass;
 
+use super::lines::direct_target;
+
 /// Branches a stack holds at most, as perf's `l64` and the deepest LBRs.
 pub const DEPTH: usize = 64;
 
@@ -180,15 +182,6 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
         }
     }
 
-    /// Where the direct branch at `ip` goes (code read at `time`); `None` for other instructions.
-    #[cold]
-    fn direct_target(&self, ip: u64, time: u64) -> Option<u64> {
-        let mut b = [0u8; 16];
-        self.tl.read_into(ip, &mut b, time);
-        let insn = isa::classify_x86_64(ip, &b, &isa::KernelIdioms::default()).ok()?;
-        matches!(insn.class, BranchClass::DirectCall | BranchClass::DirectJump).then_some(insn.target?)
-    }
-
     /// Whether tracing stopped at `at` because the previous instruction, a
     /// direct branch, left the address filter's ranges.
     fn left_filter(&self, at: u64) -> bool {
@@ -211,7 +204,7 @@ impl<'a, F: FnMut(&BranchSample<'_>)> BranchStacks<'a, F> {
             None => {
                 // Without the TIP.PGD's IP a direct branch still says where it went.
                 let (from, uncertain) = self.prev.map_or((0, false), |p| (p.ip, p.uncertain));
-                let to = if to == 0 && self.prev.is_some() { self.direct_target(from, time).unwrap_or(0) } else { to };
+                let to = if to == 0 && self.prev.is_some() { direct_target(self.tl, from, time).unwrap_or(0) } else { to };
                 self.ring.push(from, to, uncertain);
             }
         }

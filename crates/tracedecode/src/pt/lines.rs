@@ -161,15 +161,6 @@ impl<'a, C: CodeSource> Collector<'a, C> {
         }
     }
 
-    /// Where the direct branch at `ip` goes (code read at `time`); `None` for other instructions.
-    #[cold]
-    fn direct_target(&self, ip: u64, time: u64) -> Option<u64> {
-        let mut b = [0u8; 16];
-        self.tl.read_into(ip, &mut b, time);
-        let insn = isa::classify_x86_64(ip, &b, &isa::KernelIdioms::default()).ok()?;
-        matches!(insn.class, BranchClass::DirectCall | BranchClass::DirectJump).then_some(insn.target?)
-    }
-
     /// The instruction line `i` (the previous instruction's), now that a
     /// TIP.PGD at `at` (its IP `to`) came after it: when the TIP.PGD took
     /// its branch's place (an indirect branch's TIP, or a direct branch out
@@ -179,7 +170,7 @@ impl<'a, C: CodeSource> Collector<'a, C> {
         let target = match (at, to) {
             (Some(at), Some(to)) if at == to && self.left_filter(at) => Some(at),
             (None, Some(to)) => Some(to),
-            (None, None) => self.prev.and_then(|p| self.direct_target(p.ip, p.lo)),
+            (None, None) => self.prev.and_then(|p| direct_target(self.tl, p.ip, p.lo)),
             _ => return,
         };
         let line = &mut self.lines[i];
@@ -340,7 +331,7 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
                             let (from, len, class) = self.prev.map_or((0, None, BranchClass::None), |p| (p.ip, Some(p.len), p.class));
                             let from_bytes = self.prev.map_or(InsnBytes::default(), |p| self.bytes(&p));
                             // Without the TIP.PGD's IP a direct branch still says where it went.
-                            let to = if to == 0 && len.is_some() { self.direct_target(from, time).unwrap_or(0) } else { to };
+                            let to = if to == 0 && len.is_some() { direct_target(self.tl, from, time).unwrap_or(0) } else { to };
                             let kind = Kind::Branch { from, to, flags: end_flags(class), from_len: len, from_bytes, insns: 0 };
                             self.lines.push(Out { time, queue, cpu, kind });
                         }
@@ -361,6 +352,16 @@ impl<C: CodeSource> FlowSink for Collector<'_, C> {
         let step = matches!(e, FlowEvent::Insn { .. }) as u64;
         self.step_done(made, step, matches!(e, FlowEvent::Error { .. }));
     }
+}
+
+/// Where the direct branch at `ip` goes (code read from `tl` at `time`);
+/// `None` for other instructions.
+#[cold]
+pub(super) fn direct_target(tl: &CodeTimeline, ip: u64, time: u64) -> Option<u64> {
+    let mut b = [0u8; 16];
+    tl.read_into(ip, &mut b, time);
+    let insn = isa::classify_x86_64(ip, &b, &isa::KernelIdioms::default()).ok()?;
+    matches!(insn.class, BranchClass::DirectCall | BranchClass::DirectJump).then_some(insn.target?)
 }
 
 #[cfg(test)]
