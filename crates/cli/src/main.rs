@@ -48,6 +48,31 @@ enum ExportFormat {
     Parquet,
 }
 
+/// The CPU, thread and time filters of `timeline` and `profile`.
+#[derive(clap::Args)]
+struct Only {
+    /// Only these CPUs (perf's list: 0-2,5).
+    #[arg(long)]
+    cpu: Option<String>,
+    /// Only these threads (comma-separated ids).
+    #[arg(long)]
+    tid: Option<String>,
+    /// Only START,END (perf's syntax: seconds, either end may be empty).
+    #[arg(long)]
+    time: Option<String>,
+}
+
+impl Only {
+    /// Whether no filter was given.
+    fn is_whole(&self) -> bool {
+        self.cpu.is_none() && self.tid.is_none() && self.time.is_none()
+    }
+
+    fn filter(&self, kernel_only: bool) -> anyhow::Result<timeline::Filter> {
+        timeline::Filter::parse(self.cpu.as_deref(), self.tid.as_deref(), self.time.as_deref(), kernel_only)
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Print every record of a perf.data file or directory, one line each (like `perf report -D`).
@@ -205,15 +230,8 @@ enum Command {
         /// The file to write: Trace Event Format JSON, or Perfetto's protobuf when it ends in .pftrace; gzipped when it ends in .gz.
         #[arg(short, long)]
         output: PathBuf,
-        /// Only these CPUs (perf's list: 0-2,5).
-        #[arg(long)]
-        cpu: Option<String>,
-        /// Only these threads (comma-separated ids).
-        #[arg(long)]
-        tid: Option<String>,
-        /// Only START,END (perf's syntax: seconds, either end may be empty).
-        #[arg(long)]
-        time: Option<String>,
+        #[command(flatten)]
+        only: Only,
         /// Only kernel code: user code is shown as a gap.
         #[arg(long)]
         kernel_only: bool,
@@ -239,15 +257,8 @@ enum Command {
         /// Profile kernel code, at the addresses it ran at.
         #[arg(long)]
         kernel: bool,
-        /// Only these CPUs (perf's list: 0-2,5).
-        #[arg(long)]
-        cpu: Option<String>,
-        /// Only these threads (comma-separated ids).
-        #[arg(long)]
-        tid: Option<String>,
-        /// Only START,END (perf's syntax: seconds, either end may be empty).
-        #[arg(long)]
-        time: Option<String>,
+        #[command(flatten)]
+        only: Only,
         /// timeline (poketrace), perf (one image updated in time order) or static (no pokes).
         #[arg(long, value_enum, default_value = "timeline", hide_possible_values = true)]
         image: tracedecode::ImageMode,
@@ -394,12 +405,10 @@ fn main() {
             let opts = export::Options { itrace, image, user: symbols::user_code(symfs), segments, target: target_bytes, tables };
             export::run(&input, &output, &opts)
         })(),
-        Command::Timeline { input, output, cpu, tid, time, kernel_only } => {
-            timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), kernel_only).and_then(|f| timeline::run(&input, &output, &f))
-        }
-        Command::Profile { input, format, output, binary, kernel, cpu, tid, time, image, threads, period } => {
-            let whole = cpu.is_none() && tid.is_none() && time.is_none();
-            timeline::Filter::parse(cpu.as_deref(), tid.as_deref(), time.as_deref(), false)
+        Command::Timeline { input, output, only, kernel_only } => only.filter(kernel_only).and_then(|f| timeline::run(&input, &output, &f)),
+        Command::Profile { input, format, output, binary, kernel, only, image, threads, period } => {
+            let whole = only.is_whole();
+            only.filter(false)
                 .and_then(|filter| profile::run(&profile::Args { input, format, output, binary, kernel, filter, whole, image, threads, period }))
         }
         Command::Report { input, output } => report::run(&input, &output, None),
