@@ -339,9 +339,18 @@ impl<C: CodeSource> FlowDecoder<C> {
     /// Reads code over windows between timestamps: the timestamps of every
     /// source in `reader` (a copy of the reader about to be decoded, at the
     /// same position) are collected first.
-    pub fn window_timestamps(&mut self, mut reader: crate::PacketReader<'_>) {
+    pub fn window_timestamps(&mut self, reader: crate::PacketReader<'_>) {
+        self.window_timestamps_scanned(reader, |_| {});
+    }
+
+    /// As [`FlowDecoder::window_timestamps`], telling `scanned` the trace
+    /// index of each packet read (a caller may let go of the bytes behind).
+    pub fn window_timestamps_scanned(&mut self, mut reader: crate::PacketReader<'_>, mut scanned: impl FnMut(u64)) {
         let mut all = vec![Vec::new(); 128];
         while let Some(item) = reader.next() {
+            if let Ok(p) = &item {
+                scanned(p.index);
+            }
             if let Ok(TracePacket { trace_id, packet: crate::Packet::Timestamp(t), .. }) = item {
                 all[(trace_id & 0x7F) as usize].push(t.value);
             }

@@ -18,6 +18,7 @@ use etm::flow::{ElemKind, FlowDecoder, InstrRange, InstrSubtype, InstrType, Item
 use perfdata::auxtrace::CsEtmInfo;
 use perfdata::TimeConv;
 
+use crate::aux::Behind;
 use crate::itrace::Itrace;
 use crate::lanes::{Lanes, BATCH};
 use crate::line::{count_insns, InsnBytes, Kind, Out};
@@ -151,9 +152,16 @@ fn decode_runs<E: From<Error>>(
             if let Some(conv) = clock.conv {
                 decoder = decoder.with_perf_clock(conv);
             }
-            decoder.window_timestamps(reader.clone());
+            // Both passes let go of the bytes behind them.
+            let mut behind = Behind::new(&q.trace);
+            decoder.window_timestamps_scanned(reader.clone(), |index| behind.past(base + index as usize));
+            let mut behind = Behind::new(&q.trace);
             etm::flow::run(&mut reader, &mut decoder, |item| {
-                let Item::Element(e) = item else { return };
+                let e = match item {
+                    Item::Element(e) => e,
+                    Item::Packet(p) => return behind.past(base + p.index as usize),
+                    _ => return,
+                };
                 let id = (e.trace_id & 0x7f) as usize;
                 let cpu = if cpu_of[id] == u32::MAX { q.cpu } else { cpu_of[id] };
                 let made = out.len();
@@ -172,7 +180,6 @@ fn decode_runs<E: From<Error>>(
                     lanes.send(queue, std::mem::replace(&mut out, Vec::with_capacity(BATCH)));
                 }
             });
-            // (The whole run is read: a long one stays in memory until here.)
             q.trace.release(base..base + piece.len());
         }
         if !out.is_empty() {

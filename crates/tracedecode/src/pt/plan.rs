@@ -43,13 +43,13 @@ pub(super) fn decoder<'a, C: CodeSource>(setup: &PtSetup, code: &'a C, upper_bou
 
 /// Decodes each piece of `q`'s trace on its own: never across a gap in
 /// the AUX data (each starts at its first PSB). Where its PSB segments
-/// give its events decoded one after the other (PSB+ with a TSC, no CYC
-/// timing), it is decoded in runs of them of about [`RUN`] bytes, and the
-/// bytes behind each let go of.
+/// give its events decoded one after the other (PSB+ with a TSC; CYC
+/// timing starts again at each PSB+ either way), it is decoded in runs of
+/// them of about [`RUN`] bytes, and the bytes behind each let go of.
 pub(super) fn run_pieces<'a, C: CodeSource>(dec: &mut FlowDecoder<'a, C>, setup: &PtSetup, q: &'a Queue<'_>, sink: &mut impl FlowSink) {
     let mut behind = Behind::new(&q.trace);
     for (base, piece) in q.pieces() {
-        if setup.psb_tsc && setup.cyc.is_none() {
+        if setup.psb_tsc {
             for (start, end) in psb_runs(piece, RUN) {
                 behind.past(base + start);
                 dec.reset_segment(piece, base, start, end);
