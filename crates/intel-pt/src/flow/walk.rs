@@ -461,6 +461,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             return Err(f);
         }
         st.take_peeked();
+        st.dead_end = None;
         let unknown = Insn { len: 0, class: BranchClass::None, target: None };
         let code = InsnCode::Exact;
         self.async_event(st, ip, Decoded { insn: unknown, uncertain: false, code }, sink, trial)
