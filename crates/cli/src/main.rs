@@ -314,6 +314,10 @@ enum Command {
         /// opcodes that trap (FUP + TIP).
         #[arg(long)]
         exits: bool,
+        /// x86_64: indirect jumps' and calls' TIPs deferred behind the TNT of the branches after them, as
+        /// processors may send them (not with --cyc).
+        #[arg(long, conflicts_with = "cyc")]
+        deferred_tips: bool,
         /// Instead of the generated kernel: random walks through this ELF
         /// file's real code, as a user program (no code changes).
         #[arg(long, value_name = "ELF", conflicts_with_all = ["protocol", "pokes", "exits"])]
@@ -369,7 +373,22 @@ fn main() {
         Command::Image { input, at, history, addr, len, vmlinux, symfs, json } => {
             image::run(&image::Args { input, at, history, addr, len, vmlinux, user: symbols::user_code(symfs), json }, &mut out)
         }
-        Command::Simulate { arch, cpus, protocol, pokes, instructions, seed, tsc_period, mtc_freq, cyc, cyc_thresh, exits, elf, output } => {
+        Command::Simulate {
+            arch,
+            cpus,
+            protocol,
+            pokes,
+            instructions,
+            seed,
+            tsc_period,
+            mtc_freq,
+            cyc,
+            cyc_thresh,
+            exits,
+            deferred_tips,
+            elf,
+            output,
+        } => {
             let cyc_thresh = cyc.then(|| cyc_thresh.unwrap_or(0));
             let cfg = sim::SimConfig {
                 arch,
@@ -382,6 +401,7 @@ fn main() {
                 mtc_freq,
                 cyc_thresh,
                 exits,
+                deferred_tips,
                 ..sim::SimConfig::default()
             };
             simulate(&cfg, elf.as_deref(), &output, &mut out)

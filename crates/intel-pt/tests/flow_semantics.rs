@@ -209,6 +209,33 @@ fn a_deferred_tip_comes_after_the_tnt_of_later_branches() {
     assert_eq!(short(&twice)[..2], [I(0), Err(FlowErrorKind::NoTip)]);
 }
 
+/// Deferred TIPs with TNT bits left (SDM): one TNT holds the branches
+/// before and after indirect jumps and calls, whose TIPs follow it in order.
+const DEFERRED: &[(u64, &[u8])] = &[
+    (0x00, &[0x74, 0x00, 0xff, 0xe0]), // 00: jz 02; 02: jmp rax
+    (0x10, &[0x74, 0x00, 0xff, 0xd3]), // 10: jz 12; 12: call rbx
+    (0x20, &[0x74, 0x00, 0x90]),       // 20: jz 22; 22: nop
+    (0x30, &[0x74, 0x00, 0xc3]),       // 30: jz 32; 32: ret
+];
+
+#[test]
+fn deferred_tips_follow_the_tnt_whose_bits_are_left_at_the_transfer() {
+    let code = image(DEFERRED);
+    let t = Trace::new().psb(None, None).pge(0).tnt("TTT").tip(0x10).tip(0x20).bytes();
+    let run = |t: &[u8], on: bool, noretcomp: bool| {
+        let mut out = Vec::new();
+        FlowDecoder::new(t, &Static(&code), cfg(noretcomp)).with_deferred_tips(on).run(|e| out.push(e));
+        short(&out)
+    };
+    use E::*;
+    assert_eq!(run(&t, true, false), [I(0), I(2), I(0x10), I(0x12), I(0x20), End(Some(0x22))]);
+    assert_eq!(run(&t, false, false)[..3], [I(0), I(2), Err(FlowErrorKind::NoTip)]);
+    // A RET's TIP is not deferred (an uncompressed RET has no TNT in
+    // progress, says the SDM): bits left there are an error.
+    let t = Trace::new().psb(None, None).pge(0x30).tnt("TT").tip(0x22).bytes();
+    assert_eq!(run(&t, true, true)[..3], [I(0x30), I(0x32), Err(FlowErrorKind::NoTip)]);
+}
+
 /// Direct calls and returns.
 const CALLS: &[(u64, &[u8])] = &[
     (0x00, &[0xe8, 0x0b, 0, 0, 0, 0x74, 0x00, 0x90]), // 00: call 10; 05: jz 07; 07: nop

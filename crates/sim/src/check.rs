@@ -359,7 +359,8 @@ fn score(cpu: u32, trace: &[u8], code: &impl CodeSource, setup: &PtSetup, recove
     let io = |source| SimError::Io { path: truth.to_path_buf(), source };
     let mut m = Matcher::new(TruthReader::open(truth).map_err(io)?, cpu);
     let mut last_hi = 0;
-    let mut decoder = FlowDecoder::new(trace, code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_recovery(recovery);
+    let mut decoder =
+        FlowDecoder::new(trace, code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_recovery(recovery).with_deferred_tips(true);
     if let Some(f) = setup.filter {
         decoder = decoder.with_addr_filter(f);
     }
@@ -402,7 +403,7 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
     let full = poked_image(&file, &summary)?;
     let mut out = Vec::new();
     let code = Interval(&full);
-    let mut decoder = FlowDecoder::new(trace, &code, setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc);
+    let mut decoder = FlowDecoder::new(trace, &code, setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc).with_deferred_tips(true);
     if let Some(f) = setup.filter {
         decoder = decoder.with_addr_filter(f);
     }

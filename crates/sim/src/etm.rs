@@ -151,7 +151,7 @@ impl EtmEmitter {
             Flow::Quiet => return,
             Flow::Direct => self.atoms.push(true),
             Flow::Cond { taken } => self.atoms.push(taken),
-            Flow::Indirect { to } | Flow::FarReturn { to } => {
+            Flow::Indirect { to } | Flow::Return { to } | Flow::FarReturn { to } => {
                 self.atoms.push(true);
                 self.flush_atoms();
                 self.address(to);

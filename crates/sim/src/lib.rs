@@ -91,6 +91,11 @@ pub struct SimConfig {
     /// Written to meta.json only when set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exits: bool,
+    /// Intel PT: indirect jumps' and calls' TIPs deferred behind the TNT of
+    /// the conditional branches after them (the SDM's deferred TIPs; not
+    /// with CYC). Written to meta.json only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deferred_tips: bool,
 }
 
 fn default_arch() -> isa::Arch {
@@ -113,6 +118,7 @@ impl Default for SimConfig {
             psb_period: 4096,
             sync_ns: 50,
             exits: false,
+            deferred_tips: false,
         }
     }
 }
@@ -263,6 +269,7 @@ pub fn simulate_reporting(cfg: &SimConfig, dir: &Path, progress: &mut dyn FnMut(
     let prog = match arch {
         isa::Arch::X86_64 => x86prog::generate(&mut rng, cfg.functions, cfg.exits),
         isa::Arch::Aarch64 if cfg.exits => return Err(SimError::Config("--exits: x86_64 (Intel PT) only".into())),
+        isa::Arch::Aarch64 if cfg.deferred_tips => return Err(SimError::Config("--deferred-tips: x86_64 (Intel PT) only".into())),
         isa::Arch::Aarch64 => a64prog::generate(&mut rng, cfg.functions),
     };
     let filter = prog.outside.as_ref().map(|_| filter::AddrFilter::new(prog.traced_ranges()));
@@ -278,7 +285,12 @@ pub fn simulate_reporting(cfg: &SimConfig, dir: &Path, progress: &mut dyn FnMut(
     let (traces, counts) = match arch {
         isa::Arch::X86_64 => {
             let emitters = (0..cfg.cpus)
-                .map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh).with_filter(filter.clone()))
+                .map(|_| {
+                    pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period)
+                        .with_cyc(cfg.cyc_thresh)
+                        .with_filter(filter.clone())
+                        .with_deferred_tips(cfg.deferred_tips)
+                })
                 .collect();
             record_run(cfg, dir, emitters, filter.clone(), progress, |sink| {
                 machine::run(&prog, &run, &mut rng, sink);
@@ -341,7 +353,9 @@ pub fn simulate_elf_reporting(cfg: &SimConfig, elf: &Path, dir: &Path, progress:
     }
     let code = walk::RealCode::load(elf, PIE_BASE)?;
     let mut rng = rng::Rng::new(cfg.seed);
-    let emitters = (0..cfg.cpus).map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh)).collect();
+    let emitters = (0..cfg.cpus)
+        .map(|_| pt::PtEmitter::new(pt::Timing::of(cfg), cfg.psb_period).with_cyc(cfg.cyc_thresh).with_deferred_tips(cfg.deferred_tips))
+        .collect();
     let (traces, counts) = record_run(cfg, dir, emitters, None, progress, |sink| {
         walk::walk(&code, cfg.cpus, cfg.instructions, TIME_ZERO, &mut rng, sink);
     })?;

@@ -64,8 +64,13 @@ pub enum Flow {
     Cond {
         taken: bool,
     },
-    /// Indirect jump or call, or a return: the target.
+    /// Indirect jump or call: the target (Intel PT may defer its TIP).
     Indirect {
+        to: u64,
+    },
+    /// A return, or a transfer that leaves the walked code (far, trap),
+    /// taken as one: the target (Intel PT never defers its TIP).
+    Return {
         to: u64,
     },
     /// An INT3 or BRK trap: from the trapping instruction to the handler.
@@ -335,7 +340,7 @@ fn step(
             Kind::Ret | Kind::Stop | Kind::Undefined => {
                 let to = cpu.stack.pop().unwrap_or(prog.entry);
                 cpu.pc = to;
-                Flow::Indirect { to }
+                Flow::Return { to }
             }
             Kind::Int3 => {
                 // The handler emulates what the site is becoming (text_poke_bp)

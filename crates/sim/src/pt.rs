@@ -18,6 +18,12 @@
 //! branch, before a TIP or FUP at its instruction. With a threshold N > 0 a
 //! CYC is sent only once 2^(N-1) cycles have passed since the last.
 //!
+//! With deferred TIPs (`with_deferred_tips`, the SDM's optional
+//! optimisation) an indirect jump's or call's TIP waits while the TNT goes
+//! on filling with the conditional branches after it: the TNT, then the
+//! TIPs it held, go out when it is full or another packet is sent. Not in
+//! cycle-accurate mode (its CYCs are placed at each flow packet).
+//!
 //! With an address filter, packet generation stops when execution leaves
 //! the filter's ranges and resumes where it comes back: a direct branch out
 //! gives a TIP.PGD, with the target's IP and without it by turns (both are
@@ -100,6 +106,10 @@ pub struct PtEmitter {
     tracing: bool,
     /// TIP.PGDs sent after a direct branch out of the filter's ranges.
     exits: u64,
+    /// Indirect jumps' and calls' TIPs are deferred.
+    defer_tips: bool,
+    /// The targets of the TIPs deferred, in order.
+    deferred: Vec<u64>,
 }
 
 impl PtEmitter {
@@ -125,7 +135,15 @@ impl PtEmitter {
             filter: None,
             tracing: false,
             exits: 0,
+            defer_tips: false,
+            deferred: Vec::new(),
         }
+    }
+
+    /// Defers indirect jumps' and calls' TIPs behind the TNT (not with CYC).
+    pub fn with_deferred_tips(mut self, on: bool) -> PtEmitter {
+        self.defer_tips = on;
+        self
     }
 
     /// Traces only the code `filter` lets through (`None`: all of it).
@@ -178,6 +196,7 @@ impl PtEmitter {
         self.enc.compress(ip)
     }
 
+    /// The pending TNT bits, then the TIPs deferred behind them.
     fn flush_tnt(&mut self) {
         if self.tnt_count > 0 {
             self.cyc(self.tnt_time);
@@ -185,6 +204,11 @@ impl PtEmitter {
             self.tnt_bits = 0;
             self.tnt_count = 0;
         }
+        for i in 0..self.deferred.len() {
+            let ip = self.ip(self.deferred[i]);
+            self.put(Packet::Tip(ip));
+        }
+        self.deferred.clear();
     }
 
     /// PSB+: sync point with the time and, while tracing, the IP of the next
@@ -272,7 +296,8 @@ impl PtEmitter {
                     self.flush_tnt();
                 }
             }
-            Flow::Indirect { to } | Flow::FarReturn { to } => {
+            Flow::Indirect { to } if self.defer_tips && self.cyc_min.is_none() && self.traces(to) => self.deferred.push(to),
+            Flow::Indirect { to } | Flow::Return { to } | Flow::FarReturn { to } => {
                 self.flush_tnt();
                 self.cyc(time);
                 let ip = self.ip(to);

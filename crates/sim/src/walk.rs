@@ -127,7 +127,7 @@ pub fn walk(code: &RealCode, cpus: u32, instructions: u64, time_zero: u64, rng: 
             }
             Kind::Ret => {
                 let to = stack.pop().unwrap_or_else(|| pick(rng));
-                (to, Flow::Indirect { to })
+                (to, Flow::Return { to })
             }
             Kind::Int3 | Kind::Iret | Kind::Stop | Kind::Undefined => {
                 let to = pick(rng);

@@ -232,6 +232,12 @@ pub enum FlowErrorKind {
     PsbMismatch {
         fup: Option<u64>,
     },
+    /// A PSB+ met while walking restates another execution mode than the
+    /// trace gave before (its MODE.Exec), at `fup`: packets were lost, or
+    /// the trace is damaged.
+    ModeMismatch {
+        fup: Option<u64>,
+    },
 }
 
 impl FlowErrorKind {
@@ -249,6 +255,7 @@ impl FlowErrorKind {
             FlowErrorKind::BadContext => "packet out of context".into(),
             FlowErrorKind::PsbMismatch { fup: Some(ip) } => format!("PSB+ says execution is at {ip:#x}, off the walk's path"),
             FlowErrorKind::PsbMismatch { fup: None } => "PSB+ says tracing is off, but the walk is tracing".into(),
+            FlowErrorKind::ModeMismatch { .. } => "PSB+ restates another execution mode than the trace gave".into(),
         }
     }
 }

@@ -30,7 +30,9 @@
 //!
 //! A bad packet: the walk resumes at the next PSB (only there are packet
 //! boundaries known again); an overflow: at the FUP after it (SDM); a PSB+
-//! whose FUP the walk does not reach: at that FUP. Otherwise the packets
+//! whose FUP the walk does not reach (or reaches only past missing code):
+//! at that FUP; a PSB+ that restates another execution mode: at its FUP
+//! with [`Recovery::NextTip`], else at the next PSB. Otherwise the packets
 //! are whole and the walk and the trace disagree (a TNT bit flipped, a TIP's
 //! IP damaged, code other than what ran): the walk resumes at the next
 //! TIP's target ([`Recovery::NextTip`], as perf does; a FUP and TIP there
@@ -181,10 +183,14 @@ impl<'a, C: CodeSource> FlowDecoder<'a, C> {
         self
     }
 
-    /// Takes one TNT met where an indirect transfer needs its TIP as the
-    /// bits of the conditional branches after it, and the TIP after that TNT
-    /// as the transfer's (a deferred TIP, as libipt reads one); off unless
-    /// told, when such a TNT is an error (the walk and the trace disagree).
+    /// Reads deferred TIPs (SDM): the processor may hold an indirect jump's
+    /// or call's TIP (or a far transfer's) while the TNT goes on filling
+    /// with the conditional branches after it, then send the TNT and the
+    /// TIPs it held. The TIP such a transfer needs is then the flow packet
+    /// after the TNT whose bits it is among, or after the one TNT met where
+    /// it needs the TIP (its bits: of the branches after it), as perf and
+    /// libipt take them. Off unless told: then such a TNT, or bits left at
+    /// the transfer, are an error (the walk and the trace disagree).
     pub fn with_deferred_tips(mut self, on: bool) -> Self {
         self.walker.deferred_tips = on;
         self

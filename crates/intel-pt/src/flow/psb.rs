@@ -6,7 +6,7 @@
 use super::config::Recovery;
 use super::event::{FlowErrorKind, FlowEvent, FlowSink};
 use super::packets::Packets;
-use super::state::{packet_failure, Failure, Flow, State, DISABLED_AT_BRANCH, SEGMENT_END};
+use super::state::{packet_failure, DeadEnd, ExecMode, Failure, Flow, State, DISABLED_AT_BRANCH, SEGMENT_END};
 use super::walk::Walker;
 use crate::Packet;
 use codeimage::window::CodeSource;
@@ -20,10 +20,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     pub(super) fn recover(&self, st: &mut State<'a>, f: Failure, base: usize, sink: &mut impl FlowSink) -> bool {
         if f.offset == SEGMENT_END {
             if let Some(to) = st.tail_to.take() {
-                self.walk_tail(st, to, sink);
+                self.walk_tail(st, to, base, sink);
             }
             return false;
         }
+        // Missing code on the way to a PSB+'s FUP: the walk goes on there.
+        let dead_end = st.dead_end.take().filter(|d| is_dead_end(st, d, &f));
         if !st.events.is_empty() && !self.keeps_bound(st, &f, sink) {
             if f.kind == FlowErrorKind::Overflow {
                 // What waited for a FUP the overflow took goes after the
@@ -64,8 +66,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if f.kind == FlowErrorKind::Overflow {
             // The packets go on: tracing resumes at the FUP that
             // follows (or a TIP.PGE, or a PSB+), as the SDM says
-            // and libipt and perf do. What was pending is lost.
+            // and libipt and perf do. What was pending is lost, and
+            // so may be MODE.Exec packets.
             st.ip = None;
+            st.mode = None;
             st.tnt_count = 0;
             st.stack.clear();
             st.peeked = None;
@@ -75,9 +79,26 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             st.awaiting_fup = None;
             return true;
         }
-        if let FlowErrorKind::PsbMismatch { fup } = f.kind {
-            // The PSB+ says where execution is: the walk goes on
-            // from there (a segment's run ends at its next PSB).
+        if let Some(d) = dead_end.filter(|_| self.recovery != Recovery::NextPsb) {
+            // The next IP the trace gives is the PSB+'s FUP, read already
+            // (and the flow packet after it, peeked).
+            st.ip = Some(d.fup);
+            st.resumed_at = Some(d.fup);
+            st.stack.clear();
+            st.walked = 0;
+            return true;
+        }
+        // A PSB+ whose status the walk did not have says where execution
+        // is: the walk goes on from there (a segment's run ends at its
+        // next PSB). With libipt's recoveries another execution mode
+        // stops the decode until the next PSB: its resync meets the same
+        // status again.
+        let psb_fup = match f.kind {
+            FlowErrorKind::PsbMismatch { fup } => Some(fup),
+            FlowErrorKind::ModeMismatch { fup } if self.recovery == Recovery::NextTip => Some(fup),
+            _ => None,
+        };
+        if let Some(fup) = psb_fup {
             if f.offset >= st.stop_at {
                 return false;
             }
@@ -97,7 +118,8 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // perf does: the next TIP would most likely lead into it again.
         let resumed_into_nothing = matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip.is_some() && st.ip == st.resumed_at;
         st.resumed_at = None;
-        let wait_for_psb = matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::BadContext | FlowErrorKind::NoProgress);
+        let wait_for_psb =
+            matches!(f.kind, FlowErrorKind::Packet(_) | FlowErrorKind::BadContext | FlowErrorKind::NoProgress | FlowErrorKind::ModeMismatch { .. });
         let at_tip = match self.recovery {
             Recovery::NextTip => !resumed_into_nothing,
             Recovery::EachTip => true,
@@ -113,6 +135,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         let resync = st.packets.sync_forward();
         st.ip = None;
+        st.mode = None;
         st.tnt_count = 0;
         st.stack.clear();
         st.peeked = None;
@@ -148,7 +171,12 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     /// in sync starts there; a walk in sync must reach it before it needs a
     /// packet (the processor sends pending TNT bits before a PSB, and the walk
     /// reads packets only once it has used up those it holds), else the
-    /// trace and the walk disagree ([`FlowErrorKind::PsbMismatch`]).
+    /// trace and the walk disagree ([`FlowErrorKind::PsbMismatch`]) — unless
+    /// the code on the way runs out first: then the trace is not at fault,
+    /// the walk goes on to where the code is missing and fails there, as
+    /// libipt's does ([`DeadEnd`]). Its MODE.Exec restates the execution
+    /// mode: another than the trace gave is an error too
+    /// ([`FlowErrorKind::ModeMismatch`], libipt's bad status update).
     /// Returns the FUP's IP.
     pub(super) fn psb_plus(&self, st: &mut State<'a>, psb_at: usize) -> Result<Option<u64>, Failure> {
         // What runs up to the FUP ran before the PSB's own TSC.
@@ -157,6 +185,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         // No RET is compressed whose CALL came before a PSB (SDM).
         st.stack.clear();
         let mut fup = None;
+        let mut restated = None;
         // A PSB segment decodes on its own: CYC timing starts again from
         // its TSC (the cycle count goes on across it, but the count of
         // the last CYC before it is not known to a decoder starting here).
@@ -164,14 +193,14 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         if self.timing_events {
             self.queue_state(st, Packet::Psb, true);
         }
-        loop {
+        let psbend = loop {
             let Some((offset, packet)) = st.packets.next_packet().map_err(packet_failure)? else {
                 // Cut short: no PSBEND to say the status is complete.
                 st.ip = st.ip.or(fup);
                 return Ok(fup);
             };
             match packet {
-                Packet::PsbEnd => break,
+                Packet::PsbEnd => break offset,
                 Packet::Cyc(_) if self.errata.skd007 && st.packets.dec.skd007_cut(offset) => {}
                 Packet::Tsc(_) | Packet::Tma { .. } | Packet::Mtc(_) | Packet::Cbr(_) | Packet::Cyc(_) => {
                     self.psb_timing(st, offset, packet);
@@ -181,7 +210,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 }
                 Packet::Fup(ip) if ip.ip.is_some() => fup = ip.ip,
                 Packet::Ovf => return Err(Failure { offset, kind: FlowErrorKind::Overflow }),
-                Packet::ModeExec { .. } | Packet::ModeTsx { .. } | Packet::Pip { .. } | Packet::Vmcs(_) => self.queue_state(st, packet, true),
+                Packet::ModeExec { csl, csd, .. } => {
+                    restated = Some((offset, ExecMode::of(csl, csd)));
+                    self.queue_state(st, packet, true);
+                }
+                Packet::ModeTsx { .. } | Packet::Pip { .. } | Packet::Vmcs(_) => self.queue_state(st, packet, true),
                 // (Not state a PSB+ restates: an event of its own.)
                 Packet::Mnt(_) => {
                     self.queue_state(st, packet, false);
@@ -189,12 +222,35 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 }
                 _ => {}
             }
+        };
+        let walked = st.mode;
+        if let Some((_, mode)) = restated {
+            st.mode = Some(mode);
         }
+        st.dead_end = None;
+        let mut dead_end = None;
         match (st.ip, fup) {
-            (None, _) => st.ip = fup,
-            (Some(at), Some(to)) if self.reaches(at, to, lo, hi, st.tried.filter(|t| t.0 == at).map(|t| t.1)) => {}
-            (Some(_), fup) => return Err(Failure { offset: psb_at, kind: FlowErrorKind::PsbMismatch { fup } }),
+            (None, _) => {
+                st.ip = fup;
+                return Ok(fup);
+            }
+            (Some(at), Some(to)) => {
+                let tried = st.tried.filter(|t| t.0 == at).map(|t| t.1);
+                if !self.reaches(at, to, lo, hi, tried) {
+                    let Some(end) = self.dead_end(at, lo, hi, tried) else {
+                        return Err(Failure { offset: psb_at, kind: FlowErrorKind::PsbMismatch { fup } });
+                    };
+                    dead_end = Some(DeadEnd { at: end, psbend, fup: to });
+                }
+            }
+            (Some(_), None) => return Err(Failure { offset: psb_at, kind: FlowErrorKind::PsbMismatch { fup } }),
         }
+        if let (Some(was), Some((offset, mode))) = (walked, restated) {
+            if was != mode {
+                return Err(Failure { offset, kind: FlowErrorKind::ModeMismatch { fup } });
+            }
+        }
+        st.dead_end = dead_end;
         Ok(fup)
     }
     /// A timing packet of a PSB+, to the clock.
@@ -243,7 +299,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         let Some(at) = st.ip else { return end };
         let Ok(Some((offset, Packet::Psb))) = st.packets.next_packet() else { return end };
         match self.psb_plus(st, offset) {
-            Err(f @ Failure { kind: FlowErrorKind::PsbMismatch { .. }, .. }) => f,
+            Err(f @ Failure { kind: FlowErrorKind::PsbMismatch { .. } | FlowErrorKind::ModeMismatch { .. }, .. }) => f,
             Err(_) => end,
             Ok(fup) => {
                 st.tail_to = fup.filter(|&to| to != at);
@@ -254,16 +310,36 @@ impl<'a, C: CodeSource> Walker<'a, C> {
 
     /// A segment's last instructions: from where its walk read the next
     /// segment's PSB up to that PSB+'s FUP, `to` (reached without a packet),
-    /// where the next segment starts. Stops early at anything else.
+    /// where the next segment starts; or up to missing code on the way
+    /// ([`DeadEnd`]), reported as the walk over the whole buffer reports it
+    /// (`base`: where `st`'s packets are in the whole trace). Stops early
+    /// at anything else.
     #[cold]
-    pub(super) fn walk_tail(&self, st: &mut State<'a>, to: u64, sink: &mut impl FlowSink) {
+    pub(super) fn walk_tail(&self, st: &mut State<'a>, to: u64, base: usize, sink: &mut impl FlowSink) {
         st.stop_at = usize::MAX;
         for _ in 0..self.cfg.max_walk {
-            if st.ip == Some(to) || !matches!(self.step(st, sink, false), Ok(true)) || st.peeked.is_none() {
+            if st.ip == Some(to) {
                 break;
             }
+            match self.step(st, sink, false) {
+                Ok(true) if st.peeked.is_some() => {}
+                Err(f) if st.dead_end.is_some_and(|d| is_dead_end(st, &d, &f)) => {
+                    if !st.events.is_empty() {
+                        self.flush(st, sink, true);
+                    }
+                    sink.event(FlowEvent::Error { offset: base + f.offset, time: st.clock.lo, ip: st.ip, kind: f.kind });
+                    break;
+                }
+                _ => break,
+            }
         }
+        st.dead_end = None;
     }
+}
+
+/// Whether the failure `f` is the walk running out of code at `d`.
+fn is_dead_end(st: &State<'_>, d: &DeadEnd, f: &Failure) -> bool {
+    matches!(f.kind, FlowErrorKind::Unmapped | FlowErrorKind::BadInsn) && st.ip == Some(d.at)
 }
 
 /// The IP of the FUP in the PSB+ whose PSB `dec` has just read (`None`

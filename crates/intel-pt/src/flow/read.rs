@@ -4,7 +4,7 @@
 
 use super::event::FlowErrorKind;
 use super::psb::psb_fup;
-use super::state::{packet_failure, Failure, Flow, State};
+use super::state::{packet_failure, ExecMode, Failure, Flow, State};
 use super::walk::Walker;
 use crate::decode::Quick;
 use crate::Packet;
@@ -141,8 +141,11 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 st.clock.cbr(&self.timing, ratio);
                 self.queue_state(st, packet, false);
             }
-            Packet::ModeExec { .. }
-            | Packet::ModeTsx { .. }
+            Packet::ModeExec { csl, csd, .. } => {
+                st.mode = Some(ExecMode::of(csl, csd));
+                self.queue_state(st, packet, false);
+            }
+            Packet::ModeTsx { .. }
             | Packet::Pip { .. }
             | Packet::Vmcs(_)
             | Packet::Mnt(_)

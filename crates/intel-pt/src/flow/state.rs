@@ -99,6 +99,41 @@ pub(crate) struct State<'a> {
     pub(super) awaiting_fup: Option<bool>,
     /// Where tracing stopped last, for [`FlowEvent::Enabled`]'s `resumed`.
     pub(super) last_disable: Option<u64>,
+    /// The execution mode the last MODE.Exec gave, since the walk last
+    /// started afresh (an overflow, or a wait for the next PSB).
+    pub(super) mode: Option<ExecMode>,
+    /// A PSB+ read whose FUP the walk cannot reach: the code on its way
+    /// runs out first (see `Walker::psb_plus`).
+    pub(super) dead_end: Option<DeadEnd>,
+}
+
+/// The execution mode a MODE.Exec gives (its CS.L and CS.D bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ExecMode {
+    Bits16,
+    Bits32,
+    Bits64,
+}
+
+impl ExecMode {
+    pub(super) fn of(csl: bool, csd: bool) -> ExecMode {
+        match (csl, csd) {
+            (true, _) => ExecMode::Bits64,
+            (false, true) => ExecMode::Bits32,
+            (false, false) => ExecMode::Bits16,
+        }
+    }
+}
+
+/// Where the walk runs out of code (no code, or bytes that are no
+/// instruction, at `at`) before it reaches the FUP of a PSB+ it has read:
+/// the error is there, placed at that PSB+'s PSBEND (`psbend`), and the
+/// walk goes on at the FUP, `fup`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DeadEnd {
+    pub at: u64,
+    pub psbend: usize,
+    pub fup: u64,
 }
 
 /// Why the walk stopped: an error at `offset`, or the end of its segment
@@ -150,6 +185,8 @@ impl<'a> State<'a> {
             pending: false,
             awaiting_fup: None,
             last_disable: None,
+            mode: None,
+            dead_end: None,
         }
     }
 
@@ -161,9 +198,13 @@ impl<'a> State<'a> {
     /// Where an error of the walk is (as libipt places it): at the TIP or
     /// FUP of state packets it has yet to take; past a TNT, TIP.PGD or
     /// another FUP peeked (their bits and events are read ahead of the
-    /// walk) and any other packet read.
+    /// walk) and any other packet read; at the PSBEND of a PSB+ whose FUP
+    /// the walk was on its way to (its status taken, nothing read after).
     #[cold]
     pub(super) fn error_offset(&self) -> usize {
+        if let Some(d) = self.dead_end.filter(|d| self.ip == Some(d.at)) {
+            return d.psbend;
+        }
         match self.peeked {
             Some((at, Flow::Tip(_) | Flow::Bind { .. })) => at,
             _ => self.packets.offset(),

@@ -13,7 +13,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     /// ([`FlowEvent::Trap`]); with a TIP.PGD, tracing stops here.
     pub(super) fn async_event(&self, st: &mut State<'a>, ip: u64, d: Decoded, sink: &mut impl FlowSink, trial: bool) -> Result<bool, Failure> {
         let Decoded { insn, uncertain, code } = d;
-        let to = self.take_tip(st)?;
+        let to = self.take_tip::<false>(st)?;
         if to.is_none() && self.errata.skd022 && self.is_vm_entry(st, ip) {
             // SKD022: the VM entry ran; tracing stopped after it.
             if !trial {

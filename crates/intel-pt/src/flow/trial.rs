@@ -133,4 +133,33 @@ impl<'a, C: CodeSource> Walker<'a, C> {
         }
         false
     }
+
+    /// Where the walk from `at` runs out of code before it needs a packet:
+    /// the first IP on its path with no code, or bytes that are no
+    /// instruction. `None` when it needs a packet first, or where the code
+    /// has several contents on the way (`reaches` has tried them). With
+    /// `tried`, as in [`Self::reaches`].
+    pub(super) fn dead_end(&self, at: u64, lo: Time, hi: Time, tried: Option<Insn>) -> Option<u64> {
+        let mut ip = match tried {
+            Some(insn) => next_without_packet(at, &insn)?,
+            None => at,
+        };
+        for _ in 0..self.cfg.max_walk {
+            let mut buf = [0u8; 16];
+            let insn = match self.code.fetch(ip, lo, hi, 0, &mut buf) {
+                Fetch::Unmapped => return Some(ip),
+                Fetch::Exact(len) => match isa::classify_x86_64(ip, &buf[..len], &self.cfg.idioms) {
+                    Ok(insn) => insn,
+                    Err(_) => return Some(ip),
+                },
+                Fetch::Candidate { .. } => return None,
+            };
+            ip = next_without_packet(ip, &insn)?;
+            // Back where it started: a loop without packets.
+            if ip == at {
+                return None;
+            }
+        }
+        None
+    }
 }

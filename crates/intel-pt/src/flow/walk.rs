@@ -173,9 +173,17 @@ impl<'a, C: CodeSource> Walker<'a, C> {
     }
 
     /// The target of an indirect transfer; `None` when tracing stops there.
+    /// `DEFERRABLE`: an indirect jump or call or a far transfer, whose TIP
+    /// the processor may defer behind the TNT of the conditional branches
+    /// after it (SDM, deferred TIPs; with [`super::FlowDecoder::with_deferred_tips`]);
+    /// not a near RET (an uncompressed one has no TNT in progress, says
+    /// the SDM) nor an asynchronous event (its FUP forces the TNT out).
     #[inline(always)]
-    pub(super) fn take_tip(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
+    pub(super) fn take_tip<const DEFERRABLE: bool>(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
         if st.tnt_count != 0 {
+            if DEFERRABLE && self.deferred_tips {
+                return self.tip_after_tnt(st);
+            }
             return Err(Failure { offset: st.packets.offset(), kind: FlowErrorKind::NoTip });
         }
         st.walked = 0;
@@ -185,7 +193,20 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 st.pgd_ip = ip;
                 Ok(None)
             }
-            (_, Flow::Tnt { bits, count }) if self.deferred_tips => self.take_deferred_tip(st, bits, count),
+            (_, Flow::Tnt { bits, count }) if DEFERRABLE && self.deferred_tips => self.take_deferred_tip(st, bits, count),
+            (offset, flow) => Err(mismatch(st, offset, flow, FlowErrorKind::NoTip)),
+        }
+    }
+
+    /// A deferred TIP while TNT bits are left: those of the TNT that held
+    /// the branches before this transfer and goes on with those after it;
+    /// its TIP is the next flow packet (perf and libipt take it so).
+    #[cold]
+    #[inline(never)]
+    fn tip_after_tnt(&self, st: &mut State<'a>) -> Result<Option<u64>, Failure> {
+        st.walked = 0;
+        match self.take(st)? {
+            (_, Flow::Tip(Some(ip))) => Ok(Some(ip)),
             (offset, flow) => Err(mismatch(st, offset, flow, FlowErrorKind::NoTip)),
         }
     }
@@ -461,6 +482,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
             return Err(f);
         }
         st.take_peeked();
+        st.dead_end = None;
         let unknown = Insn { len: 0, class: BranchClass::None, target: None };
         let code = InsnCode::Exact;
         self.async_event(st, ip, Decoded { insn: unknown, uncertain: false, code }, sink, trial)
@@ -491,10 +513,10 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                 }
                 insn.target
             }
-            BranchClass::IndirectJump | BranchClass::FarTransfer => self.take_tip(st)?,
+            BranchClass::IndirectJump | BranchClass::FarTransfer => self.take_tip::<true>(st)?,
             BranchClass::IndirectCall => {
                 st.stack.push(next);
-                self.take_tip(st)?
+                self.take_tip::<true>(st)?
             }
             BranchClass::Return => {
                 let compressed = !self.cfg.noretcomp && !st.stack.is_empty() && {
@@ -513,7 +535,7 @@ impl<'a, C: CodeSource> Walker<'a, C> {
                     st.stack.pop()
                 } else {
                     st.stack.pop();
-                    self.take_tip(st)?
+                    self.take_tip::<false>(st)?
                 }
             }
             // A trap is handled before it runs, when its FUP is next (run_insn).

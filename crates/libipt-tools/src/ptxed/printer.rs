@@ -28,6 +28,8 @@ pub struct Style {
     pub end_on_jump: bool,
     /// Number the blocks (`--stat`).
     pub counting: bool,
+    /// `--resync-on-error`.
+    pub resync: bool,
 }
 
 impl Style {
@@ -43,6 +45,7 @@ impl Style {
             end_on_call: o.end_on_call,
             end_on_jump: o.end_on_jump,
             counting: o.stats.is_some(),
+            resync: o.resync_on_error,
         }
     }
 }
@@ -121,11 +124,19 @@ impl<W: Write> Printer<W> {
         }
     }
 
-    /// A decode error, as ptxed's `[offset, ip: error: message]`.
+    /// A decode error, as ptxed's `[offset, ip: error: message]`. With
+    /// `--resync-on-error`, a PSB+'s status that contradicts the decoder's
+    /// (another execution mode, tracing off) fails ptxed's resync the same
+    /// way, at the same place: a second line, `resync error`, before it
+    /// goes on at the next PSB.
     pub fn error(&mut self, offset: usize, ip: Option<u64>, kind: &FlowErrorKind) {
         self.in_block = false;
         let ip = ip.unwrap_or(0);
-        self.line(format_args!("[{offset:x}, {ip:x}: error: {}]", libipt_message(kind)));
+        let message = libipt_message(kind);
+        self.line(format_args!("[{offset:x}, {ip:x}: error: {message}]"));
+        if self.style.resync && matches!(kind, FlowErrorKind::ModeMismatch { .. } | FlowErrorKind::PsbMismatch { fup: None }) {
+            self.line(format_args!("[{offset:x}, {ip:x}: resync error: {message}]"));
+        }
     }
 
     fn insn(&mut self, ip: u64, class: BranchClass) {
@@ -200,7 +211,7 @@ fn libipt_message(kind: &FlowErrorKind) -> &'static str {
         FlowErrorKind::EndOfTrace => "reached end of trace stream",
         FlowErrorKind::Overflow => "overflow",
         FlowErrorKind::BadContext => "unexpected packet context",
-        FlowErrorKind::PsbMismatch { .. } => "bad status update",
+        FlowErrorKind::PsbMismatch { .. } | FlowErrorKind::ModeMismatch { .. } => "bad status update",
         FlowErrorKind::NoProgress => "never-ending loop",
     }
 }

@@ -8,7 +8,11 @@ pub fn perf_error_code(kind: &FlowErrorKind) -> u32 {
         FlowErrorKind::Packet(_) | FlowErrorKind::BadContext => 3,
         FlowErrorKind::EndOfTrace => 4,
         FlowErrorKind::Unmapped | FlowErrorKind::BadInsn => 5,
-        FlowErrorKind::NoTnt | FlowErrorKind::NoTip | FlowErrorKind::NoTrapPackets | FlowErrorKind::PsbMismatch { .. } => 6,
+        FlowErrorKind::NoTnt
+        | FlowErrorKind::NoTip
+        | FlowErrorKind::NoTrapPackets
+        | FlowErrorKind::PsbMismatch { .. }
+        | FlowErrorKind::ModeMismatch { .. } => 6,
         FlowErrorKind::Overflow => 7,
         FlowErrorKind::NoProgress => 10,
     }

@@ -30,7 +30,11 @@ impl Plan<'_> {
 /// A decoder over `code` as the set-up says (with the trace's address
 /// filter, when it had one), without a buffer yet.
 pub(super) fn decoder<'a, C: CodeSource>(setup: &PtSetup, code: &'a C, upper_bounds: bool) -> FlowDecoder<'a, C> {
-    let mut dec = FlowDecoder::new(&[], code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_errata(setup.errata);
+    // Deferred TIPs (SDM: an indirect jump's or call's TIP sent after the
+    // TNT bits of the branches after it) are read as perf reads them: its
+    // decoder takes the TIP after the TNT (intel_pt_walk_tnt), no error.
+    let mut dec =
+        FlowDecoder::new(&[], code, setup.cfg.clone()).with_mtc(setup.mtc).with_cyc(setup.cyc).with_errata(setup.errata).with_deferred_tips(true);
     if let Some(f) = setup.filter {
         dec = dec.with_addr_filter(f);
     }
