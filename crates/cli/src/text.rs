@@ -121,12 +121,38 @@ impl Text {
     /// `v` in decimal, zeros before it up to `digits` digits (`{v:0digits}`).
     #[inline]
     pub fn zeros(&mut self, v: u64, digits: usize) -> &mut Self {
-        let mut buf = [0u8; 20];
+        // (Zeros before the digits already: one copy.)
+        let mut buf = [b'0'; 20];
         let at = decimal(v, &mut buf);
-        let n = buf.len() - at;
-        self.0.resize(self.0.len() + digits.saturating_sub(n), b'0');
-        self.0.extend_from_slice(&buf[at..]);
+        if digits > buf.len() {
+            self.0.resize(self.0.len() + digits - buf.len(), b'0');
+        }
+        self.0.extend_from_slice(&buf[at.min(buf.len().saturating_sub(digits))..]);
         self
+    }
+
+    /// `v` in decimal, with its sign when negative, spaces before it up to
+    /// `width` characters (`{v:>width}`).
+    #[inline]
+    pub fn int_right(&mut self, v: i64, width: usize) -> &mut Self {
+        // (Spaces before the digits and sign already: one copy.)
+        let mut buf = [b' '; 21];
+        let mut start = decimal(v.unsigned_abs(), &mut buf);
+        if v < 0 {
+            start -= 1;
+            buf[start] = b'-';
+        }
+        if width > buf.len() {
+            self.spaces(width - buf.len());
+        }
+        self.0.extend_from_slice(&buf[start.min(buf.len().saturating_sub(width))..]);
+        self
+    }
+
+    /// `s` in a column of `width`, spaces before it (`{s:>width}`).
+    #[inline]
+    pub fn str_right(&mut self, s: &str, width: usize) -> &mut Self {
+        self.spaces(width.saturating_sub(chars(s.as_bytes()))).str(s)
     }
 
     /// `v` in lowercase hex, no prefix (`{v:x}`).
@@ -201,6 +227,12 @@ fn chars(bytes: &[u8]) -> usize {
     bytes.iter().filter(|&&b| b & 0xc0 != 0x80).count()
 }
 
+/// Decimal digits in `v` (1 for zero).
+#[inline]
+pub fn decimal_digits(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 /// Hex digits in `v` (1 for zero).
 #[inline]
 fn hex_digits(v: u64) -> usize {
@@ -209,7 +241,7 @@ fn hex_digits(v: u64) -> usize {
 
 /// Writes `v`'s decimal digits at the end of `buf`; where they start.
 #[inline]
-fn decimal(mut v: u64, buf: &mut [u8; 20]) -> usize {
+fn decimal<const N: usize>(mut v: u64, buf: &mut [u8; N]) -> usize {
     let mut at = buf.len();
     while v >= 100 {
         let pair = (v % 100) as usize * 2;
@@ -262,6 +294,9 @@ mod tests {
             assert_eq!(text(|t| _ = t.int(i)), format!("{i}"));
             assert_eq!(text(|t| _ = t.zeros(v, w)), format!("{v:0w$}"), "{v} {w}");
             assert_eq!(text(|t| _ = t.int_zeros(i, w)), format!("{i:0w$}"), "{i} {w}");
+            assert_eq!(text(|t| _ = t.int_right(i, w)), format!("{i:>w$}"), "{i} {w}");
+            assert_eq!(text(|t| _ = t.zeros(v, w + 8)), format!("{v:0w$}", w = w + 8), "{v} {w}");
+            assert_eq!(decimal_digits(v), format!("{v}").len());
             assert_eq!(text(|t| _ = t.hex(v)), format!("{v:x}"));
             assert_eq!(text(|t| _ = t.hex_right(v, w)), format!("{v:>w$x}"), "{v} {w}");
             assert_eq!(text(|t| _ = t.hex_0x(v)), format!("{v:#x}"));
@@ -300,6 +335,7 @@ mod tests {
         for s in ["", "a", "swapper", "perf-exec", "naïve", "日本語のスレッド", "exactly sixteen!", "longer than sixteen characters"] {
             for w in [0, 1, 5, 16, 32] {
                 assert_eq!(text(|t| _ = t.str_left(s, w)), format!("{s:<w$}"), "{s:?} {w}");
+                assert_eq!(text(|t| _ = t.str_right(s, w)), format!("{s:>w$}"), "{s:?} {w}");
                 assert_eq!(
                     text(|t| {
                         let m = t.mark();
