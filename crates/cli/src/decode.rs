@@ -67,7 +67,7 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     let mut progress = crate::progress::Progress::over_file("decode", &file);
     // Who ran the last line, for its queue and CPU and the times that holds for.
     let mut last_who = (usize::MAX, 0, 0..0, None);
-    let mut memo = crate::print::text::Who::default();
+    let mut memo = crate::print::text::Memo::default();
     let mut emit = |l: &Out| -> Result<()> {
         progress.line(l.time);
         let printed = itrace.errors || !matches!(l.kind, Kind::Error { .. });

@@ -46,10 +46,15 @@ impl KsymbolNames {
         self.apply_at(k, last);
     }
 
+    /// Whether a range registered at some time may cover `addr`.
+    pub fn may_cover(&self, addr: u64) -> bool {
+        self.bounds.is_some_and(|(lo, hi)| (lo..hi).contains(&addr))
+    }
+
     /// The range covering `addr` at `time` (`u64::MAX`: after every record):
     /// its name and `addr`'s offset into it.
     pub fn lookup(&self, addr: u64, time: u64) -> Option<(&str, u64)> {
-        if !self.bounds.is_some_and(|(lo, hi)| (lo..hi).contains(&addr)) {
+        if !self.may_cover(addr) {
             return None;
         }
         for (start, versions) in self.versions.range(..=addr).rev() {

@@ -220,7 +220,7 @@ impl Text {
 /// Characters in UTF-8 `bytes` (what `format!` pads by): its bytes that
 /// are not continuation bytes.
 #[inline]
-fn chars(bytes: &[u8]) -> usize {
+pub fn chars(bytes: &[u8]) -> usize {
     if bytes.is_ascii() {
         return bytes.len();
     }
