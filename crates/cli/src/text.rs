@@ -158,14 +158,7 @@ impl Text {
     /// `v` in lowercase hex, no prefix (`{v:x}`).
     #[inline]
     pub fn hex(&mut self, v: u64) -> &mut Self {
-        let digits = hex_digits(v);
-        let end = self.0.len() + digits;
-        self.0.resize(end, 0);
-        let mut v = v;
-        for d in self.0[end - digits..].iter_mut().rev() {
-            *d = HEX[(v & 15) as usize];
-            v >>= 4;
-        }
+        self.0.extend_from_slice(&hex16(v)[16 - hex_digits(v)..]);
         self
     }
 
@@ -237,6 +230,25 @@ pub fn decimal_digits(v: u64) -> usize {
 #[inline]
 fn hex_digits(v: u64) -> usize {
     (16 - v.leading_zeros() as usize / 4).max(1)
+}
+
+/// The 16 hex digits of `v`, most significant first, all at once: each
+/// half's nibbles spread to a byte each, then made digits (`a`-`f` where
+/// adding 6 carries out of the nibble).
+#[inline]
+fn hex16(v: u64) -> [u8; 16] {
+    let digits = |x: u32| {
+        let x = u64::from(x);
+        let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+        let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+        let x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+        let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+        (x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64).to_be_bytes()
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&digits((v >> 32) as u32));
+    out[8..].copy_from_slice(&digits(v as u32));
+    out
 }
 
 /// Writes `v`'s decimal digits at the end of `buf`; where they start.
