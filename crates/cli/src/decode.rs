@@ -65,6 +65,9 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     summary.buffers = aux.len() as u64;
     let mut buf = Text::with_capacity(2 * TEXT_FLUSH);
     let mut progress = crate::progress::Progress::over_file("decode", &file);
+    // Who ran the last line, for its queue and CPU and the times that holds for.
+    let mut last_who = (usize::MAX, 0, 0..0, None);
+    let mut memo = crate::print::text::Memo::default();
     let mut emit = |l: &Out| -> Result<()> {
         progress.line(l.time);
         let printed = itrace.errors || !matches!(l.kind, Kind::Error { .. });
@@ -72,8 +75,12 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
         if !printed {
             return Ok(());
         }
-        let who = threads.at(&aux[l.queue], l.cpu, l.time);
-        opts.layout.write(&mut buf, l, who, &symbols);
+        if (last_who.0, last_who.1) != (l.queue, l.cpu) || !last_who.2.contains(&l.time) {
+            let (who, span) = threads.at_span(&aux[l.queue], l.cpu, l.time);
+            last_who = (l.queue, l.cpu, span, who);
+        }
+        let who = last_who.3;
+        opts.layout.write(&mut buf, l, who, &symbols, &mut memo);
         if buf.as_bytes().len() >= TEXT_FLUSH {
             out.write_all(buf.as_bytes())?;
             buf.clear();

@@ -18,6 +18,9 @@ pub struct KsymbolNames {
     /// The longest range registered: no range starting further below an
     /// address than this covers it.
     longest: u64,
+    /// The lowest start and the highest end registered: no range covers an
+    /// address outside them.
+    bounds: Option<(u64, u64)>,
 }
 
 impl KsymbolNames {
@@ -28,6 +31,8 @@ impl KsymbolNames {
         } else {
             let len = u64::from(k.len);
             self.longest = self.longest.max(len);
+            let end = k.addr.saturating_add(len);
+            self.bounds = Some(self.bounds.map_or((k.addr, end), |(lo, hi)| (lo.min(k.addr), hi.max(end))));
             Some((k.addr.saturating_add(len), String::from_utf8_lossy(k.name).into_owned()))
         };
         let versions = self.versions.entry(k.addr).or_default();
@@ -41,9 +46,17 @@ impl KsymbolNames {
         self.apply_at(k, last);
     }
 
+    /// Whether a range registered at some time may cover `addr`.
+    pub fn may_cover(&self, addr: u64) -> bool {
+        self.bounds.is_some_and(|(lo, hi)| (lo..hi).contains(&addr))
+    }
+
     /// The range covering `addr` at `time` (`u64::MAX`: after every record):
     /// its name and `addr`'s offset into it.
     pub fn lookup(&self, addr: u64, time: u64) -> Option<(&str, u64)> {
+        if !self.may_cover(addr) {
+            return None;
+        }
         for (start, versions) in self.versions.range(..=addr).rev() {
             if addr - start >= self.longest {
                 return None;

@@ -32,10 +32,11 @@ impl Layout {
         }
     }
 
-    /// Writes `l` to `t`; `who` is the (pid, tid, comm) that ran it.
-    pub fn write(&self, t: &mut Text, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer) {
+    /// Writes `l` to `t`; `who` is the (pid, tid, comm) that ran it;
+    /// `memo` keeps what the next line may copy.
+    pub fn write(&self, t: &mut Text, l: &Out, who: Option<(i32, i32, &str)>, symbols: &Symbolizer, memo: &mut text::Memo) {
         match self {
-            Layout::Text => text::write_line(t, l, l.cpu, who, symbols),
+            Layout::Text => text::write_line(t, l, l.cpu, who, symbols, memo),
             Layout::Perf(fields) => perf::write_perf_line(t, fields, l, l.cpu, who, symbols),
             Layout::Json => json::write_json_line(t, l, l.cpu, who, symbols),
         }

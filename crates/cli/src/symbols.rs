@@ -250,6 +250,12 @@ impl Symbolizer {
         self.lookup_at(addr, u64::MAX)
     }
 
+    /// Whether [`Self::lookup_at`] gives the same for `addr` at every time
+    /// (no KSYMBOL record may name it).
+    pub fn same_at_all_times(&self, addr: u64) -> bool {
+        !self.dynamic.may_cover(addr)
+    }
+
     /// The symbol covering `addr` at `time`, and the offset into it.
     pub fn lookup_at(&self, addr: u64, time: u64) -> Option<(&str, u64)> {
         if let Some(m) = self.user_map(addr) {

@@ -121,25 +121,44 @@ impl Text {
     /// `v` in decimal, zeros before it up to `digits` digits (`{v:0digits}`).
     #[inline]
     pub fn zeros(&mut self, v: u64, digits: usize) -> &mut Self {
-        let mut buf = [0u8; 20];
+        // (Zeros before the digits already: one copy.)
+        let mut buf = [b'0'; 20];
         let at = decimal(v, &mut buf);
-        let n = buf.len() - at;
-        self.0.resize(self.0.len() + digits.saturating_sub(n), b'0');
-        self.0.extend_from_slice(&buf[at..]);
+        if digits > buf.len() {
+            self.0.resize(self.0.len() + digits - buf.len(), b'0');
+        }
+        self.0.extend_from_slice(&buf[at.min(buf.len().saturating_sub(digits))..]);
         self
+    }
+
+    /// `v` in decimal, with its sign when negative, spaces before it up to
+    /// `width` characters (`{v:>width}`).
+    #[inline]
+    pub fn int_right(&mut self, v: i64, width: usize) -> &mut Self {
+        // (Spaces before the digits and sign already: one copy.)
+        let mut buf = [b' '; 21];
+        let mut start = decimal(v.unsigned_abs(), &mut buf);
+        if v < 0 {
+            start -= 1;
+            buf[start] = b'-';
+        }
+        if width > buf.len() {
+            self.spaces(width - buf.len());
+        }
+        self.0.extend_from_slice(&buf[start.min(buf.len().saturating_sub(width))..]);
+        self
+    }
+
+    /// `s` in a column of `width`, spaces before it (`{s:>width}`).
+    #[inline]
+    pub fn str_right(&mut self, s: &str, width: usize) -> &mut Self {
+        self.spaces(width.saturating_sub(chars(s.as_bytes()))).str(s)
     }
 
     /// `v` in lowercase hex, no prefix (`{v:x}`).
     #[inline]
     pub fn hex(&mut self, v: u64) -> &mut Self {
-        let digits = hex_digits(v);
-        let end = self.0.len() + digits;
-        self.0.resize(end, 0);
-        let mut v = v;
-        for d in self.0[end - digits..].iter_mut().rev() {
-            *d = HEX[(v & 15) as usize];
-            v >>= 4;
-        }
+        self.0.extend_from_slice(&hex16(v)[16 - hex_digits(v)..]);
         self
     }
 
@@ -194,11 +213,17 @@ impl Text {
 /// Characters in UTF-8 `bytes` (what `format!` pads by): its bytes that
 /// are not continuation bytes.
 #[inline]
-fn chars(bytes: &[u8]) -> usize {
+pub fn chars(bytes: &[u8]) -> usize {
     if bytes.is_ascii() {
         return bytes.len();
     }
     bytes.iter().filter(|&&b| b & 0xc0 != 0x80).count()
+}
+
+/// Decimal digits in `v` (1 for zero).
+#[inline]
+pub fn decimal_digits(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// Hex digits in `v` (1 for zero).
@@ -207,9 +232,28 @@ fn hex_digits(v: u64) -> usize {
     (16 - v.leading_zeros() as usize / 4).max(1)
 }
 
+/// The 16 hex digits of `v`, most significant first, all at once: each
+/// half's nibbles spread to a byte each, then made digits (`a`-`f` where
+/// adding 6 carries out of the nibble).
+#[inline]
+fn hex16(v: u64) -> [u8; 16] {
+    let digits = |x: u32| {
+        let x = u64::from(x);
+        let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+        let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+        let x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+        let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+        (x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64).to_be_bytes()
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&digits((v >> 32) as u32));
+    out[8..].copy_from_slice(&digits(v as u32));
+    out
+}
+
 /// Writes `v`'s decimal digits at the end of `buf`; where they start.
 #[inline]
-fn decimal(mut v: u64, buf: &mut [u8; 20]) -> usize {
+fn decimal<const N: usize>(mut v: u64, buf: &mut [u8; N]) -> usize {
     let mut at = buf.len();
     while v >= 100 {
         let pair = (v % 100) as usize * 2;
@@ -262,6 +306,9 @@ mod tests {
             assert_eq!(text(|t| _ = t.int(i)), format!("{i}"));
             assert_eq!(text(|t| _ = t.zeros(v, w)), format!("{v:0w$}"), "{v} {w}");
             assert_eq!(text(|t| _ = t.int_zeros(i, w)), format!("{i:0w$}"), "{i} {w}");
+            assert_eq!(text(|t| _ = t.int_right(i, w)), format!("{i:>w$}"), "{i} {w}");
+            assert_eq!(text(|t| _ = t.zeros(v, w + 8)), format!("{v:0w$}", w = w + 8), "{v} {w}");
+            assert_eq!(decimal_digits(v), format!("{v}").len());
             assert_eq!(text(|t| _ = t.hex(v)), format!("{v:x}"));
             assert_eq!(text(|t| _ = t.hex_right(v, w)), format!("{v:>w$x}"), "{v} {w}");
             assert_eq!(text(|t| _ = t.hex_0x(v)), format!("{v:#x}"));
@@ -300,6 +347,7 @@ mod tests {
         for s in ["", "a", "swapper", "perf-exec", "naïve", "日本語のスレッド", "exactly sixteen!", "longer than sixteen characters"] {
             for w in [0, 1, 5, 16, 32] {
                 assert_eq!(text(|t| _ = t.str_left(s, w)), format!("{s:<w$}"), "{s:?} {w}");
+                assert_eq!(text(|t| _ = t.str_right(s, w)), format!("{s:>w$}"), "{s:?} {w}");
                 assert_eq!(
                     text(|t| {
                         let m = t.mark();

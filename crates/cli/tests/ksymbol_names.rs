@@ -130,6 +130,22 @@ fn ksymbol_code_is_named_alike_by_every_command_and_perf() {
     }
     assert!(named >= 4, "{named} branches from or to KSYMBOL code");
 
+    // decode's own text lines (the same lines): the same names, before and after ` => `.
+    let text = poketrace(&["decode", d, "--itrace=be"]);
+    let text: Vec<&str> = text.lines().collect();
+    assert_eq!(text.len(), decoded.len(), "text and JSON lines");
+    for (line, l) in text.iter().zip(&decoded) {
+        let time = l["time"].as_u64().unwrap();
+        let Some((from, to)) = line.split_once(" => ") else { continue };
+        for (at, column) in [("ip", from), ("addr", to)] {
+            let Some(addr) = l[at].as_u64() else { continue };
+            if let Some(want) = Ksym::name_at(&ksyms, addr, time) {
+                let named = want.as_ref().is_some_and(|w| column.split_whitespace().any(|c| c == w));
+                assert_eq!(named, want.is_some(), "decode text: {line} against {l}");
+            }
+        }
+    }
+
     // export's branch rows: the same names, without their offsets.
     let mut rows = 0;
     for f in walk(&out.join("branches")) {

@@ -116,9 +116,8 @@ impl Summary {
         self.cond_taken + self.jumps + self.calls + self.indirect_jumps + self.indirect_calls + self.returns + self.far
     }
 
-    /// A branch of `class` that went (`taken`) or fell through.
-    #[inline]
-    pub fn branch(&mut self, class: BranchClass, taken: bool) {
+    /// `n` branches of `class` that went (`taken`) or fell through.
+    pub fn add_branches(&mut self, class: BranchClass, taken: bool, n: u64) {
         let slot = match class {
             BranchClass::CondBranch if taken => &mut self.cond_taken,
             BranchClass::CondBranch => &mut self.cond_not_taken,
@@ -132,7 +131,7 @@ impl Summary {
             BranchClass::Trap => &mut self.traps,
             BranchClass::None | BranchClass::Nop => return,
         };
-        *slot += 1;
+        *slot += n;
     }
 
     /// The trace told times from `lo` to `hi`.

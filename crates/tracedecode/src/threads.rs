@@ -2,6 +2,7 @@
 //! records (ITRACE_START, context switches, COMM), as perf attributes samples.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use perfdata::abi::misc;
 use perfdata::{Record, RecordBody};
@@ -59,15 +60,23 @@ impl Threads {
     /// (pid, tid, comm) that produced a line of `queue`: the buffer's own
     /// thread for per-thread buffers, else the task on that CPU at that time.
     pub fn at(&self, queue: &Queue, cpu: u32, time: u64) -> Option<(i32, i32, &str)> {
-        let (pid, tid) = match queue.thread {
-            Some(tid) => (self.pids.get(&tid).copied().unwrap_or(-1), tid),
+        self.at_span(queue, cpu, time).0
+    }
+
+    /// [`Self::at`], and the times around `time` over which its answer for
+    /// `queue` and `cpu` holds (until the next switch on that CPU).
+    pub fn at_span(&self, queue: &Queue, cpu: u32, time: u64) -> (Option<(i32, i32, &str)>, Range<u64>) {
+        let (pid, tid, span) = match queue.thread {
+            Some(tid) => (self.pids.get(&tid).copied().unwrap_or(-1), tid, 0..u64::MAX),
             None => {
-                let v = self.runs.get(&cpu)?;
-                let i = v.partition_point(|r| r.0 <= time).checked_sub(1)?;
-                (v[i].1, v[i].2)
+                let Some(v) = self.runs.get(&cpu) else { return (None, 0..u64::MAX) };
+                let next = v.partition_point(|r| r.0 <= time);
+                let end = v.get(next).map_or(u64::MAX, |r| r.0);
+                let Some(i) = next.checked_sub(1) else { return (None, 0..end) };
+                (v[i].1, v[i].2, v[i].0..end)
             }
         };
         let comm = self.comms.get(&tid).map_or(if tid == 0 { "swapper" } else { "" }, String::as_str);
-        Some((pid, tid, comm))
+        (Some((pid, tid, comm)), span)
     }
 }

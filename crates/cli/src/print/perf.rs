@@ -86,16 +86,14 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
         return;
     }
     if f.comm {
-        let from = t.mark();
-        t.str(comm).right(from, 16).byte(b' ');
+        t.str_right(comm, 16).byte(b' ');
     }
     let number = |t: &mut Text, v: i32, width: usize, right: bool| {
-        let from = t.mark();
-        t.int(v.into());
         if right {
-            t.right(from, width);
+            t.int_right(v.into(), width);
         } else {
-            t.left(from, width);
+            let from = t.mark();
+            t.int(v.into()).left(from, width);
         }
     };
     match (f.pid, f.tid) {
@@ -120,8 +118,7 @@ pub fn write_perf_line(t: &mut Text, f: &Fields, l: &Out, cpu: u32, who: Option<
         t.byte(b' ');
     }
     if f.time {
-        let from = t.mark();
-        t.dec(l.time / 1_000_000_000).right(from, 5).byte(b'.');
+        t.int_right((l.time / 1_000_000_000) as i64, 5).byte(b'.');
         match f.ns {
             true => t.zeros(l.time % 1_000_000_000, 9),
             false => t.zeros(l.time % 1_000_000_000 / 1000, 6),

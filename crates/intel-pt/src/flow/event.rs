@@ -145,9 +145,16 @@ impl<'c> InsnBlock<'c> {
         (self.entry, self.lens, self.targets)
     }
 
-    /// How many instructions.
+    /// How many instructions (from the entry: no arena read).
+    #[inline(always)]
     pub fn len(&self) -> usize {
-        self.lens.len() + 1
+        usize::from(self.entry.count)
+    }
+
+    /// Where the last instruction falls through to (its IP plus its length).
+    #[inline(always)]
+    pub fn fall(&self) -> u64 {
+        self.entry.fall
     }
 
     /// Never: a block has at least its last instruction.

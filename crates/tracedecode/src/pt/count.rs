@@ -8,16 +8,26 @@ use isa::BranchClass;
 use crate::summary::Summary;
 
 /// One CPU's counts, of a whole buffer or of one of its PSB segments.
-#[derive(Default)]
+/// A branch is counted by its instruction's class once the next place
+/// execution reaches is known, the conditional ones that fell through
+/// apart; [`Count::finish`] sorts them into the summary's kinds.
 pub(super) struct Count {
     counts: Summary,
-    /// The last instruction (IP, length, class), whose branch the next
-    /// place execution reaches tells.
-    prev: Option<(u64, u8, BranchClass)>,
+    /// Branches whose next place is known, by class ([`NO_PREV`]: none).
+    ended: [u64; CLASS_SLOTS],
+    /// The conditional branches among them that fell through.
+    fell: u64,
+    /// The last instruction's class ([`NO_PREV`] when none waits to
+    /// learn where its branch went) and where it falls through to.
+    prev: u8,
+    prev_fall: u64,
     tracing: bool,
     /// Whether `prev` and `tracing` are known: always for a whole buffer;
     /// for a segment, once it met an instruction, an end or an error.
     known: bool,
+    /// `known`, `tracing` and `first` set: a block's arrival only resolves
+    /// the branch before it.
+    steady: bool,
     /// A segment's steps before then, which need the state the segment
     /// before it leaves ([`Count::append`]).
     head: Vec<Step>,
@@ -25,6 +35,26 @@ pub(super) struct Count {
     first: Option<u64>,
     last: u64,
 }
+
+/// Slots of [`Count::ended`]: one per branch class, and [`NO_PREV`].
+const CLASS_SLOTS: usize = 16;
+/// No previous instruction.
+const NO_PREV: u8 = CLASS_SLOTS as u8 - 1;
+const COND: u8 = BranchClass::CondBranch as u8;
+/// Every class, for sorting [`Count::ended`] into the summary.
+const CLASSES: [BranchClass; 10] = [
+    BranchClass::None,
+    BranchClass::Nop,
+    BranchClass::CondBranch,
+    BranchClass::DirectJump,
+    BranchClass::DirectCall,
+    BranchClass::IndirectJump,
+    BranchClass::IndirectCall,
+    BranchClass::Return,
+    BranchClass::FarTransfer,
+    BranchClass::Trap,
+];
+const _: () = assert!(CLASSES.len() < NO_PREV as usize);
 
 /// What a segment met before it knew the state it started in.
 #[derive(Clone, Copy)]
@@ -38,27 +68,65 @@ enum Step {
 }
 
 impl Count {
+    fn new(known: bool) -> Count {
+        Count {
+            counts: Summary::default(),
+            ended: [0; CLASS_SLOTS],
+            fell: 0,
+            prev: NO_PREV,
+            prev_fall: 0,
+            tracing: false,
+            known,
+            steady: false,
+            head: Vec::new(),
+            first: None,
+            last: 0,
+        }
+    }
+
     /// A whole buffer's counter: tracing is off at its start.
     pub(super) fn buffer() -> Count {
-        Count { known: true, ..Count::default() }
+        Count::new(true)
     }
 
     /// A PSB segment's counter: what it starts in is for the segment before to tell.
     pub(super) fn segment() -> Count {
-        Count::default()
+        Count::new(false)
     }
 
     /// The previous instruction's branch, now that execution went on at `to`.
     #[inline(always)]
     fn resolve(&mut self, to: u64) {
-        if let Some((from, len, class)) = self.prev.take() {
-            self.counts.branch(class, class != BranchClass::CondBranch || to != from.wrapping_add(len as u64));
-        }
+        let c = self.prev;
+        self.ended[usize::from(c)] += 1;
+        self.fell += u64::from(c == COND && to == self.prev_fall);
+        self.prev = NO_PREV;
+    }
+
+    /// The instruction of `class` ran, falling through to `fall`.
+    #[inline(always)]
+    fn ran(&mut self, class: BranchClass, fall: u64) {
+        self.prev = class as u8;
+        self.prev_fall = fall;
+    }
+
+    fn settle(&mut self) {
+        self.steady = self.known && self.tracing && self.first.is_some();
     }
 
     /// Execution reaches `ip` at `time`: the branch that led there, or the start of tracing.
     #[inline(always)]
     fn arrive(&mut self, ip: u64, time: u64) {
+        if self.steady {
+            self.resolve(ip);
+            self.last = time;
+        } else {
+            self.arrive_unsteady(ip, time);
+        }
+    }
+
+    #[inline(never)]
+    fn arrive_unsteady(&mut self, ip: u64, time: u64) {
         if self.known {
             self.step(Step::Arrive(ip));
         } else {
@@ -68,10 +136,10 @@ impl Count {
         self.tracing = true;
         self.first.get_or_insert(time);
         self.last = time;
+        self.settle();
     }
 
     /// `step` over the state: the counts it makes, and the state after it.
-    #[inline(always)]
     fn step(&mut self, step: Step) {
         match step {
             Step::Arrive(ip) => {
@@ -91,28 +159,46 @@ impl Count {
                     self.counts.trace_ends += 1;
                 }
                 self.tracing = false;
-                self.prev = None;
+                self.prev = NO_PREV;
             }
         }
     }
 
     /// Adds the counts of the segment that follows what this one counted.
-    pub(super) fn append(&mut self, seg: Count) {
+    pub(super) fn append(&mut self, mut seg: Count) {
         for &step in &seg.head {
             self.step(step);
         }
         if seg.known {
-            (self.prev, self.tracing) = (seg.prev, seg.tracing);
+            (self.prev, self.prev_fall, self.tracing) = (seg.prev, seg.prev_fall, seg.tracing);
         }
+        seg.sort_branches();
         self.counts.add(&seg.counts);
         if let Some(first) = seg.first {
             self.first.get_or_insert(first);
             self.last = seg.last;
         }
+        self.settle();
+    }
+
+    /// Moves the branches counted by class into the summary's kinds.
+    fn sort_branches(&mut self) {
+        for class in CLASSES {
+            let n = std::mem::take(&mut self.ended[class as usize]);
+            if class == BranchClass::CondBranch {
+                self.counts.add_branches(class, true, n - self.fell);
+                self.counts.add_branches(class, false, self.fell);
+            } else {
+                self.counts.add_branches(class, true, n);
+            }
+        }
+        self.fell = 0;
+        self.ended[usize::from(NO_PREV)] = 0;
     }
 
     /// The counts of the whole buffer.
     pub(super) fn finish(mut self) -> Summary {
+        self.sort_branches();
         if let Some(first) = self.first {
             self.counts.saw_times(first, self.last);
         }
@@ -129,8 +215,7 @@ impl FlowSink for Count {
         let (jumps, calls) = b.inner_jumps_and_calls();
         self.counts.jumps += jumps as u64;
         self.counts.calls += calls as u64;
-        let last = b.last();
-        self.prev = Some((b.last_ip, last.len, last.class));
+        self.ran(b.last().class, b.fall());
         self.last = b.last_lo;
     }
 
@@ -140,7 +225,7 @@ impl FlowSink for Count {
                 self.arrive(ip, lo);
                 self.counts.instructions += 1;
                 self.counts.uncertain += uncertain as u64;
-                self.prev = Some((ip, len, class));
+                self.ran(class, ip.wrapping_add(len as u64));
             }
             FlowEvent::Trap { from, .. } => {
                 if self.known {
@@ -148,7 +233,7 @@ impl FlowSink for Count {
                 } else {
                     self.head.push(Step::Trap(from));
                 }
-                self.prev = None;
+                self.prev = NO_PREV;
                 self.counts.traps += 1;
             }
             FlowEvent::End { at, disabled, .. } => {
@@ -158,14 +243,15 @@ impl FlowSink for Count {
                     self.head.push(Step::End { at, disabled });
                     self.known = true;
                 }
-                (self.tracing, self.prev) = (false, None);
+                (self.tracing, self.prev) = (false, NO_PREV);
             }
             FlowEvent::Error { .. } => {
                 self.counts.errors += 1;
-                (self.known, self.tracing, self.prev) = (true, false, None);
+                (self.known, self.tracing, self.prev) = (true, false, NO_PREV);
             }
             FlowEvent::Enabled { .. } | FlowEvent::State { .. } => {}
         }
+        self.settle();
     }
 }
 
