@@ -38,6 +38,6 @@ pub mod window;
 pub use base::{BaseImage, Region, OVERLAPS_LISTED};
 pub use error::{Error, Result};
 pub use perf::{add_base, add_base_mapped, add_base_with, from_perf_data, from_perf_data_with, over_base};
-pub use sideband::{PerfTimeline, PokeEvents, Sideband};
+pub use sideband::{PerfTimeline, PokeEvents, Sideband, SidebandReader};
 pub use timeline::{Anomaly, AnomalyKind, CodeTimeline, HistoryEntry, Nearby, Poke, PokeInfo, Read, ReadInfo, Time, TimelineBuilder};
 pub use user::{user_mappings, Refused, UserCode, UserFile, UserMapping, UserReport, REFUSED_LISTED};
