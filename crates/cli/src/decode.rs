@@ -37,14 +37,14 @@ pub fn run(input: &Path, opts: &Options, out: &mut impl Write) -> Result<i32> {
     let (itrace, image) = (&opts.itrace, opts.image);
     let segments = segment_threads(opts.threads);
     let file = PerfFile::open(input)?;
-    let Input { trace, time_conv, queues: aux, threads, bad_records, breaks } = Input::read(&file)?;
+    let (Input { trace, time_conv, queues: aux, threads, breaks, .. }, sideband) = crate::prepare::read_input(&file, |_| ())?;
     let info = trace.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
     if matches!(info, Trace::CoreSight(_)) && image == ImageMode::PerfStyle {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
     }
-    let Prepared { symbols, idioms, bare, built, unsaid } = Prepared::read(&file, image, &opts.user, &bad_records, "decode")?;
+    let Prepared { symbols, idioms, bare, built } = Prepared::read(&file, sideband, image, &opts.user, "decode")?;
     let mut summary = Summary {
-        bad_records: (built.errors.len() + unsaid.len()) as u64,
+        bad_records: built.errors.len() as u64,
         lost: built.losses.lost_records(),
         truncated: built.losses.aux_damaged(),
         gaps: breaks.len() as u64,

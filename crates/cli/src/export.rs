@@ -16,7 +16,7 @@ use arrow::datatypes::Int32Type;
 use arrow::record_batch::RecordBatch;
 use codeimage::CodeTimeline;
 use isa::Arch;
-use perfdata::{PerfFile, RecordBody};
+use perfdata::{Ksymbol, PerfFile, Record, RecordBody, TextPoke};
 use tracedecode::pt::Plan;
 use tracedecode::setup::PtSetup;
 use tracedecode::units::{self, Unit, UnitId};
@@ -63,12 +63,25 @@ struct Decoding<'a> {
 /// Exit status 1 when the output is known to be incomplete, as `decode`'s.
 pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
     let file = PerfFile::open(input)?;
-    let Input { trace, time_conv, queues: aux, threads, bad_records, breaks } = Input::read(&file)?;
+    let tables = opts.tables.clone().unwrap_or_else(|| {
+        if opts.segments.is_empty() {
+            vec![Table::Branches, Table::Pokes, Table::Ksymbols, Table::Segments]
+        } else {
+            vec![Table::Branches]
+        }
+    });
+    let side_wanted = tables.contains(&Table::Pokes) || tables.contains(&Table::Ksymbols);
+    let mut side = Vec::new();
+    let (Input { trace, time_conv, queues: aux, threads, breaks, .. }, sideband) = crate::prepare::read_input(&file, |r| {
+        if side_wanted {
+            side.extend(SideRecord::of(r));
+        }
+    })?;
     let info = trace.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
     if matches!(info, Trace::CoreSight(_)) && opts.image == ImageMode::PerfStyle {
         bail!("--image perf on CoreSight ETMv4 input: perf's model is decoded for Intel PT only; use --image timeline or --image static");
     }
-    let Prepared { symbols, idioms, bare, built, unsaid } = Prepared::read(&file, opts.image, &opts.user, &bad_records, "export")?;
+    let Prepared { symbols, idioms, bare, built } = Prepared::read(&file, sideband, opts.image, &opts.user, "export")?;
     let setup = match &info {
         Trace::IntelPt(info) => Some(PtSetup::new(&file, info, idioms)),
         Trace::CoreSight(_) => None,
@@ -85,16 +98,9 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
             None => units::cs_unit(&aux, id),
         })?
     };
-    let tables = opts.tables.clone().unwrap_or_else(|| {
-        if opts.segments.is_empty() {
-            vec![Table::Branches, Table::Pokes, Table::Ksymbols, Table::Segments]
-        } else {
-            vec![Table::Branches]
-        }
-    });
     let mut summary = Summary {
         buffers: aux.len() as u64,
-        bad_records: (built.errors.len() + unsaid.len()) as u64,
+        bad_records: built.errors.len() as u64,
         lost: built.losses.lost_records(),
         truncated: built.losses.aux_damaged(),
         gaps: breaks.len() as u64,
@@ -112,8 +118,8 @@ pub fn run(input: &Path, out_dir: &Path, opts: &Options) -> Result<i32> {
             remove_stale(&out_dir.join("branches"), &written)?;
         }
     }
-    if tables.contains(&Table::Pokes) || tables.contains(&Table::Ksymbols) {
-        let (pokes, ksymbols) = side_tables(&file, Symbolizer::for_input(&file, None)?)?;
+    if side_wanted {
+        let (pokes, ksymbols) = side_tables(&file, &side, Symbolizer::for_input(&file, None)?)?;
         for (table, batch, name) in [(Table::Pokes, pokes, "pokes.parquet"), (Table::Ksymbols, ksymbols, "ksymbols.parquet")] {
             if tables.contains(&table) {
                 ::export::table::write(&out_dir.join(name), &batch)?;
@@ -259,9 +265,25 @@ fn remove_stale(dir: &Path, written: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// The TEXT_POKE and KSYMBOL records as tables, in time order; a poke's
-/// site named as `poketrace pokes` names it (KSYMBOL names from their record on).
-fn side_tables(file: &PerfFile, mut symbols: Symbolizer) -> Result<(RecordBatch, RecordBatch)> {
+/// A TEXT_POKE or KSYMBOL record, kept from the input's pass for the side tables.
+enum SideRecord<'f> {
+    Poke { time: Option<u64>, cpu: Option<u32>, poke: TextPoke<'f> },
+    Ksymbol { time: Option<u64>, ksymbol: Ksymbol<'f> },
+}
+
+impl<'f> SideRecord<'f> {
+    fn of(r: &Record<'f>) -> Option<SideRecord<'f>> {
+        match &r.body {
+            RecordBody::TextPoke(p) => Some(SideRecord::Poke { time: r.sample_id.time, cpu: r.sample_id.cpu, poke: *p }),
+            RecordBody::Ksymbol(k) => Some(SideRecord::Ksymbol { time: r.sample_id.time, ksymbol: k.clone() }),
+            _ => None,
+        }
+    }
+}
+
+/// The TEXT_POKE and KSYMBOL records (`side`, in time order) as tables; a
+/// poke's site named as `poketrace pokes` names it (KSYMBOL names from their record on).
+fn side_tables(file: &PerfFile, side: &[SideRecord<'_>], mut symbols: Symbolizer) -> Result<(RecordBatch, RecordBatch)> {
     let arch = match file.features().arch.as_deref() {
         Some("aarch64" | "arm64") => Arch::Aarch64,
         _ => Arch::X86_64,
@@ -270,28 +292,26 @@ fn side_tables(file: &PerfFile, mut symbols: Symbolizer) -> Result<(RecordBatch,
     let (mut p_kind, mut p_old, mut p_new) = (StringDictionaryBuilder::<Int32Type>::new(), BinaryBuilder::new(), BinaryBuilder::new());
     let (mut k_time, mut k_addr, mut k_len, mut k_type) = (UInt64Builder::new(), UInt64Builder::new(), UInt32Builder::new(), UInt16Builder::new());
     let (mut k_unreg, mut k_name) = (BooleanBuilder::new(), StringBuilder::new());
-    for r in file.sorted_records() {
-        let Ok(r) = r else { continue }; // (counted as bad records by the decode's input)
-        match &r.body {
-            RecordBody::TextPoke(p) => {
-                p_time.append_option(r.sample_id.time);
-                p_cpu.append_option(r.sample_id.cpu.map(|c| c as i32));
+    for r in side {
+        match r {
+            SideRecord::Poke { time, cpu, poke: p } => {
+                p_time.append_option(*time);
+                p_cpu.append_option(cpu.map(|c| c as i32));
                 p_addr.append_value(p.addr);
                 p_sym.append_option(Some(symbols.describe(p.addr)).filter(|s| !s.is_empty()));
                 p_kind.append_value(isa::classify_poke(arch, p.addr, p.old, p.new, symbols.name(p.addr).as_deref()).name());
                 p_old.append_value(p.old);
                 p_new.append_value(p.new);
             }
-            RecordBody::Ksymbol(k) => {
+            SideRecord::Ksymbol { time, ksymbol: k } => {
                 symbols.apply(k);
-                k_time.append_option(r.sample_id.time);
+                k_time.append_option(*time);
                 k_addr.append_value(k.addr);
                 k_len.append_value(k.len);
                 k_type.append_value(k.ksym_type);
                 k_unreg.append_value(k.flags & perfdata::abi::KSYMBOL_FLAG_UNREGISTER != 0);
                 k_name.append_value(String::from_utf8_lossy(k.name));
             }
-            _ => {}
         }
     }
     let pokes: Vec<(&str, ArrayRef)> = vec![

@@ -28,6 +28,7 @@
 //! its begin and end (see the project's TEXT-POKE notes).
 
 mod base;
+mod elf;
 mod error;
 mod perf;
 mod sideband;
@@ -36,8 +37,9 @@ mod user;
 pub mod window;
 
 pub use base::{BaseImage, Region, OVERLAPS_LISTED};
+pub use elf::{exec_segments, ExecSegment};
 pub use error::{Error, Result};
 pub use perf::{add_base, add_base_mapped, add_base_with, from_perf_data, from_perf_data_with, over_base};
-pub use sideband::{PerfTimeline, PokeEvents, Sideband};
+pub use sideband::{PerfTimeline, PokeEvents, Sideband, SidebandReader};
 pub use timeline::{Anomaly, AnomalyKind, CodeTimeline, HistoryEntry, Nearby, Poke, PokeInfo, Read, ReadInfo, Time, TimelineBuilder};
 pub use user::{user_mappings, Refused, UserCode, UserFile, UserMapping, UserReport, REFUSED_LISTED};

@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 use perfdata::abi::{ksymbol_type, misc};
-use perfdata::{Ksymbol, Losses, PerfFile, RecordBody};
+use perfdata::{Ksymbol, Losses, PerfFile, Record, RecordBody};
 
 use crate::base::BaseImage;
 use crate::timeline::{CodeTimeline, Poke, TimelineBuilder};
@@ -55,64 +55,84 @@ pub struct Sideband<'a> {
     losses: Losses,
 }
 
-impl<'a> Sideband<'a> {
-    /// Reads every record of `file` once, in time order as perf delivers
-    /// them; `events` says how its TEXT_POKE records announce changes.
-    pub fn read(file: &'a PerfFile, events: PokeEvents) -> Sideband<'a> {
-        let build_ids = BuildIds::of(file);
-        let mut changes = TimelineBuilder::default();
-        let (mut pokes, mut non_kernel_pokes) = (0, 0);
-        // Pairs: begins waiting for their end, by (addr, old, new).
-        let mut open: OpenPairs = Default::default();
-        let (mut errors, mut losses) = (Vec::new(), Losses::default());
-        // Mappings by their place in the file: they are listed in file order.
-        let mut mappings = Vec::new();
-        let mut ksymbols = Vec::new();
-        let mut ksymbol_records = Vec::new();
-        for r in file.sorted_records() {
-            let r = match r {
-                Ok(r) => r,
-                Err(e) => {
-                    errors.push(e.to_string());
-                    continue;
-                }
-            };
-            losses.observe(&r);
-            if let Some(m) = mapping_of(&r, &build_ids) {
-                mappings.push(((r.offset, r.inner_offset), m));
-            }
-            let time = r.time().unwrap_or(0);
-            match r.body {
-                RecordBody::TextPoke(p) => {
-                    pokes += 1;
-                    non_kernel_pokes += (r.cpumode() != misc::KERNEL) as usize;
-                    let (time, settled) = match events {
-                        PokeEvents::Single => (time, None),
-                        PokeEvents::Pairs => match open.remove(&(p.addr, p.old.to_vec(), p.new.to_vec())) {
-                            Some((begin, _)) => (begin, Some(time)),
-                            None => {
-                                open.insert((p.addr, p.old.to_vec(), p.new.to_vec()), (time, r.sample_id.cpu));
-                                continue;
-                            }
-                        },
-                    };
-                    changes.poke(Poke { time, settled, addr: p.addr, old: p.old, new: p.new, cpu: r.sample_id.cpu });
-                }
-                RecordBody::Ksymbol(k) => {
-                    ksymbols.push(k.addr..k.addr.saturating_add(k.len as u64));
-                    ksymbol_records.push((time, k.clone()));
-                    if k.flags & perfdata::abi::KSYMBOL_FLAG_UNREGISTER == 0 {
-                        let kind = match k.ksym_type {
-                            ksymbol_type::BPF => "BPF program",
-                            ksymbol_type::OOL => "out-of-line code",
-                            _ => "kernel symbol",
-                        };
-                        changes.name_range(k.addr, k.len as u64, format!("{kind} {}", String::from_utf8_lossy(k.name)));
-                    }
-                }
-                _ => {}
-            }
+/// A [`Sideband`] being read, one record at a time in perf's delivery
+/// order: for a caller that walks the records for more than the side-band.
+pub struct SidebandReader<'a> {
+    events: PokeEvents,
+    build_ids: BuildIds<'a>,
+    /// Pairs: begins waiting for their end, by (addr, old, new).
+    open: OpenPairs,
+    /// Mappings by their place in the file: they are listed in file order.
+    mappings: Vec<((u64, Option<u64>), UserMapping<'a>)>,
+    ksymbols: Vec<Range<u64>>,
+    ksymbol_records: Vec<(u64, Ksymbol<'a>)>,
+    changes: TimelineBuilder,
+    pokes: usize,
+    non_kernel_pokes: usize,
+    losses: Losses,
+}
+
+impl<'a> SidebandReader<'a> {
+    /// `events` says how the TEXT_POKE records of `file` announce changes.
+    pub fn new(file: &'a PerfFile, events: PokeEvents) -> SidebandReader<'a> {
+        SidebandReader {
+            events,
+            build_ids: BuildIds::of(file),
+            open: Default::default(),
+            mappings: Vec::new(),
+            ksymbols: Vec::new(),
+            ksymbol_records: Vec::new(),
+            changes: TimelineBuilder::default(),
+            pokes: 0,
+            non_kernel_pokes: 0,
+            losses: Losses::default(),
         }
+    }
+
+    /// Takes the next record in perf's delivery order (time order).
+    pub fn observe(&mut self, r: &Record<'a>) {
+        self.losses.observe(r);
+        if let Some(m) = mapping_of(r, &self.build_ids) {
+            self.mappings.push(((r.offset, r.inner_offset), m));
+        }
+        let time = r.time().unwrap_or(0);
+        match &r.body {
+            RecordBody::TextPoke(p) => {
+                self.pokes += 1;
+                self.non_kernel_pokes += (r.cpumode() != misc::KERNEL) as usize;
+                let (time, settled) = match self.events {
+                    PokeEvents::Single => (time, None),
+                    PokeEvents::Pairs => match self.open.remove(&(p.addr, p.old.to_vec(), p.new.to_vec())) {
+                        Some((begin, _)) => (begin, Some(time)),
+                        None => {
+                            self.open.insert((p.addr, p.old.to_vec(), p.new.to_vec()), (time, r.sample_id.cpu));
+                            return;
+                        }
+                    },
+                };
+                self.changes.poke(Poke { time, settled, addr: p.addr, old: p.old, new: p.new, cpu: r.sample_id.cpu });
+            }
+            RecordBody::Ksymbol(k) => {
+                self.ksymbols.push(k.addr..k.addr.saturating_add(k.len as u64));
+                self.ksymbol_records.push((time, k.clone()));
+                if k.flags & perfdata::abi::KSYMBOL_FLAG_UNREGISTER == 0 {
+                    let kind = match k.ksym_type {
+                        ksymbol_type::BPF => "BPF program",
+                        ksymbol_type::OOL => "out-of-line code",
+                        _ => "kernel symbol",
+                    };
+                    self.changes.name_range(k.addr, k.len as u64, format!("{kind} {}", String::from_utf8_lossy(k.name)));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The side-band of every record observed; `unreadable` are the errors
+    /// of the records that could not be read, in file order.
+    pub fn finish(self, unreadable: Vec<String>) -> Sideband<'a> {
+        let SidebandReader { open, mut mappings, ksymbols, ksymbol_records, mut changes, pokes, non_kernel_pokes, losses, .. } = self;
+        let mut errors = unreadable;
         // A begin without its end: uncertain from then on.
         for ((addr, old, new), (time, cpu)) in open {
             errors.push(format!("change at {addr:#x} from time {time} has no end record"));
@@ -121,6 +141,22 @@ impl<'a> Sideband<'a> {
         mappings.sort_by_key(|(at, _)| *at);
         let mappings = mappings.into_iter().map(|(_, m)| m).collect();
         Sideband { mappings, ksymbols, ksymbol_records, changes, pokes, non_kernel_pokes, errors, losses }
+    }
+}
+
+impl<'a> Sideband<'a> {
+    /// Reads every record of `file` once, in time order as perf delivers
+    /// them; `events` says how its TEXT_POKE records announce changes.
+    pub fn read(file: &'a PerfFile, events: PokeEvents) -> Sideband<'a> {
+        let mut reader = SidebandReader::new(file, events);
+        let mut unreadable = Vec::new();
+        for r in file.sorted_records() {
+            match r {
+                Ok(r) => reader.observe(&r),
+                Err(e) => unreadable.push(e.to_string()),
+            }
+        }
+        reader.finish(unreadable)
     }
 
     /// The changes over `base`, the code before any change.

@@ -123,6 +123,39 @@ pub struct InstrRange {
     /// trace could not tell which content ran: this range is the one
     /// walked over the oldest content, others fit the trace too.
     pub uncertain: bool,
+    /// The words of the range decoded from a content newer than the one at
+    /// its window's start (where the code changed inside the window); every
+    /// other word is the code at the window's start.
+    pub picked: Picked,
+}
+
+/// Words a walk decoded from a content other than the oldest in its window,
+/// by address: at most [`MAX_CHOICES`], as only a hypothesis's script of
+/// choices takes such a content.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Picked {
+    len: u8,
+    words: [(u64, u32); MAX_CHOICES],
+}
+
+impl Picked {
+    /// The word decoded at `addr`, when it was picked.
+    pub fn word_at(&self, addr: u64) -> Option<u32> {
+        self.words[..self.len as usize].iter().rev().find(|w| w.0 == addr).map(|w| w.1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Notes `word` decoded at `addr` (a full list keeps what it has: a
+    /// script makes at most [`MAX_CHOICES`] choices).
+    pub fn push(&mut self, addr: u64, word: u32) {
+        if let Some(slot) = self.words.get_mut(self.len as usize) {
+            *slot = (addr, word);
+            self.len += 1;
+        }
+    }
 }
 
 /// The PE's state from a context packet.
@@ -492,7 +525,7 @@ impl Slot {
         let mut a = first.next().expect("one hypothesis fits");
         let others: Vec<Alt> = first.collect();
         // Certain: what every hypothesis produced alike, up to the first difference.
-        let same = others.iter().map(|o| o.out.iter().zip(&a.out).take_while(|(x, y)| x == y).count()).min().unwrap_or(a.out.len());
+        let same = others.iter().map(|o| o.out.iter().zip(&a.out).take_while(|(x, y)| same_walk(x, y)).count()).min().unwrap_or(a.out.len());
         let from = if self.truncated { 0 } else { same };
         for e in &mut a.out[from..] {
             if let ElemKind::InstrRange(r) = &mut e.kind {
@@ -509,6 +542,20 @@ impl Slot {
         let index = self.source.last_index();
         self.resolve(index, true, out);
     }
+}
+
+/// Whether two hypotheses' elements say the same, whatever words their
+/// ranges picked: alike walks over different contents are not certain, but
+/// [`resolve`](Slot::resolve) marks them uncertain only from where the walks differ.
+fn same_walk(x: &Element, y: &Element) -> bool {
+    let unpicked = |e: &Element| {
+        let mut e = *e;
+        if let ElemKind::InstrRange(r) = &mut e.kind {
+            r.picked = Picked::default();
+        }
+        e
+    };
+    unpicked(x) == unpicked(y)
 }
 
 /// Decodes packet `p` from the state `before` once per choice among the

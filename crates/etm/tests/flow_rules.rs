@@ -75,6 +75,7 @@ fn range(start: u64, end: u64, num_i: u32, executed: bool, ty: InstrType, sub: I
         last_subtype: sub,
         last_cond: cond,
         uncertain: false,
+        picked: Default::default(),
     })
 }
 

@@ -122,6 +122,30 @@ fn nop_to_b_decided_by_the_addresses_that_follow() {
     assert_eq!(ranges(&single)[0], (0x2000, 0x2008, true, false));
 }
 
+/// The words each range decoded from a content newer than its window's start.
+fn picked(elems: &[ElemKind]) -> Vec<Vec<(u64, u32)>> {
+    elems
+        .iter()
+        .filter_map(|k| match k {
+            ElemKind::InstrRange(r) => Some((r.start..r.end).step_by(4).filter_map(|a| Some((a, r.picked.word_at(a)?))).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A range walked over the new content carries the word it decoded there
+/// (the code at the window's start is the NOP); one walked over the oldest
+/// content carries none.
+#[test]
+fn ranges_carry_the_words_picked() {
+    let b = 0x14000002; // b 0x2008
+    let code = code(0x2000, b);
+    let p = trace(&[atoms("EEE"), Packet::Address(long_addr(0x200c)), atoms("E")]);
+    assert_eq!(picked(&decode(&code, &p, true)), [vec![(0x2000, b)], vec![], vec![], vec![]]);
+    let p = trace(&[atoms("NEE"), Packet::Address(long_addr(0x200c)), atoms("E")]);
+    assert!(picked(&decode(&code, &p, true)).iter().all(Vec::is_empty));
+}
+
 /// BL 0x2100 -> BL 0x2110 inside the window, both callees one RET: the
 /// trace fits both. The old target is reported, its range uncertain, and
 /// so is what follows up to the packet after which both walk on alike; the

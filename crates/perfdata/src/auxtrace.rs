@@ -91,10 +91,7 @@ impl IntelPtInfo {
 
     /// perf time (ns) of a TSC value, as perf's `tsc_to_perf_time`.
     pub fn tsc_to_perf_time(&self, tsc: u64) -> u64 {
-        let shift = self.time_shift.min(63) as u32;
-        let quot = tsc >> shift;
-        let rem = tsc & ((1u64 << shift) - 1);
-        self.time_zero.wrapping_add(quot.wrapping_mul(self.time_mult)).wrapping_add(rem.wrapping_mul(self.time_mult) >> shift)
+        crate::counter_to_perf_time(tsc, self.time_shift, self.time_mult, self.time_zero)
     }
 }
 

@@ -315,11 +315,19 @@ impl TimeConv {
             Some(e) if e.cap_user_time_short => e.time_cycles.wrapping_add(cycles.wrapping_sub(e.time_cycles) & e.time_mask),
             _ => cycles,
         };
-        let shift = self.time_shift.min(63) as u32;
-        let quot = cycles >> shift;
-        let rem = cycles & ((1u64 << shift) - 1);
-        self.time_zero.wrapping_add(quot.wrapping_mul(self.time_mult)).wrapping_add(rem.wrapping_mul(self.time_mult) >> shift)
+        counter_to_perf_time(cycles, self.time_shift, self.time_mult, self.time_zero)
     }
+}
+
+/// perf time (ns) of a counter value by `time_shift`, `time_mult` and
+/// `time_zero`, as perf's `tsc_to_perf_time` computes it: the one formula for
+/// TIME_CONV, Intel PT's AUXTRACE_INFO and the Intel PT decoder's clock.
+#[inline]
+pub fn counter_to_perf_time(ticks: u64, shift: u64, mult: u64, zero: u64) -> u64 {
+    let shift = shift.min(63) as u32;
+    let quot = ticks >> shift;
+    let rem = ticks & ((1u64 << shift) - 1);
+    zero.wrapping_add(quot.wrapping_mul(mult)).wrapping_add(rem.wrapping_mul(mult) >> shift)
 }
 
 /// PERF_RECORD_COMPRESSED: a zstd frame holding more records.

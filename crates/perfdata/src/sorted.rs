@@ -23,16 +23,17 @@ use crate::records::{Record, RecordBody};
 impl PerfFile {
     /// Records in timestamp order, as perf delivers them (see [`SortedRecords`]).
     pub fn sorted_records(&self) -> SortedRecords<'_> {
-        SortedRecords::new(self.records())
+        SortedRecords::over(self.records())
     }
 }
 
 /// Memory the queued records may take (perf's ordered-events limit is of this kind).
 const QUEUE_BYTES: usize = 64 << 20;
 
-/// Iterator over records in perf's delivery order.
-pub struct SortedRecords<'a> {
-    inner: Records<'a>,
+/// Iterator over records in perf's delivery order, of the records `I`
+/// yields in file order.
+pub struct SortedRecords<'a, I = Records<'a>> {
+    inner: I,
     /// (time, seq, slot): the heap moves 24-byte keys, not ~500-byte records.
     queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
     slab: Vec<Option<Record<'a>>>,
@@ -56,8 +57,10 @@ enum Ready<'a> {
     Direct(Box<Result<Record<'a>>>),
 }
 
-impl<'a> SortedRecords<'a> {
-    fn new(inner: Records<'a>) -> Self {
+impl<'a, I: Iterator<Item = Result<Record<'a>>>> SortedRecords<'a, I> {
+    /// The records of `inner`, which yields a file's records in file order
+    /// (as [`PerfFile::records`] does, perhaps looked at on the way).
+    pub fn over(inner: I) -> Self {
         SortedRecords {
             inner,
             queue: BinaryHeap::new(),
@@ -124,7 +127,7 @@ impl<'a> SortedRecords<'a> {
     }
 }
 
-impl<'a> Iterator for SortedRecords<'a> {
+impl<'a, I: Iterator<Item = Result<Record<'a>>>> Iterator for SortedRecords<'a, I> {
     type Item = Result<Record<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {

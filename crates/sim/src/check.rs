@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
-use codeimage::{BaseImage, CodeTimeline, PokeEvents, Sideband, TimelineBuilder};
+use codeimage::{BaseImage, CodeTimeline, PokeEvents, Sideband, SidebandReader, TimelineBuilder};
 use intel_pt::flow::{FlowDecoder, FlowEvent, Recovery, Time};
 use perfdata::PerfFile;
 use serde::Serialize;
@@ -85,13 +85,13 @@ pub fn check_with(dir: &Path, recovery: Recovery, damage: impl Fn(usize, &mut Ve
         return check_etm(dir, &summary);
     }
     let file = PerfFile::open(dir)?;
-    let input = Input::read(&file)?;
+    let (input, sideband) = read_input(&file, &summary)?;
     let setup = pt_setup(&file, &input)?;
     let mut aux = per_cpu_aux(input, summary.config.cpus);
     for (cpu, trace) in aux.iter_mut().enumerate() {
         damage(cpu, trace);
     }
-    let (full, bare) = images(&file, &summary)?;
+    let (full, bare) = images(&file, sideband)?;
     let mut reports = Vec::new();
     for mode in ImageMode::ALL {
         // Each CPU's buffer decodes on its own core.
@@ -396,11 +396,11 @@ pub fn decode_cpu(dir: &Path, cpu: usize) -> Result<Vec<FlowEvent>, SimError> {
     if summary.config.arch != isa::Arch::X86_64 {
         return Err(SimError::Config(format!("{}: decode_cpu decodes Intel PT; this run is {:?}", dir.display(), summary.config.arch)));
     }
-    let input = Input::read(&file)?;
+    let (input, sideband) = read_input(&file, &summary)?;
     let setup = pt_setup(&file, &input)?;
     let aux = per_cpu_aux(input, summary.config.cpus);
     let trace = aux.get(cpu).ok_or_else(|| SimError::Config(format!("cpu {cpu}: the run has {} CPUs", aux.len())))?;
-    let full = poked_image(&file, &summary)?;
+    let full = poked_image(&file, sideband)?;
     let mut out = Vec::new();
     let code = Interval(&full);
     let mut decoder = FlowDecoder::new(trace, &code, setup.cfg).with_mtc(setup.mtc).with_cyc(setup.cyc).with_deferred_tips(true);
@@ -430,25 +430,32 @@ fn pt_setup(file: &PerfFile, input: &Input) -> Result<PtSetup, SimError> {
     }
 }
 
-/// The code before any change, and the side-band with every change the run
-/// recorded (begin/end pairs for the PRE/POST protocol), read once.
-fn base_and_sideband<'a>(file: &'a PerfFile, summary: &crate::Summary) -> Result<(BaseImage, Sideband<'a>), SimError> {
+/// The input and the side-band with every change the run recorded
+/// (begin/end pairs for the PRE/POST protocol), from one pass over the records.
+fn read_input<'a>(file: &'a PerfFile, summary: &crate::Summary) -> Result<(Input<'a>, Sideband<'a>), SimError> {
     let events = if summary.config.protocol == crate::Protocol::PrePost { PokeEvents::Pairs } else { PokeEvents::Single };
-    let sideband = Sideband::read(file, events);
+    let mut side = SidebandReader::new(file, events);
+    let input = Input::read_sorted(file, |r| side.observe(r))?;
+    let sideband = side.finish(input.bad_records.iter().map(ToString::to_string).collect());
+    Ok((input, sideband))
+}
+
+/// The code before any change, for `sideband`.
+fn base_of(file: &PerfFile, sideband: &Sideband<'_>) -> Result<BaseImage, SimError> {
     let mut base = BaseImage::new();
     codeimage::add_base_mapped(file, &sideband.mappings, &mut base, &codeimage::UserCode::default()).map_err(|e| SimError::Config(e.to_string()))?;
-    Ok((base, sideband))
+    Ok(base)
 }
 
 /// The code with every change the run recorded.
-fn poked_image(file: &PerfFile, summary: &crate::Summary) -> Result<CodeTimeline, SimError> {
-    let (base, sideband) = base_and_sideband(file, summary)?;
+fn poked_image(file: &PerfFile, sideband: Sideband<'_>) -> Result<CodeTimeline, SimError> {
+    let base = base_of(file, &sideband)?;
     Ok(sideband.timeline(base).timeline)
 }
 
 /// The code with every change and the code before any, from one reading of the base.
-fn images(file: &PerfFile, summary: &crate::Summary) -> Result<(CodeTimeline, CodeTimeline), SimError> {
-    let (base, sideband) = base_and_sideband(file, summary)?;
+fn images(file: &PerfFile, sideband: Sideband<'_>) -> Result<(CodeTimeline, CodeTimeline), SimError> {
+    let base = base_of(file, &sideband)?;
     let bare = TimelineBuilder::new(base.clone()).build();
     Ok((sideband.timeline(base).timeline, bare))
 }
@@ -463,7 +470,7 @@ fn images(file: &PerfFile, summary: &crate::Summary) -> Result<(CodeTimeline, Co
 fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, SimError> {
     use etm::flow::FlowDecoder;
     let file = PerfFile::open(dir)?;
-    let input = Input::read(&file)?;
+    let (input, sideband) = read_input(&file, summary)?;
     let Some(Trace::CoreSight(info)) = &input.trace else {
         return Err(SimError::Config("no CoreSight AUXTRACE_INFO in the file".into()));
     };
@@ -475,7 +482,7 @@ fn check_etm(dir: &Path, summary: &crate::Summary) -> Result<Vec<ModeReport>, Si
             unit.map(|u| u.1).ok_or_else(|| SimError::Config(format!("CoreSight AUXTRACE_INFO has no ETMv4 block for cpu {c}")))
         })
         .collect::<Result<_, SimError>>()?;
-    let (full, bare) = images(&file, summary)?;
+    let (full, bare) = images(&file, sideband)?;
     let framing = etm::Framing::Aligned { reset_on_4x_fsync: false };
     let mut reports = Vec::new();
     for mode in ImageMode::ALL {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSymbol, SymbolKind};
 
 use crate::machine::{decode, Flow, Kind, Sink};
 use crate::rng::Rng;
@@ -37,16 +37,10 @@ impl RealCode {
         let bad = |e: object::read::Error| SimError::Config(format!("{}: {e}", path.display()));
         let file = object::File::parse(&data[..]).map_err(bad)?;
         let bias = if file.kind() == object::ObjectKind::Dynamic { pie_base } else { 0 };
-        let mut segments = Vec::new();
-        for seg in file.segments() {
-            let object::SegmentFlags::Elf { p_flags } = seg.flags() else { continue };
-            if p_flags & object::elf::PF_X == 0 {
-                continue;
-            }
-            let (off, size) = seg.file_range();
-            let bytes = data.get(off as usize..(off + size) as usize).unwrap_or_default().to_vec();
-            segments.push(Segment { addr: seg.address() + bias, file_offset: off, bytes });
-        }
+        let segments: Vec<Segment> = codeimage::exec_segments(&file, &data)
+            .into_iter()
+            .map(|s| Segment { addr: s.addr + bias, file_offset: s.file_offset, bytes: s.bytes.to_vec() })
+            .collect();
         // Function symbols; a stripped file still has its dynamic ones, and
         // its entry point. Those are few (24 in Debian's /usr/bin/perf), and
         // walks among so few stay in a few hundred blocks: a stripped file's

@@ -39,14 +39,25 @@ impl PerfClock<'_> {
         self.conv.map_or(ts, |c| c.to_perf_time(ts))
     }
 
-    /// The 4 bytes of the instruction at `ip` at `time`, when `itrace` asks for them.
-    fn bytes(&self, itrace: &Itrace, ip: u64, time: u64) -> InsnBytes {
+    /// The 4 bytes of the instruction at `ip` that `r` decoded, when
+    /// `itrace` asks for them: the word `r` picked there, else the code at
+    /// `time` (its window's start).
+    fn bytes(&self, itrace: &Itrace, r: Option<&InstrRange>, ip: u64, time: u64) -> InsnBytes {
         if !itrace.insn_bytes {
             return InsnBytes::default();
         }
+        InsnBytes::new(&self.word(r, ip, time), 4)
+    }
+
+    /// The word at `ip` as `r` decoded it (see [`PerfClock::bytes`]).
+    #[inline]
+    fn word(&self, r: Option<&InstrRange>, ip: u64, time: u64) -> [u8; 4] {
+        if let Some(w) = r.and_then(|r| r.picked.word_at(ip)) {
+            return w.to_le_bytes();
+        }
         let mut word = [0u8; 4];
         self.code.read_into(ip, &mut word, time);
-        InsnBytes::new(&word, 4)
+        word
     }
 }
 
@@ -204,21 +215,20 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
                         Kind::Branch { from: 0, to: r.start, flags: "tr strt", from_len: None, from_bytes: InsnBytes::default(), insns: 0 },
                     ));
                 } else if let Some((from, flags)) = taken(f.prev) {
-                    let from_bytes = clock.bytes(itrace, from, f.time);
+                    let from_bytes = clock.bytes(itrace, f.prev.as_ref(), from, f.time);
                     out.push(line(f.time, Kind::Branch { from, to: r.start, flags, from_len: Some(4), from_bytes, insns: 0 }));
                 }
                 if let Some(from) = f.exception.take() {
-                    let from_bytes = clock.bytes(itrace, from, f.time);
+                    let from_bytes = clock.bytes(itrace, None, from, f.time);
                     out.push(line(f.time, Kind::Branch { from, to: r.start, flags: "hw int", from_len: Some(4), from_bytes, insns: 0 }));
                 }
             }
             if itrace.instructions {
-                let mut word = [0u8; 4];
                 for ip in (r.start..r.end).step_by(4) {
                     if !itrace.sampled(&mut f.insns_seen) {
                         continue;
                     }
-                    clock.code.read_into(ip, &mut word, f.time);
+                    let word = clock.word(Some(&r), ip, f.time);
                     let class = isa::classify_aarch64(ip, u32::from_le_bytes(word)).class;
                     // The last instruction's taken branch goes where the next range starts: not known yet.
                     let bytes = InsnBytes::new(&word, 4);
@@ -232,7 +242,7 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
         ElemKind::Exception { ret_addr, .. } => {
             if itrace.branches && f.tracing {
                 if let Some((from, flags)) = taken(f.prev) {
-                    let from_bytes = clock.bytes(itrace, from, f.time);
+                    let from_bytes = clock.bytes(itrace, f.prev.as_ref(), from, f.time);
                     out.push(line(f.time, Kind::Branch { from, to: ret_addr, flags, from_len: Some(4), from_bytes, insns: 0 }));
                 }
             }
@@ -271,4 +281,61 @@ fn element(f: &mut Flow, e: &etm::flow::Element, queue: usize, cpu: u32, itrace:
 fn taken(r: Option<InstrRange>) -> Option<(u64, &'static str)> {
     let r = r.filter(|r| r.executed)?;
     Some((r.end - r.last_size as u64, branch_flags(&r)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use codeimage::{BaseImage, Poke, TimelineBuilder};
+    use etm::flow::{Element, Isa, Picked};
+
+    use super::*;
+
+    const NOP: u32 = 0xd503_201f;
+    /// `b 0x2008` at 0x2000.
+    const B: u32 = 0x1400_0002;
+
+    /// A range whose walk took the B that a poke at time 100 wrote over the
+    /// NOP at 0x2000: its lines carry the B, not the NOP at the window's
+    /// start (time 50), in the instruction line and as the next branch's source.
+    #[test]
+    fn lines_carry_the_word_the_range_picked() {
+        let mut base = BaseImage::new();
+        base.add_bytes(0x2000, [NOP; 4].iter().flat_map(|w| w.to_le_bytes()).collect(), "program");
+        let mut b = TimelineBuilder::new(base);
+        b.poke(Poke { time: 100, settled: None, addr: 0x2000, old: &NOP.to_le_bytes(), new: &B.to_le_bytes(), cpu: None });
+        let code = b.build();
+        let clock = PerfClock { code: &code, conv: None };
+        let mut picked = Picked::default();
+        picked.push(0x2000, B);
+        let range = InstrRange {
+            start: 0x2000,
+            end: 0x2004,
+            num_i: 1,
+            last_size: 4,
+            isa: Isa::A64,
+            executed: true,
+            last_type: InstrType::Branch,
+            last_subtype: InstrSubtype::None,
+            last_cond: false,
+            uncertain: false,
+            picked,
+        };
+        let next = InstrRange { start: 0x2008, end: 0x200c, picked: Picked::default(), ..range };
+        let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1, insn_bytes: true };
+        let mut f = Flow { time: 50, ..Flow::default() };
+        let mut out = Vec::new();
+        for r in [range, next] {
+            element(&mut f, &Element { trace_id: 0x10, index: 0, kind: ElemKind::InstrRange(r) }, 0, 0, &itrace, &clock, &mut out);
+        }
+        let insn = out.iter().find_map(|l| match &l.kind {
+            Kind::Insn { ip: 0x2000, bytes, class, .. } => Some((bytes.as_slice().to_vec(), *class)),
+            _ => None,
+        });
+        assert_eq!(insn, Some((B.to_le_bytes().to_vec(), isa::BranchClass::DirectJump)));
+        let branch = out.iter().find_map(|l| match &l.kind {
+            Kind::Branch { from: 0x2000, to: 0x2008, from_bytes, .. } => Some(from_bytes.as_slice().to_vec()),
+            _ => None,
+        });
+        assert_eq!(branch, Some(B.to_le_bytes().to_vec()));
+    }
 }

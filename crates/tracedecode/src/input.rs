@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use perfdata::abi::auxtrace_type;
 use perfdata::auxtrace::{CsEtmInfo, IntelPtInfo};
-use perfdata::{PerfFile, RecordBody, TimeConv};
+use perfdata::{PerfFile, Record, RecordBody, SortedRecords, TimeConv};
 
 use crate::aux::AuxBytes;
 use crate::queue::{AuxBreak, Queue};
@@ -38,52 +38,101 @@ impl<'f> Input<'f> {
     /// skipped and kept in `bad_records`. The AUX data is not copied into
     /// memory ([`AuxBytes`]).
     pub fn read(file: &'f PerfFile) -> Result<Input<'f>, Error> {
-        let mut trace = None;
-        let mut time_conv = None;
-        // Each queue with its records' data, joined at the end.
-        let mut queues: Vec<(Queue<'f>, Vec<&'f [u8]>, usize)> = Vec::new();
-        // Per mmap index: its queue, and where its last record's data ended
-        // in the AUX stream and how long it was.
-        let mut by_idx: HashMap<u32, (usize, (u64, usize))> = HashMap::new();
-        let mut threads = Threads::default();
-        let (mut bad_records, mut breaks) = (Vec::new(), Vec::new());
+        let mut reading = Reading::default();
         for r in file.records() {
-            let r = match r {
-                Ok(r) => r,
-                Err(e) => {
-                    bad_records.push(e);
-                    continue;
-                }
-            };
-            threads.observe(&r);
-            match r.body {
-                RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::INTEL_PT => trace = Some(Trace::IntelPt(IntelPtInfo::parse(&i)?)),
-                RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::CS_ETM => trace = Some(Trace::CoreSight(CsEtmInfo::parse(&i)?)),
-                RecordBody::TimeConv(t) => time_conv = Some(t),
-                // perf queues AUX data by mmap index: one buffer per CPU, or per thread.
-                RecordBody::Auxtrace(a) => {
-                    let end = (a.offset.saturating_add(a.data.len() as u64), a.data.len());
-                    match by_idx.get_mut(&a.idx) {
-                        Some((q, expected)) => {
-                            let (q, records, len) = &mut queues[*q];
-                            if !follows(*expected, a.offset) {
-                                breaks.push(AuxBreak { idx: a.idx, cpu: a.cpu, record: r.offset, expected: expected.0, found: a.offset });
-                                q.breaks.push(*len);
-                            }
-                            *expected = end;
-                            records.push(a.data);
-                            *len += a.data.len();
+            reading.take(r);
+            if reading.failed.is_some() {
+                break;
+            }
+        }
+        reading.finish(file)
+    }
+
+    /// Reads `file` as [`Input::read`] does, in the same single pass over its
+    /// records, and hands `each` every record that could be read in perf's
+    /// delivery order ([`SortedRecords`]): for the side-band that wants time order.
+    pub fn read_sorted(file: &'f PerfFile, mut each: impl FnMut(&Record<'f>)) -> Result<Input<'f>, Error> {
+        let mut reading = Reading::default();
+        // The records that could be read go on to be sorted; errors stay with the input.
+        for r in SortedRecords::over(file.records().filter_map(|r| reading.take(r).map(Ok))).flatten() {
+            each(&r);
+        }
+        reading.finish(file)
+    }
+}
+
+/// An [`Input`] being read, record by record in file order.
+#[derive(Default)]
+struct Reading<'f> {
+    trace: Option<Trace>,
+    time_conv: Option<TimeConv>,
+    /// Each queue with its records' data, joined at the end.
+    queues: Vec<(Queue<'f>, Vec<&'f [u8]>, usize)>,
+    /// Per mmap index: its queue, and where its last record's data ended
+    /// in the AUX stream and how long it was.
+    by_idx: HashMap<u32, (usize, (u64, usize))>,
+    threads: Threads,
+    bad_records: Vec<perfdata::Error>,
+    breaks: Vec<AuxBreak>,
+    /// The first AUXTRACE_INFO that could not be parsed: the input is refused.
+    failed: Option<Error>,
+}
+
+impl<'f> Reading<'f> {
+    /// Takes the next record in file order, and gives it back if it could be read.
+    fn take(&mut self, r: perfdata::Result<Record<'f>>) -> Option<Record<'f>> {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                self.bad_records.push(e);
+                return None;
+            }
+        };
+        if self.failed.is_some() {
+            return Some(r);
+        }
+        self.threads.observe(&r);
+        match &r.body {
+            RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::INTEL_PT => match IntelPtInfo::parse(i) {
+                Ok(info) => self.trace = Some(Trace::IntelPt(info)),
+                Err(e) => self.failed = Some(e.into()),
+            },
+            RecordBody::AuxtraceInfo(i) if i.auxtrace_type == auxtrace_type::CS_ETM => match CsEtmInfo::parse(i) {
+                Ok(info) => self.trace = Some(Trace::CoreSight(info)),
+                Err(e) => self.failed = Some(e.into()),
+            },
+            RecordBody::TimeConv(t) => self.time_conv = Some(*t),
+            // perf queues AUX data by mmap index: one buffer per CPU, or per thread.
+            RecordBody::Auxtrace(a) => {
+                let end = (a.offset.saturating_add(a.data.len() as u64), a.data.len());
+                match self.by_idx.get_mut(&a.idx) {
+                    Some((q, expected)) => {
+                        let (q, records, len) = &mut self.queues[*q];
+                        if !follows(*expected, a.offset) {
+                            self.breaks.push(AuxBreak { idx: a.idx, cpu: a.cpu, record: r.offset, expected: expected.0, found: a.offset });
+                            q.breaks.push(*len);
                         }
-                        None => {
-                            by_idx.insert(a.idx, (queues.len(), end));
-                            let thread = (a.cpu == u32::MAX).then_some(a.tid as i32);
-                            let q = Queue { idx: a.idx, cpu: a.cpu, thread, trace: AuxBytes::Held(Vec::new()), breaks: Vec::new() };
-                            queues.push((q, vec![a.data], a.data.len()));
-                        }
+                        *expected = end;
+                        records.push(a.data);
+                        *len += a.data.len();
+                    }
+                    None => {
+                        self.by_idx.insert(a.idx, (self.queues.len(), end));
+                        let thread = (a.cpu == u32::MAX).then_some(a.tid as i32);
+                        let q = Queue { idx: a.idx, cpu: a.cpu, thread, trace: AuxBytes::Held(Vec::new()), breaks: Vec::new() };
+                        self.queues.push((q, vec![a.data], a.data.len()));
                     }
                 }
-                _ => {}
             }
+            _ => {}
+        }
+        Some(r)
+    }
+
+    fn finish(self, file: &'f PerfFile) -> Result<Input<'f>, Error> {
+        let Reading { trace, time_conv, queues, mut threads, bad_records, breaks, failed, .. } = self;
+        if let Some(e) = failed {
+            return Err(e);
         }
         let mut queues: Vec<Queue<'f>> = queues.into_iter().map(|(q, records, _)| Queue { trace: AuxBytes::join(file, &records), ..q }).collect();
         queues.sort_by_key(|q| (q.cpu, q.thread, q.idx));

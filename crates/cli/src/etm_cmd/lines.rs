@@ -265,6 +265,7 @@ mod tests {
             last_subtype: InstrSubtype::Ret,
             last_cond: true,
             uncertain: true,
+            picked: Default::default(),
         };
         let context = PeContext { isa: Isa::A64, el: 1, secure: true, aarch64: true, vmid: Some(7), context_id: None };
         vec![

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use object::{Object, ObjectSegment};
+use object::Object;
 use perfdata::PerfFile;
 
 use super::symtab;
@@ -27,16 +27,8 @@ impl Binary {
     pub fn load(path: &Path) -> Result<Binary> {
         let data = std::fs::read(path).with_context(|| format!("--binary {}", path.display()))?;
         let file = object::File::parse(&data[..]).with_context(|| format!("--binary {}: not an ELF file", path.display()))?;
-        let mut segments = Vec::new();
-        for seg in file.segments() {
-            let object::SegmentFlags::Elf { p_flags } = seg.flags() else { continue };
-            if p_flags & object::elf::PF_X == 0 {
-                continue;
-            }
-            let (off, size) = seg.file_range();
-            let bytes = data.get(off as usize..(off + size) as usize).unwrap_or_default().to_vec();
-            segments.push((seg.address(), off, bytes));
-        }
+        let segments: Vec<(u64, u64, Vec<u8>)> =
+            codeimage::exec_segments(&file, &data).into_iter().map(|s| (s.addr, s.file_offset, s.bytes.to_vec())).collect();
         let Some(first) = segments.iter().map(|s| s.0).min() else { bail!("--binary {}: no executable segment", path.display()) };
         let functions = symtab::functions(&file);
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);

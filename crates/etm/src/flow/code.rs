@@ -6,7 +6,7 @@ use codeimage::window::{CodeSource, Content, Fetch, Time};
 use isa::BranchClass;
 use perfdata::TimeConv;
 
-use super::{InstrSubtype, InstrType};
+use super::{InstrSubtype, InstrType, Picked};
 
 /// How the trace's timestamps become the image's [`Time`]: as they are (a
 /// snapshot, or a trace timed in perf time), or by perf's TIME_CONV (the
@@ -110,6 +110,9 @@ pub(crate) struct Picker {
     pub fresh: Option<u8>,
     /// The address of that choice.
     pub fresh_addr: u64,
+    /// Words taken from a content newer than the window's start since the
+    /// last range took them.
+    pub picked: Picked,
 }
 
 impl Picker {
@@ -140,16 +143,17 @@ impl Picker {
 const MAX_CANDIDATES: usize = 4;
 
 /// The distinct instructions the word at `addr` is at some moment of the
-/// window, oldest first (None: unmapped, or less than a word), and how
-/// many: of the first [`MAX_CANDIDATES`] distinct words.
-fn word_candidates(code: &impl CodeSource, addr: u64, win: Window, wfx_p0: bool) -> ([Option<Insn>; MAX_CANDIDATES], usize) {
+/// window, oldest first, each with the first word that is it (None:
+/// unmapped, or less than a word), and how many: of the first
+/// [`MAX_CANDIDATES`] distinct words.
+fn word_candidates(code: &impl CodeSource, addr: u64, win: Window, wfx_p0: bool) -> ([Option<(Insn, u32)>; MAX_CANDIDATES], usize) {
     let mut out = [None; MAX_CANDIDATES];
     let word = |bytes: &[u8; 16], len: usize| (len >= 4).then(|| u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
     let mut buf = [0u8; 16];
     let count = match code.fetch(addr, win.lo, win.hi, 0, &mut buf) {
         Fetch::Unmapped => return (out, 1),
         Fetch::Exact(len) => {
-            out[0] = word(&buf, len).map(|w| classify(addr, w, wfx_p0));
+            out[0] = word(&buf, len).map(|w| (classify(addr, w, wfx_p0), w));
             return (out, 1);
         }
         Fetch::Candidate { count, .. } => count,
@@ -170,8 +174,8 @@ fn word_candidates(code: &impl CodeSource, addr: u64, win: Window, wfx_p0: bool)
     }
     let mut n = 0;
     for w in &words[..k] {
-        let c = w.map(|w| classify(addr, w, wfx_p0));
-        if !out[..n].contains(&c) {
+        let c = w.map(|w| (classify(addr, w, wfx_p0), w));
+        if !out[..n].iter().any(|o| o.map(|o| o.0) == c.map(|c| c.0)) {
             out[n] = c;
             n += 1;
         }
@@ -234,10 +238,13 @@ fn walk(
         let k = if n > 1 { pick.choose(n, w.end) } else { 0 };
         from = from.max(win.lo);
         to = to.min(win.hi.saturating_add(1));
-        let Some(insn) = c[k] else {
+        let Some((insn, word)) = c[k] else {
             w.nacc = true;
             return (w, from, to);
         };
+        if k > 0 {
+            pick.picked.push(w.end, word);
+        }
         if w.take(insn, &mut stop) {
             return (w, from, to);
         }

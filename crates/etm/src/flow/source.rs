@@ -574,7 +574,8 @@ impl Source {
         }
     }
 
-    fn range(&self, start: u64, w: &Walk, executed: bool) -> ElemKind {
+    /// The range walked by `w` from `start`, with the words its walk picked.
+    fn range(&mut self, start: u64, w: &Walk, executed: bool) -> ElemKind {
         ElemKind::InstrRange(InstrRange {
             start,
             end: w.end,
@@ -586,6 +587,7 @@ impl Source {
             last_subtype: w.last.sub,
             last_cond: w.last.cond,
             uncertain: false,
+            picked: std::mem::take(&mut self.pick.picked),
         })
     }
 

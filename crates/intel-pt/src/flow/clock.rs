@@ -20,10 +20,7 @@ pub struct TimeConv {
 
 impl TimeConv {
     pub fn perf_time(&self, tsc: u64) -> Time {
-        let shift = self.shift.min(63);
-        let quot = tsc >> shift;
-        let rem = tsc & ((1u64 << shift) - 1);
-        self.zero.wrapping_add(quot.wrapping_mul(self.mult)).wrapping_add(rem.wrapping_mul(self.mult) >> shift)
+        perfdata::counter_to_perf_time(tsc, self.shift as u64, self.mult, self.zero)
     }
 }
 
