@@ -11,6 +11,7 @@ mod sites;
 mod space;
 mod staging;
 mod symtab;
+mod text;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -169,7 +170,7 @@ fn incomplete_input(input: &Path, bad: usize, losses: &perfdata::Losses, gaps: u
 /// end outside it.
 fn map_pairs(counts: &PairCounts, space: &Space, outside: &mut u64) -> Sorted {
     let mut v: Vec<((u64, u64), u64)> = Vec::with_capacity(counts.len());
-    for (&(a, b), &n) in counts {
+    for ((a, b), n) in counts.iter() {
         match (space.map(a), space.map(b)) {
             (Some(a), Some(b)) => v.push(((a, b), n)),
             _ => *outside += n,
