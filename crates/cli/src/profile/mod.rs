@@ -7,6 +7,7 @@
 mod cs;
 mod fdata;
 pub mod inject;
+mod radix;
 mod sites;
 mod space;
 mod staging;
@@ -176,7 +177,7 @@ fn map_pairs(counts: &PairCounts, space: &Space, outside: &mut u64) -> Sorted {
             _ => *outside += n,
         }
     }
-    v.sort_unstable();
+    radix::sort_by_pair(&mut v);
     v.dedup_by(|later, first| {
         let same = later.0 == first.0;
         if same {
