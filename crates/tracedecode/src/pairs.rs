@@ -25,8 +25,8 @@ pub struct PairCounts {
 
 /// Slots in a table's first allocation.
 const FIRST: usize = 64;
-/// Slots merged ahead of the one being merged: their cache lines asked for.
-const AHEAD: usize = 8;
+/// Pairs whose slots are asked for before the first of them is updated.
+const GROUP: usize = 128;
 
 /// Where `(a, b)` is looked for first: the top bits of a multiply of
 /// both (addresses vary in their low bits).
@@ -57,12 +57,17 @@ impl PairCounts {
     /// Adds `n` (at least 1) to the count of `(a, b)`.
     #[inline(always)]
     pub fn add(&mut self, a: u64, b: u64, n: u64) {
-        debug_assert!(n > 0);
         if self.len >= self.limit {
             self.grow();
         }
+        self.add_from(self.first_slot(a, b), a, b, n);
+    }
+
+    /// [`Self::add`] looking from slot `i` on, with room for one more pair.
+    #[inline(always)]
+    fn add_from(&mut self, mut i: usize, a: u64, b: u64, n: u64) {
+        debug_assert!(n > 0 && self.len < self.limit);
         let mask = self.slots.len() - 1;
-        let mut i = self.first_slot(a, b);
         loop {
             let s = &mut self.slots[i];
             if s.n == 0 {
@@ -75,6 +80,29 @@ impl PairCounts {
                 return;
             }
             i = (i + 1) & mask;
+        }
+    }
+
+    /// Room for `more` pairs without doubling.
+    #[inline(always)]
+    fn reserve(&mut self, more: usize) {
+        while self.len + more > self.limit {
+            self.grow();
+        }
+    }
+
+    /// Adds 1 for each of `pairs`, a group at a time: first each one's
+    /// first slot asked for, then the counts added, so that the cache lines
+    /// of a group come from memory at once.
+    pub fn count_each(&mut self, pairs: &[(u64, u64)]) {
+        for group in pairs.chunks(GROUP) {
+            self.reserve(group.len());
+            for &(a, b) in group {
+                self.prefetch(self.first_slot(a, b));
+            }
+            for &(a, b) in group {
+                self.add_from(self.first_slot(a, b), a, b, 1);
+            }
         }
     }
 
@@ -116,13 +144,13 @@ impl PairCounts {
         self.slots.iter().filter(|s| s.n != 0).map(|s| ((s.a, s.b), s.n))
     }
 
-    /// Asks for the slot `(a, b)` is looked for in first to be brought into
-    /// the cache (a hint: no effect on the counts).
+    /// Asks for slot `i` to be brought into the cache (a hint: no effect
+    /// on the counts).
     #[inline(always)]
-    fn prefetch(&self, a: u64, b: u64) {
+    fn prefetch(&self, i: usize) {
         #[cfg(target_arch = "x86_64")]
-        if !self.slots.is_empty() {
-            let p = self.slots.as_ptr().wrapping_add(self.first_slot(a, b)) as *const i8;
+        {
+            let p = self.slots.as_ptr().wrapping_add(i) as *const i8;
             // SAFETY: a prefetch reads nothing and cannot fault.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -132,34 +160,23 @@ impl PairCounts {
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (a, b);
+        let _ = i;
     }
 
     /// Adds `other`'s counts: the smaller table is counted into the larger,
-    /// each slot asked for [`AHEAD`] pairs before it is updated.
+    /// a group of slots at a time as in [`Self::count_each`].
     pub fn merge(&mut self, mut other: PairCounts) {
         if self.len < other.len {
             std::mem::swap(self, &mut other);
         }
-        let mut ahead = other.slots.iter().filter(|s| s.n != 0).skip(AHEAD);
-        for s in other.slots.iter().filter(|s| s.n != 0) {
-            if let Some(t) = ahead.next() {
-                self.prefetch(t.a, t.b);
+        for group in other.slots.chunks(GROUP) {
+            self.reserve(group.len());
+            for s in group.iter().filter(|s| s.n != 0) {
+                self.prefetch(self.first_slot(s.a, s.b));
             }
-            self.add(s.a, s.b, s.n);
-        }
-    }
-}
-
-impl PairCounts {
-    /// Adds 1 for each of `pairs`, each slot asked for [`AHEAD`] pairs
-    /// before it is updated.
-    pub fn count_each(&mut self, pairs: &[(u64, u64)]) {
-        for (i, &(a, b)) in pairs.iter().enumerate() {
-            if let Some(&(a, b)) = pairs.get(i + AHEAD) {
-                self.prefetch(a, b);
+            for s in group.iter().filter(|s| s.n != 0) {
+                self.add_from(self.first_slot(s.a, s.b), s.a, s.b, s.n);
             }
-            self.add(a, b, 1);
         }
     }
 }

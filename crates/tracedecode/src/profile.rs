@@ -65,17 +65,55 @@ const PENDING: usize = 1 << 13;
 /// emptied, its buffers serve another counter.
 #[derive(Default)]
 pub struct Pending {
-    branches: Vec<(u64, u64)>,
-    ranges: Vec<(u64, u64)>,
+    branches: Log,
+    ranges: Log,
 }
 
 impl Pending {
     /// Counts them into `p`, emptied.
     fn count_into(&mut self, p: &mut Profile) {
-        p.branches.count_each(&self.branches);
-        p.ranges.count_each(&self.ranges);
-        self.branches.clear();
-        self.ranges.clear();
+        self.branches.count_into(&mut p.branches);
+        self.ranges.count_into(&mut p.ranges);
+    }
+
+    fn clear(&mut self) {
+        self.branches.len = 0;
+        self.ranges.len = 0;
+    }
+}
+
+/// Pairs of one kind not yet counted: a buffer of [`PENDING`], made when
+/// the first comes.
+#[derive(Default)]
+struct Log {
+    pairs: Box<[(u64, u64)]>,
+    len: usize,
+}
+
+impl Log {
+    /// Keeps `pair`; when the buffer is full, counts what it holds into `table` first.
+    #[inline(always)]
+    fn push(&mut self, pair: (u64, u64), table: &mut PairCounts) {
+        if self.len == self.pairs.len() {
+            self.make_room(table);
+        }
+        self.pairs[self.len] = pair;
+        self.len += 1;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, table: &mut PairCounts) {
+        if self.pairs.is_empty() {
+            self.pairs = vec![(0, 0); PENDING].into_boxed_slice();
+        } else {
+            self.count_into(table);
+        }
+    }
+
+    fn count_into(&mut self, table: &mut PairCounts) {
+        table.count_each(&self.pairs[..self.len]);
+        self.len = 0;
     }
 }
 
@@ -102,8 +140,7 @@ pub struct RangeState {
 impl RangeCounter {
     /// A counter that keeps its pending pairs in `pending`'s buffers.
     pub fn with_buffers(mut pending: Pending) -> Self {
-        pending.branches.clear();
-        pending.ranges.clear();
+        pending.clear();
         RangeCounter { pending, ..RangeCounter::default() }
     }
 
@@ -148,7 +185,7 @@ impl RangeCounter {
             if self.uncertain {
                 self.profile.uncertain_ranges.add(start, end, 1);
             } else {
-                push_pending(&mut self.pending.ranges, &mut self.profile.ranges, (start, end));
+                self.pending.ranges.push((start, end), &mut self.profile.ranges);
             }
         }
         self.uncertain = false;
@@ -160,7 +197,7 @@ impl RangeCounter {
         if uncertain {
             self.profile.uncertain_branches.add(from, to, 1);
         } else {
-            push_pending(&mut self.pending.branches, &mut self.profile.branches, (from, to));
+            self.pending.branches.push((from, to), &mut self.profile.branches);
         }
     }
 
@@ -177,8 +214,7 @@ impl RangeCounter {
     /// Forgets what was counted (the state stays).
     pub fn forget_counts(&mut self) {
         self.profile = Profile::default();
-        self.pending.branches.clear();
-        self.pending.ranges.clear();
+        self.pending.clear();
     }
 
     /// Adds `other`'s counts (not its state); its buffers, emptied, are
@@ -208,16 +244,6 @@ impl RangeCounter {
     pub fn open(&self) -> bool {
         self.start.is_some()
     }
-}
-
-/// `pair` kept for `table`, the kept ones counted when there are [`PENDING`].
-#[inline(always)]
-fn push_pending(pending: &mut Vec<(u64, u64)>, table: &mut PairCounts, pair: (u64, u64)) {
-    if pending.len() == PENDING {
-        table.count_each(pending);
-        pending.clear();
-    }
-    pending.push(pair);
 }
 
 #[cfg(test)]

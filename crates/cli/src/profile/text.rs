@@ -6,37 +6,50 @@ use std::io::{self, Write};
 
 /// Bytes of lines kept before they are written out.
 const FLUSH: usize = 1 << 16;
+/// Room kept for a number: 20 decimal digits, 16 hex.
+const NUMBER: usize = 20;
 
 /// Lines on their way to a writer.
 pub struct Lines<'w> {
     w: &'w mut dyn Write,
+    /// Lines made so far in `buf[..at]`; `buf` is larger than [`FLUSH`]
+    /// by at least a line, and grows for a longer one.
     buf: Vec<u8>,
+    at: usize,
 }
 
 impl<'w> Lines<'w> {
     pub fn new(w: &'w mut dyn Write) -> Self {
-        Lines { w, buf: Vec::with_capacity(FLUSH + 256) }
+        Lines { w, buf: vec![0; FLUSH + 256], at: 0 }
+    }
+
+    /// `n` more bytes fit in `buf`.
+    #[inline(always)]
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        if self.at + n > self.buf.len() {
+            self.buf.resize(self.at + n, 0);
+        }
+        &mut self.buf[self.at..self.at + n]
     }
 
     /// `v` in lower-case hex, no prefix (as `{:x}`).
     #[inline]
     pub fn hex(&mut self, v: u64) -> &mut Self {
         let digits = (64 - (v | 1).leading_zeros()).div_ceil(4) as usize;
-        let at = self.buf.len();
-        self.buf.resize(at + digits, 0);
         let mut v = v;
-        for d in self.buf[at..].iter_mut().rev() {
+        for d in self.room(digits).iter_mut().rev() {
             *d = b"0123456789abcdef"[(v & 0xf) as usize];
             v >>= 4;
         }
+        self.at += digits;
         self
     }
 
     /// `v` in decimal (as `{}`).
     #[inline]
     pub fn dec(&mut self, v: u64) -> &mut Self {
-        let mut digits = [0u8; 20];
-        let (mut v, mut at) = (v, digits.len());
+        let mut digits = [0u8; NUMBER];
+        let (mut v, mut at) = (v, NUMBER);
         loop {
             at -= 1;
             digits[at] = b'0' + (v % 10) as u8;
@@ -45,31 +58,31 @@ impl<'w> Lines<'w> {
                 break;
             }
         }
-        self.buf.extend_from_slice(&digits[at..]);
-        self
+        self.text(&digits[at..])
     }
 
     #[inline]
     pub fn text(&mut self, s: &[u8]) -> &mut Self {
-        self.buf.extend_from_slice(s);
+        self.room(s.len()).copy_from_slice(s);
+        self.at += s.len();
         self
     }
 
     /// Ends the line; the buffer goes out when full.
     #[inline]
     pub fn end(&mut self) -> io::Result<()> {
-        self.buf.push(b'\n');
-        if self.buf.len() >= FLUSH {
-            self.w.write_all(&self.buf)?;
-            self.buf.clear();
+        self.text(b"\n");
+        if self.at >= FLUSH {
+            self.w.write_all(&self.buf[..self.at])?;
+            self.at = 0;
         }
         Ok(())
     }
 
     /// Writes out what is left.
     pub fn finish(mut self) -> io::Result<()> {
-        self.w.write_all(&self.buf)?;
-        self.buf.clear();
+        self.w.write_all(&self.buf[..self.at])?;
+        self.at = 0;
         Ok(())
     }
 }

@@ -107,18 +107,13 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
     #[inline(always)]
     fn apply(&mut self, s: Step) {
         match s {
-            Step::Arrive { ip, time } => {
-                let tracing = self.prev.is_some();
-                if !self.resolve(ip, time) && !tracing && !self.counter.open() {
-                    self.counter.start((self.keep)(time).then_some(ip));
-                }
-            }
+            Step::Arrive { ip, time } => self.arrive(ip, time),
             Step::Ran(last) => self.prev = Some(last),
             Step::Uncertain => self.counter.saw_uncertain(),
             // The instruction at `from` did not run: the range ends there,
             // and the handler's code starts one.
             Step::Trap { from, to, time } => {
-                self.apply(Step::Arrive { ip: from, time });
+                self.arrive(from, time);
                 self.counter.close(from);
                 self.counter.not_branch();
                 self.counter.start((self.keep)(time).then_some(to));
@@ -144,6 +139,16 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
         }
     }
 
+    /// Execution reached `ip` at `time`: the previous instruction's
+    /// branch, or a range starts where tracing did.
+    #[inline(always)]
+    fn arrive(&mut self, ip: u64, time: u64) {
+        let tracing = self.prev.is_some();
+        if !self.resolve(ip, time) && !tracing && !self.counter.open() {
+            self.counter.start((self.keep)(time).then_some(ip));
+        }
+    }
+
     /// The previous instruction's branch, now that execution went on at
     /// `to` at `time`; whether it was taken.
     #[inline(always)]
@@ -165,48 +170,41 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
 }
 
 impl<K: Fn(u64) -> bool> Profiler<K> {
-    /// A block whose jumps and calls before its last instruction each go
+    /// The jumps and calls of a block before its last instruction, each
     /// to the next one: the branches it takes and the ranges between them,
     /// as its instructions one by one would count them, none kept aside.
     #[inline(always)]
-    fn inner_branches(&mut self, b: InsnBlock<'_>) {
-        self.apply(Step::Arrive { ip: b.ip, time: b.lo });
-        let mut from: Option<u64> = None;
+    fn inner_branches(&mut self, b: &InsnBlock<'_>) {
         let kept = (self.keep)(b.lo);
-        b.for_each_insn(|e| {
-            let FlowEvent::Insn { ip, class, .. } = e else { return };
-            if let Some(from) = from.take() {
-                self.counter.close(from);
-                if kept {
-                    self.counter.branch(from, ip, false);
-                }
-                self.counter.start(kept.then_some(ip));
+        b.for_each_inner_branch(|from, to| {
+            self.counter.close(from);
+            if kept {
+                self.counter.branch(from, to, false);
             }
-            if matches!(class, BranchClass::DirectJump | BranchClass::DirectCall) {
-                from = Some(ip);
-            }
+            self.counter.start(kept.then_some(to));
         });
-        let last = b.last();
-        self.prev = Some(Last { ip: b.last_ip, len: last.len, class: last.class, uncertain: false, time: b.last_lo });
     }
 }
 
 impl<K: Fn(u64) -> bool> FlowSink for Profiler<K> {
-    /// A straight run without inner jumps or calls: only where it starts
-    /// and its last instruction matter.
+    /// Where a block starts, its inner jumps and calls and its last
+    /// instruction are all that matter.
     #[inline(always)]
     fn block(&mut self, b: InsnBlock<'_>) {
-        if b.has_inner_branches() {
-            if self.known {
-                self.inner_branches(b);
-            } else {
-                b.for_each_insn(|e| self.event(e));
-            }
-            return;
-        }
-        self.step(Step::Arrive { ip: b.ip, time: b.lo });
         let last = b.last();
-        self.step(Step::Ran(Last { ip: b.last_ip, len: last.len, class: last.class, uncertain: false, time: b.last_lo }));
+        let last = Last { ip: b.last_ip, len: last.len, class: last.class, uncertain: false, time: b.last_lo };
+        if self.known {
+            self.arrive(b.ip, b.lo);
+            if b.has_inner_branches() {
+                self.inner_branches(&b);
+            }
+            self.prev = Some(last);
+        } else if b.has_inner_branches() {
+            b.for_each_insn(|e| self.event(e));
+        } else {
+            self.step(Step::Arrive { ip: b.ip, time: b.lo });
+            self.step(Step::Ran(last));
+        }
     }
 
     fn event(&mut self, e: FlowEvent) {
