@@ -16,6 +16,7 @@ mod lanes;
 mod line;
 mod merge;
 mod mode;
+mod pairs;
 mod pool;
 pub mod profile;
 pub mod pt;

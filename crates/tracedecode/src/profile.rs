@@ -4,39 +4,9 @@
 //! read them (BOLT's pre-aggregated data, llvm-profgen's ranges). What ran
 //! in an instruction the decoder was not sure of is counted apart.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use isa::BranchClass;
 
-/// Counts by address pair: `(source, target)` or `(start, end)`.
-pub type PairCounts = HashMap<(u64, u64), u64, BuildHasherDefault<PairHasher>>;
-
-/// A hasher for address pairs: a multiply and a rotate a word, as rustc's
-/// FxHash does. Addresses are not chosen by an attacker, and SipHash cost
-/// a third of the profile's time.
-#[derive(Default)]
-pub struct PairHasher(u64);
-
-impl Hasher for PairHasher {
-    #[inline(always)]
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-
-    #[inline(always)]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+pub use crate::pairs::PairCounts;
 
 /// The counts of a trace, or of one CPU's part of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,22 +29,13 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Adds `other`'s counts: the smaller of each two maps is counted into
-    /// the larger, so adding to an empty profile moves the maps.
-    pub fn add(&mut self, mut other: Profile) {
-        for (mine, theirs) in [
-            (&mut self.branches, &mut other.branches),
-            (&mut self.ranges, &mut other.ranges),
-            (&mut self.uncertain_branches, &mut other.uncertain_branches),
-            (&mut self.uncertain_ranges, &mut other.uncertain_ranges),
-        ] {
-            if mine.len() < theirs.len() {
-                std::mem::swap(mine, theirs);
-            }
-            for (k, n) in theirs.drain() {
-                *mine.entry(k).or_default() += n;
-            }
-        }
+    /// Adds `other`'s counts: the smaller of each two tables is counted
+    /// into the larger, so adding to an empty profile moves the tables.
+    pub fn add(&mut self, other: Profile) {
+        self.branches.merge(other.branches);
+        self.ranges.merge(other.ranges);
+        self.uncertain_branches.merge(other.uncertain_branches);
+        self.uncertain_ranges.merge(other.uncertain_ranges);
         self.not_branches += other.not_branches;
         self.cut_ranges += other.cut_ranges;
         self.errors += other.errors;
@@ -95,11 +56,74 @@ pub fn is_function_branch(class: BranchClass) -> bool {
     )
 }
 
+/// Certain pairs kept in arrival order before they are counted, at most
+/// this many of a kind: counted together, the table's slots are asked for
+/// ahead, and a segment's pairs go to the whole buffer's table directly.
+const PENDING: usize = 1 << 13;
+
+/// Certain taken branches and ranges not yet counted, in arrival order;
+/// emptied, its buffers serve another counter.
+#[derive(Default)]
+pub struct Pending {
+    branches: Log,
+    ranges: Log,
+}
+
+impl Pending {
+    /// Counts them into `p`, emptied.
+    fn count_into(&mut self, p: &mut Profile) {
+        self.branches.count_into(&mut p.branches);
+        self.ranges.count_into(&mut p.ranges);
+    }
+
+    fn clear(&mut self) {
+        self.branches.len = 0;
+        self.ranges.len = 0;
+    }
+}
+
+/// Pairs of one kind not yet counted: a buffer of [`PENDING`], made when
+/// the first comes.
+#[derive(Default)]
+struct Log {
+    pairs: Box<[(u64, u64)]>,
+    len: usize,
+}
+
+impl Log {
+    /// Keeps `pair`; when the buffer is full, counts what it holds into `table` first.
+    #[inline(always)]
+    fn push(&mut self, pair: (u64, u64), table: &mut PairCounts) {
+        if self.len == self.pairs.len() {
+            self.make_room(table);
+        }
+        self.pairs[self.len] = pair;
+        self.len += 1;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, table: &mut PairCounts) {
+        if self.pairs.is_empty() {
+            self.pairs = vec![(0, 0); PENDING].into_boxed_slice();
+        } else {
+            self.count_into(table);
+        }
+    }
+
+    fn count_into(&mut self, table: &mut PairCounts) {
+        table.count_each(&self.pairs[..self.len]);
+        self.len = 0;
+    }
+}
+
 /// One CPU's counting state: where the current fall-through range
-/// started, and whether it holds an uncertain instruction.
+/// started, whether it holds an uncertain instruction, and the certain
+/// pairs not yet counted.
 #[derive(Default)]
 pub struct RangeCounter {
-    pub profile: Profile,
+    profile: Profile,
+    pending: Pending,
     start: Option<u64>,
     uncertain: bool,
     /// A range ended (or was cut, or tracing stopped) since [`RangeCounter::take_closed`].
@@ -114,6 +138,12 @@ pub struct RangeState {
 }
 
 impl RangeCounter {
+    /// A counter that keeps its pending pairs in `pending`'s buffers.
+    pub fn with_buffers(mut pending: Pending) -> Self {
+        pending.clear();
+        RangeCounter { pending, ..RangeCounter::default() }
+    }
+
     /// A range starts at `ip` (a branch target, a trap's handler, where
     /// tracing started), or none when `ip` is `None` (filtered out).
     #[inline(always)]
@@ -152,8 +182,11 @@ impl RangeCounter {
     pub fn close(&mut self, end: u64) {
         self.closed = true;
         if let Some(start) = self.start.take() {
-            let map = if self.uncertain { &mut self.profile.uncertain_ranges } else { &mut self.profile.ranges };
-            *map.entry((start, end)).or_default() += 1;
+            if self.uncertain {
+                self.profile.uncertain_ranges.add(start, end, 1);
+            } else {
+                self.pending.ranges.push((start, end), &mut self.profile.ranges);
+            }
         }
         self.uncertain = false;
     }
@@ -161,8 +194,41 @@ impl RangeCounter {
     /// A taken branch from `from` to `to`, of an uncertain source or not.
     #[inline(always)]
     pub fn branch(&mut self, from: u64, to: u64, uncertain: bool) {
-        let map = if uncertain { &mut self.profile.uncertain_branches } else { &mut self.profile.branches };
-        *map.entry((from, to)).or_default() += 1;
+        if uncertain {
+            self.profile.uncertain_branches.add(from, to, 1);
+        } else {
+            self.pending.branches.push((from, to), &mut self.profile.branches);
+        }
+    }
+
+    /// A transfer that is no branch of a function (a trap, a far transfer).
+    pub fn not_branch(&mut self) {
+        self.profile.not_branches += 1;
+    }
+
+    /// A decode error (the range it cuts: [`RangeCounter::cut`]).
+    pub fn error(&mut self) {
+        self.profile.errors += 1;
+    }
+
+    /// Forgets what was counted (the state stays).
+    pub fn forget_counts(&mut self) {
+        self.profile = Profile::default();
+        self.pending.clear();
+    }
+
+    /// Adds `other`'s counts (not its state); its buffers, emptied, are
+    /// for [`RangeCounter::with_buffers`].
+    pub fn add(&mut self, mut other: RangeCounter) -> Pending {
+        other.pending.count_into(&mut self.profile);
+        self.profile.add(other.profile);
+        other.pending
+    }
+
+    /// Everything counted.
+    pub fn finish(mut self) -> Profile {
+        self.pending.count_into(&mut self.profile);
+        self.profile
     }
 
     /// The current range is cut by a decode error: not counted.
@@ -203,5 +269,24 @@ mod tests {
         let mut from_empty = Profile::default();
         from_empty.add(large.clone());
         assert_eq!(from_empty, large);
+    }
+
+    /// More pairs than are kept pending, some repeated: all counted, kept
+    /// ones and counted ones together, when the counter finishes.
+    #[test]
+    fn pending_pairs_are_all_counted() {
+        let mut c = RangeCounter::default();
+        let mut want = std::collections::HashMap::new();
+        for i in 0..3 * PENDING as u64 + 5 {
+            let (from, to) = (0x1000 + i % 1000 * 4, 0x8000 + i % 7);
+            c.start(Some(to));
+            c.close(from);
+            c.branch(from, to, false);
+            *want.entry((from, to)).or_insert(0u64) += 1;
+        }
+        let p = c.finish();
+        let want: PairCounts = want.into_iter().collect();
+        assert_eq!(p.branches, want);
+        assert_eq!(p.ranges.iter().map(|e| e.1).sum::<u64>(), 3 * PENDING as u64 + 5);
     }
 }

@@ -48,14 +48,14 @@ impl QueueCount {
                     // Exceptions and their returns: no branch of a function.
                     _ => {
                         c.close(*from);
-                        c.profile.not_branches += 1;
+                        c.not_branch();
                         c.start(kept.then_some(*to));
                     }
                 }
                 self.last = None;
             }
             Kind::Error { .. } => {
-                c.profile.errors += 1;
+                c.error();
                 c.cut();
                 self.last = None;
             }
@@ -83,7 +83,7 @@ pub fn profile(
         if let Some((ip, _)) = q.last {
             q.counter.close(ip);
         }
-        total.add(q.counter.profile);
+        total.add(q.counter.finish());
     }
     Ok(total)
 }

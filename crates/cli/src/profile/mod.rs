@@ -7,10 +7,12 @@
 mod cs;
 mod fdata;
 pub mod inject;
+mod radix;
 mod sites;
 mod space;
 mod staging;
 mod symtab;
+mod text;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -169,13 +171,13 @@ fn incomplete_input(input: &Path, bad: usize, losses: &perfdata::Losses, gaps: u
 /// end outside it.
 fn map_pairs(counts: &PairCounts, space: &Space, outside: &mut u64) -> Sorted {
     let mut v: Vec<((u64, u64), u64)> = Vec::with_capacity(counts.len());
-    for (&(a, b), &n) in counts {
+    for ((a, b), n) in counts.iter() {
         match (space.map(a), space.map(b)) {
             (Some(a), Some(b)) => v.push(((a, b), n)),
             _ => *outside += n,
         }
     }
-    v.sort_unstable();
+    radix::sort_by_pair(&mut v);
     v.dedup_by(|later, first| {
         let same = later.0 == first.0;
         if same {

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::text::Lines;
+
 /// Counts by address pair, sorted by the pair.
 pub type Sorted = Vec<((u64, u64), u64)>;
 
@@ -43,13 +45,14 @@ pub fn atomically(path: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<()>) 
 /// as BOLT takes them (the file's addresses: its offset from the load
 /// address for a PIE).
 pub fn bolt(w: &mut dyn Write, branches: &Sorted, ranges: &Sorted) -> Result<()> {
+    let mut out = Lines::new(w);
     for &((from, to), n) in branches {
-        writeln!(w, "B {from:x} {to:x} {n} 0")?;
+        out.text(b"B ").hex(from).text(b" ").hex(to).text(b" ").dec(n).text(b" 0").end()?;
     }
     for &((start, end), n) in ranges {
-        writeln!(w, "F {start:x} {end:x} {n}")?;
+        out.text(b"F ").hex(start).text(b" ").hex(end).text(b" ").dec(n).end()?;
     }
-    Ok(())
+    Ok(out.finish()?)
 }
 
 /// llvm-profgen's unsymbolized profile (`--unsymbolized-profile`): the
@@ -57,15 +60,16 @@ pub fn bolt(w: &mut dyn Write, branches: &Sorted, ranges: &Sorted) -> Result<()>
 /// `from->to:count` lines; hex offsets from `base` (llvm-profgen's
 /// default `--use-offset`), decimal counts.
 pub fn autofdo(w: &mut dyn Write, branches: &Sorted, ranges: &Sorted, base: u64) -> Result<()> {
-    writeln!(w, "{}", ranges.len())?;
+    let mut out = Lines::new(w);
+    out.dec(ranges.len() as u64).end()?;
     for &((start, end), n) in ranges {
-        writeln!(w, "{:x}-{:x}:{n}", start.wrapping_sub(base), end.wrapping_sub(base))?;
+        out.hex(start.wrapping_sub(base)).text(b"-").hex(end.wrapping_sub(base)).text(b":").dec(n).end()?;
     }
-    writeln!(w, "{}", branches.len())?;
+    out.dec(branches.len() as u64).end()?;
     for &((from, to), n) in branches {
-        writeln!(w, "{:x}->{:x}:{n}", from.wrapping_sub(base), to.wrapping_sub(base))?;
+        out.hex(from.wrapping_sub(base)).text(b"->").hex(to.wrapping_sub(base)).text(b":").dec(n).end()?;
     }
-    Ok(())
+    Ok(out.finish()?)
 }
 
 /// The side file of what ran in uncertain instructions: a header of

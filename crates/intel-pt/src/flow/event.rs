@@ -181,6 +181,25 @@ impl<'c> InsnBlock<'c> {
         self.entry.inner_jumps_and_calls()
     }
 
+    /// Each jump and call before the last instruction, in order, as
+    /// `f(ip, target)` (the block goes on at the target): what
+    /// [`Self::for_each_insn`] gives of them, without an event for each
+    /// instruction.
+    #[inline(always)]
+    pub fn for_each_inner_branch(&self, mut f: impl FnMut(u64, u64)) {
+        let (mut at, mut targets) = (self.ip, self.targets.iter());
+        for &l in self.lens {
+            at = match l & !15 {
+                JUMP | CALL => {
+                    let to = *targets.next().expect("a target per jump or call");
+                    f(at, to);
+                    to
+                }
+                _ => at.wrapping_add((l & 15) as u64),
+            };
+        }
+    }
+
     /// Each instruction in order, as the [`FlowEvent::Insn`] stepping
     /// would give.
     #[inline(always)]

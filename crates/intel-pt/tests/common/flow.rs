@@ -207,6 +207,19 @@ impl FlowSink for Blocks {
         let (last, before) = got.split_last().expect("a block has its last instruction");
         assert!(before.iter().all(|e| matches!(e, FlowEvent::Insn { lo, hi, uncertain: false, .. } if *lo == b.lo && *hi == b.hi)));
         assert!(matches!(last, FlowEvent::Insn { lo, hi, uncertain: false, .. } if *lo == b.last_lo && *hi == b.hi && b.lo <= b.last_lo));
+        // Its inner jumps and calls, each to the instruction after it.
+        let inner: Vec<(u64, u64)> = got
+            .windows(2)
+            .filter_map(|w| match (w[0], w[1]) {
+                (FlowEvent::Insn { ip, class: isa::BranchClass::DirectJump | isa::BranchClass::DirectCall, .. }, FlowEvent::Insn { ip: to, .. }) => {
+                    Some((ip, to))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut given = Vec::new();
+        b.for_each_inner_branch(|from, to| given.push((from, to)));
+        assert_eq!(given, inner, "block at {:#x}", b.ip);
         self.blocks += 1;
     }
 }

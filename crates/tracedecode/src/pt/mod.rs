@@ -12,6 +12,7 @@ mod profile;
 mod samples;
 mod units;
 
+use std::cell::RefCell;
 use std::sync::Mutex;
 
 use codeimage::window::{CodeSource, Interval, PerfStyle, Static};
@@ -165,7 +166,10 @@ fn profile_over<C: CodeSource + Sync>(
         let keep_here = |time: u64| keep(q, time);
         let mut whole = Profiler::buffer(keep_here);
         if plan.cut() && q.breaks.is_empty() {
-            par.run_segments(&q.trace, || Profiler::segment(keep_here), |seg| whole.append(seg));
+            // (Segments are made and appended on this thread: their buffers go round.)
+            let spare = RefCell::new(Vec::new());
+            let make = || Profiler::segment(keep_here, spare.borrow_mut().pop().unwrap_or_default());
+            par.run_segments(&q.trace, make, |seg| spare.borrow_mut().push(whole.append(seg)));
         } else {
             let mut dec = decoder(plan.setup, code, upper_bounds).with_shared_blocks(par.blocks());
             run_pieces(&mut dec, plan.setup, q, &mut whole);

@@ -7,7 +7,7 @@
 use intel_pt::flow::{FlowEvent, FlowSink, InsnBlock};
 use isa::BranchClass;
 
-use crate::profile::{is_function_branch, Profile, RangeCounter};
+use crate::profile::{is_function_branch, Pending, Profile, RangeCounter};
 
 /// The last instruction that ran.
 #[derive(Clone, Copy, Debug)]
@@ -66,25 +66,28 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
         Profiler { counter: RangeCounter::default(), keep, prev: None, known: true, head: Vec::new() }
     }
 
-    /// A PSB segment's profiler: what it starts in is for the segment before to tell.
-    pub(super) fn segment(keep: K) -> Self {
-        Profiler { known: false, ..Profiler::buffer(keep) }
+    /// A PSB segment's profiler: what it starts in is for the segment
+    /// before to tell; its pending pairs in `buffers`.
+    pub(super) fn segment(keep: K, buffers: Pending) -> Self {
+        Profiler { known: false, counter: RangeCounter::with_buffers(buffers), ..Profiler::buffer(keep) }
     }
 
     pub(super) fn finish(self) -> Profile {
-        self.counter.profile
+        self.counter.finish()
     }
 
-    /// Counts the segment that follows what this one counted.
-    pub(super) fn append(&mut self, seg: Profiler<K>) {
+    /// Counts the segment that follows what this one counted; gives back
+    /// its buffers for another segment.
+    pub(super) fn append(&mut self, seg: Profiler<K>) -> Pending {
         for &s in &seg.head {
             self.apply(s);
         }
-        if seg.known {
-            self.counter.set_state(seg.counter.state());
-            self.prev = seg.prev;
-            self.counter.profile.add(seg.counter.profile);
+        if !seg.known {
+            return Pending::default();
         }
+        self.counter.set_state(seg.counter.state());
+        self.prev = seg.prev;
+        self.counter.add(seg.counter)
     }
 
     /// `s`, applied now; in a segment that does not yet know where its
@@ -96,7 +99,7 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
             self.head.push(s);
             if self.counter.take_closed() {
                 self.known = true;
-                self.counter.profile = Profile::default();
+                self.counter.forget_counts();
             }
         }
     }
@@ -104,20 +107,15 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
     #[inline(always)]
     fn apply(&mut self, s: Step) {
         match s {
-            Step::Arrive { ip, time } => {
-                let tracing = self.prev.is_some();
-                if !self.resolve(ip, time) && !tracing && !self.counter.open() {
-                    self.counter.start((self.keep)(time).then_some(ip));
-                }
-            }
+            Step::Arrive { ip, time } => self.arrive(ip, time),
             Step::Ran(last) => self.prev = Some(last),
             Step::Uncertain => self.counter.saw_uncertain(),
             // The instruction at `from` did not run: the range ends there,
             // and the handler's code starts one.
             Step::Trap { from, to, time } => {
-                self.apply(Step::Arrive { ip: from, time });
+                self.arrive(from, time);
                 self.counter.close(from);
-                self.counter.profile.not_branches += 1;
+                self.counter.not_branch();
                 self.counter.start((self.keep)(time).then_some(to));
                 self.prev = None;
             }
@@ -134,10 +132,20 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
                 self.prev = None;
             }
             Step::Error => {
-                self.counter.profile.errors += 1;
+                self.counter.error();
                 self.counter.cut();
                 self.prev = None;
             }
+        }
+    }
+
+    /// Execution reached `ip` at `time`: the previous instruction's
+    /// branch, or a range starts where tracing did.
+    #[inline(always)]
+    fn arrive(&mut self, ip: u64, time: u64) {
+        let tracing = self.prev.is_some();
+        if !self.resolve(ip, time) && !tracing && !self.counter.open() {
+            self.counter.start((self.keep)(time).then_some(ip));
         }
     }
 
@@ -152,7 +160,7 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
         }
         self.counter.close(p.ip);
         if !is_function_branch(p.class) {
-            self.counter.profile.not_branches += 1;
+            self.counter.not_branch();
         } else if (self.keep)(p.time) {
             self.counter.branch(p.ip, to, p.uncertain);
         }
@@ -162,48 +170,41 @@ impl<K: Fn(u64) -> bool> Profiler<K> {
 }
 
 impl<K: Fn(u64) -> bool> Profiler<K> {
-    /// A block whose jumps and calls before its last instruction each go
+    /// The jumps and calls of a block before its last instruction, each
     /// to the next one: the branches it takes and the ranges between them,
     /// as its instructions one by one would count them, none kept aside.
     #[inline(always)]
-    fn inner_branches(&mut self, b: InsnBlock<'_>) {
-        self.apply(Step::Arrive { ip: b.ip, time: b.lo });
-        let mut from: Option<u64> = None;
+    fn inner_branches(&mut self, b: &InsnBlock<'_>) {
         let kept = (self.keep)(b.lo);
-        b.for_each_insn(|e| {
-            let FlowEvent::Insn { ip, class, .. } = e else { return };
-            if let Some(from) = from.take() {
-                self.counter.close(from);
-                if kept {
-                    self.counter.branch(from, ip, false);
-                }
-                self.counter.start(kept.then_some(ip));
+        b.for_each_inner_branch(|from, to| {
+            self.counter.close(from);
+            if kept {
+                self.counter.branch(from, to, false);
             }
-            if matches!(class, BranchClass::DirectJump | BranchClass::DirectCall) {
-                from = Some(ip);
-            }
+            self.counter.start(kept.then_some(to));
         });
-        let last = b.last();
-        self.prev = Some(Last { ip: b.last_ip, len: last.len, class: last.class, uncertain: false, time: b.last_lo });
     }
 }
 
 impl<K: Fn(u64) -> bool> FlowSink for Profiler<K> {
-    /// A straight run without inner jumps or calls: only where it starts
-    /// and its last instruction matter.
+    /// Where a block starts, its inner jumps and calls and its last
+    /// instruction are all that matter.
     #[inline(always)]
     fn block(&mut self, b: InsnBlock<'_>) {
-        if b.has_inner_branches() {
-            if self.known {
-                self.inner_branches(b);
-            } else {
-                b.for_each_insn(|e| self.event(e));
-            }
-            return;
-        }
-        self.step(Step::Arrive { ip: b.ip, time: b.lo });
         let last = b.last();
-        self.step(Step::Ran(Last { ip: b.last_ip, len: last.len, class: last.class, uncertain: false, time: b.last_lo }));
+        let last = Last { ip: b.last_ip, len: last.len, class: last.class, uncertain: false, time: b.last_lo };
+        if self.known {
+            self.arrive(b.ip, b.lo);
+            if b.has_inner_branches() {
+                self.inner_branches(&b);
+            }
+            self.prev = Some(last);
+        } else if b.has_inner_branches() {
+            b.for_each_insn(|e| self.event(e));
+        } else {
+            self.step(Step::Arrive { ip: b.ip, time: b.lo });
+            self.step(Step::Ran(last));
+        }
     }
 
     fn event(&mut self, e: FlowEvent) {
@@ -247,14 +248,14 @@ mod tests {
         }
         p.event(FlowEvent::End { time: 20, at: None, disabled: false, to: None, insn: None });
         let prof = p.finish();
-        assert_eq!(prof.branches.get(&(site, target)), Some(&1));
-        assert_eq!(prof.branches.get(&(ret, 0x2000)), Some(&1));
-        assert_eq!(prof.branches.get(&(target, 0x2000)), Some(&1));
+        assert_eq!(prof.branches.get(site, target), Some(1));
+        assert_eq!(prof.branches.get(ret, 0x2000), Some(1));
+        assert_eq!(prof.branches.get(target, 0x2000), Some(1));
         // First run: 0x1000..ret falls through the NOP; second: 0x2000..site.
-        assert_eq!(prof.ranges.get(&(0x1000, ret)), Some(&1));
-        assert_eq!(prof.ranges.get(&(0x2000, site)), Some(&1));
-        assert_eq!(prof.ranges.get(&(target, target)), Some(&1));
-        assert_eq!(prof.ranges.get(&(0x2000, 0x2000)), Some(&1));
+        assert_eq!(prof.ranges.get(0x1000, ret), Some(1));
+        assert_eq!(prof.ranges.get(0x2000, site), Some(1));
+        assert_eq!(prof.ranges.get(target, target), Some(1));
+        assert_eq!(prof.ranges.get(0x2000, 0x2000), Some(1));
     }
 
     /// A trap is no branch: the range ends at the trapping instruction and
@@ -269,11 +270,11 @@ mod tests {
         p.event(FlowEvent::End { time: 4, at: None, disabled: false, to: None, insn: None });
         let prof = p.finish();
         assert_eq!(prof.not_branches, 1);
-        assert_eq!(prof.ranges.get(&(0x1000, 0x1002)), Some(&1));
+        assert_eq!(prof.ranges.get(0x1000, 0x1002), Some(1));
         assert!(prof.branches.is_empty());
-        assert_eq!(prof.uncertain_branches.get(&(0x9000, 0x9100)), Some(&1));
-        assert_eq!(prof.uncertain_ranges.get(&(0x9000, 0x9000)), Some(&1));
-        assert_eq!(prof.ranges.get(&(0x9100, 0x9100)), Some(&1));
+        assert_eq!(prof.uncertain_branches.get(0x9000, 0x9100), Some(1));
+        assert_eq!(prof.uncertain_ranges.get(0x9000, 0x9000), Some(1));
+        assert_eq!(prof.ranges.get(0x9100, 0x9100), Some(1));
     }
 
     /// Tracing stopped before the instruction at `at`: the range ends
@@ -285,7 +286,7 @@ mod tests {
             p.event(insn(0x1000, 2, BranchClass::None, 0));
             p.event(insn(0x1002, 2, BranchClass::None, 1));
             p.event(FlowEvent::End { time: 2, at, disabled: true, to: None, insn: None });
-            assert_eq!(p.finish().ranges.into_iter().collect::<Vec<_>>(), [((0x1000, end), 1)]);
+            assert_eq!(p.finish().ranges.iter().collect::<Vec<_>>(), [((0x1000, end), 1)]);
         }
     }
 
@@ -299,8 +300,8 @@ mod tests {
         p.event(insn(0x4000, 2, BranchClass::None, 11));
         p.event(FlowEvent::End { time: 12, at: None, disabled: false, to: None, insn: None });
         let prof = p.finish();
-        assert_eq!(prof.branches.keys().copied().collect::<Vec<_>>(), [(0x3000, 0x4000)]);
-        let mut ranges: Vec<_> = prof.ranges.keys().copied().collect();
+        assert_eq!(prof.branches.iter().map(|e| e.0).collect::<Vec<_>>(), [(0x3000, 0x4000)]);
+        let mut ranges: Vec<_> = prof.ranges.iter().map(|e| e.0).collect();
         ranges.sort();
         assert_eq!(ranges, [(0x3000, 0x3000), (0x4000, 0x4000)]);
     }
@@ -354,7 +355,7 @@ mod tests {
             cuts.sort();
             let mut joined = Profiler::buffer(keep);
             for w in cuts.windows(2) {
-                let mut seg = Profiler::segment(keep);
+                let mut seg = Profiler::segment(keep, Pending::default());
                 evs[w[0]..w[1]].iter().for_each(|&e| seg.event(e));
                 joined.append(seg);
             }
