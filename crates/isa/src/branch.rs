@@ -66,7 +66,30 @@ pub enum BranchClass {
     Trap,
 }
 
+// `BranchClass::ALL[c as usize] == c`, which tables indexed by class use.
+const _: () = {
+    let mut i = 0;
+    while i < BranchClass::ALL.len() {
+        assert!(BranchClass::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 impl BranchClass {
+    /// Every class, each at the index of its discriminant.
+    pub const ALL: [BranchClass; 10] = [
+        BranchClass::None,
+        BranchClass::Nop,
+        BranchClass::CondBranch,
+        BranchClass::DirectJump,
+        BranchClass::DirectCall,
+        BranchClass::IndirectJump,
+        BranchClass::IndirectCall,
+        BranchClass::Return,
+        BranchClass::FarTransfer,
+        BranchClass::Trap,
+    ];
+
     /// True for classes that end a [`Block`] (all but `None` and `Nop`).
     pub fn is_branch(self) -> bool {
         !matches!(self, BranchClass::None | BranchClass::Nop)

@@ -168,28 +168,7 @@ const IMM_Z: u16 = 3;
 const IMM_V: u16 = 4;
 const REL_8: u16 = 5;
 const REL_32: u16 = 6;
-// The class is in bits 0-3, as the index of `CLASSES`.
-const CLASSES: [BranchClass; 10] = [
-    BranchClass::None,
-    BranchClass::Nop,
-    BranchClass::CondBranch,
-    BranchClass::DirectJump,
-    BranchClass::DirectCall,
-    BranchClass::IndirectJump,
-    BranchClass::IndirectCall,
-    BranchClass::Return,
-    BranchClass::FarTransfer,
-    BranchClass::Trap,
-];
-
-// `op` stores `class as u16`: that must be the class's index in CLASSES.
-const _: () = {
-    let mut i = 0;
-    while i < CLASSES.len() {
-        assert!(CLASSES[i] as usize == i);
-        i += 1;
-    }
-};
+// The class is in bits 0-3, as its index in `BranchClass::ALL`.
 
 const fn op(imm: u16, class: BranchClass) -> u16 {
     FAST | imm << IMM_SHIFT | class as u16
@@ -343,7 +322,7 @@ fn fast(addr: u64, bytes: &[u8], idioms: &KernelIdioms) -> Option<Insn> {
     if desc & FAST == 0 {
         return None; // also a prefix after REX, which cancels it
     }
-    let mut class = CLASSES[usize::from(desc & 0xf)];
+    let mut class = BranchClass::ALL[usize::from(desc & 0xf)];
     let rex_w = rex & 8 != 0;
     let iz = if opsize16 && !rex_w { 2 } else { 4 };
     let mut extra = 0;

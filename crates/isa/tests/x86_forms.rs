@@ -180,18 +180,7 @@ fn run(max_prefixes: usize, forms: &[Vec<u8>]) -> BTreeMap<String, u64> {
 fn all_forms_with_up_to_one_prefix() {
     let forms = [branch_forms(), modrm_forms()].concat();
     let seen = run(1, &forms);
-    for class in [
-        BranchClass::None,
-        BranchClass::Nop,
-        BranchClass::CondBranch,
-        BranchClass::DirectJump,
-        BranchClass::DirectCall,
-        BranchClass::IndirectJump,
-        BranchClass::IndirectCall,
-        BranchClass::Return,
-        BranchClass::FarTransfer,
-        BranchClass::Trap,
-    ] {
+    for class in BranchClass::ALL {
         assert!(seen.contains_key(class.name()), "no {class:?}: {seen:?}");
     }
     assert!(seen.contains_key("Invalid"), "{seen:?}");

@@ -41,20 +41,7 @@ const CLASS_SLOTS: usize = 16;
 /// No previous instruction.
 const NO_PREV: u8 = CLASS_SLOTS as u8 - 1;
 const COND: u8 = BranchClass::CondBranch as u8;
-/// Every class, for sorting [`Count::ended`] into the summary.
-const CLASSES: [BranchClass; 10] = [
-    BranchClass::None,
-    BranchClass::Nop,
-    BranchClass::CondBranch,
-    BranchClass::DirectJump,
-    BranchClass::DirectCall,
-    BranchClass::IndirectJump,
-    BranchClass::IndirectCall,
-    BranchClass::Return,
-    BranchClass::FarTransfer,
-    BranchClass::Trap,
-];
-const _: () = assert!(CLASSES.len() < NO_PREV as usize);
+const _: () = assert!(BranchClass::ALL.len() < NO_PREV as usize);
 
 /// What a segment met before it knew the state it started in.
 #[derive(Clone, Copy)]
@@ -183,7 +170,7 @@ impl Count {
 
     /// Moves the branches counted by class into the summary's kinds.
     fn sort_branches(&mut self) {
-        for class in CLASSES {
+        for class in BranchClass::ALL {
             let n = std::mem::take(&mut self.ended[class as usize]);
             if class == BranchClass::CondBranch {
                 self.counts.add_branches(class, true, n - self.fell);
