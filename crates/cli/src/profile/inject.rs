@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use codeimage::{BaseImage, PokeEvents};
+use codeimage::BaseImage;
 use perfdata::abi::{attr_flag, misc, sample_type as st, BRANCH_SAMPLE_HW_INDEX};
 use perfdata::{AttrWithIds, BranchEntry, BranchStack, EventAttr, FeatureData, PerfFile, Record, RecordBody, Sample, SampleId, Writer};
 use tracedecode::pt::{BranchSample, Plan};
@@ -41,7 +41,7 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
         bail!("--period 0: a sample needs at least one instruction");
     }
     let file = PerfFile::open(input)?;
-    let Input { trace, queues, threads, bad_records, breaks, .. } = Input::read(&file)?;
+    let (Input { trace, queues, threads, bad_records, breaks, .. }, sideband) = crate::prepare::read_input(&file, |_| ())?;
     if let Some(e) = bad_records.first() {
         bail!("{}: {} record(s) could not be read, the first: {e}; no profile is written from a damaged input", input.display(), bad_records.len());
     }
@@ -50,10 +50,10 @@ pub fn write(input: &Path, out: &Path, period: u64) -> Result<i32> {
         Trace::CoreSight(_) => bail!("--format perf-inject: made for Intel PT only (CoreSight ETMv4 is not done yet)"),
     };
     let mut base = BaseImage::new();
-    if let Some(refused) = codeimage::add_base_with(&file, &mut base, &crate::symbols::user_code(None))?.summary() {
+    if let Some(refused) = codeimage::add_base_mapped(&file, &sideband.mappings, &mut base, &crate::symbols::user_code(None))?.summary() {
         eprintln!("poketrace profile: {refused}");
     }
-    let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
+    let built = sideband.timeline(base);
     if let Some(e) = built.errors.first() {
         bail!("{}: {e}; no profile is written from a damaged input", input.display());
     }

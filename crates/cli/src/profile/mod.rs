@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
-use codeimage::{BaseImage, PokeEvents};
+use codeimage::BaseImage;
 use perfdata::PerfFile;
 use tracedecode::profile::{PairCounts, Profile};
 use tracedecode::pt::Plan;
@@ -68,25 +68,30 @@ pub fn run(a: &Args) -> Result<i32> {
         }
         return inject::write(&a.input, &a.output, a.period);
     }
-    let file = PerfFile::open(&a.input)?;
-    let space = match (&a.binary, a.kernel) {
-        (Some(path), false) => Space::binary(path, &file)?,
-        (None, true) => Space::Kernel,
+    let binary = match (&a.binary, a.kernel) {
+        (Some(path), false) => Some(path),
+        (None, true) => None,
         _ => bail!("give the code the profile is for: --binary PATH (a program's file) or --kernel"),
     };
-    if a.format == Format::Fdata && space.binary_file().is_none() {
+    if a.format == Format::Fdata && binary.is_none() {
         bail!("--format fdata names functions from the symbol table of --binary PATH; for the kernel use --format bolt or autofdo");
     }
-    let Input { trace, time_conv, queues, threads, bad_records, breaks } = Input::read(&file)?;
+    let file = PerfFile::open(&a.input)?;
+    let (Input { trace, time_conv, queues, threads, bad_records, breaks }, sideband) = crate::prepare::read_input(&file, |_| ())?;
+    let space = match binary {
+        Some(path) => Space::binary(path, &sideband.mappings)?,
+        None => Space::Kernel,
+    };
     let info = trace.context("no Intel PT or CoreSight AUXTRACE_INFO in the input")?;
     let user = crate::symbols::user_code(None);
     let mut base = BaseImage::new();
-    if let Some(refused) = codeimage::add_base_with(&file, &mut base, &user)?.summary() {
+    if let Some(refused) = codeimage::add_base_mapped(&file, &sideband.mappings, &mut base, &user)?.summary() {
         eprintln!("poketrace profile: {refused}");
     }
     let bare = (a.image == ImageMode::Static).then(|| codeimage::TimelineBuilder::new(base.clone()).build());
-    let built = codeimage::over_base(&file, base, PokeEvents::Single)?;
-    incomplete_input(&a.input, bad_records.len() + built.errors.len(), &built.losses, breaks.len())?;
+    let built = sideband.timeline(base);
+    // The side-band's errors start with the records that could not be read.
+    incomplete_input(&a.input, bad_records.len(), built.errors.get(bad_records.len()..).unwrap_or_default(), &built.losses, breaks.len())?;
     let tl = &built.timeline;
     let code = bare.as_ref().unwrap_or(tl);
     let queues: Vec<Queue> = queues.into_iter().filter(|q| q.cpu == u32::MAX || a.filter.cpu(q.cpu)).collect();
@@ -147,10 +152,13 @@ fn sibling(output: &Path, ext: &str) -> PathBuf {
 
 /// A profile of part of the data would count wrongly where nothing says
 /// so: records that could not be read, lost or truncated trace.
-fn incomplete_input(input: &Path, bad: usize, losses: &perfdata::Losses, gaps: usize) -> Result<()> {
+fn incomplete_input(input: &Path, bad: usize, sideband_errors: &[String], losses: &perfdata::Losses, gaps: usize) -> Result<()> {
     let mut what = Vec::new();
     if bad > 0 {
         what.push(format!("{bad} records could not be read (the file may be truncated)"));
+    }
+    if let Some(first) = sideband_errors.first() {
+        what.push(format!("{} side-band errors, the first: {first}", sideband_errors.len()));
     }
     if losses.aux_damaged() > 0 {
         what.push(format!("{} AUX records truncated or damaged", losses.aux_damaged()));

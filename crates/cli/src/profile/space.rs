@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use codeimage::UserMapping;
 use object::Object;
-use perfdata::PerfFile;
 
 use super::symtab;
 pub use super::symtab::Function;
@@ -68,15 +68,15 @@ pub enum Space {
 }
 
 impl Space {
-    /// The binary at `path` as the trace `file` mapped it: an error when
-    /// no executable mapping of the trace is that file (by build-id when
-    /// both have one, else by file name).
-    pub fn binary(path: &Path, file: &PerfFile) -> Result<Space> {
+    /// The binary at `path` as the trace mapped it (its executable file
+    /// `mappings`, in file order): an error when none is that file (by
+    /// build-id when both have one, else by file name).
+    pub fn binary(path: &Path, mappings: &[UserMapping<'_>]) -> Result<Space> {
         let binary = Binary::load(path)?;
         let name = path.file_name().map(|n| n.as_encoded_bytes().to_vec()).unwrap_or_default();
         let mut maps = Vec::new();
         let mut seen = Vec::new();
-        for m in codeimage::user_mappings(file) {
+        for m in mappings {
             let same = match (m.build_id, &binary.build_id) {
                 (Some(a), Some(b)) => a.starts_with(b) || b.starts_with(a),
                 _ => m.name.rsplit(|&c| c == b'/').next() == Some(&name[..]),
