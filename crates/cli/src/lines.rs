@@ -2,24 +2,24 @@
 //! code timeline, in time order: what `timeline` and `report` draw from.
 
 use anyhow::Result;
-use codeimage::{BaseImage, PokeEvents, Sideband, UserCode};
+use codeimage::{BaseImage, Sideband, UserCode};
 use perfdata::{PerfFile, Record, RecordBody, TimeConv};
 use tracedecode::pt::Plan;
 use tracedecode::setup::{self, PtSetup};
 use tracedecode::{ImageMode, Itrace, Out, Queue, Trace};
 
-/// Decodes `queues` of `trace` and passes each line to `emit`. Returns the
-/// problems met: code image errors, and a decode that stopped part-way.
+/// Decodes `queues` of `trace` over the code `sideband` gives (read with
+/// them, [`crate::prepare::read_input`]) and passes each line to `emit`.
+/// Returns the problems met: code image errors, and a decode that stopped part-way.
 pub fn decode_all(
     file: &PerfFile,
     trace: &Trace,
     time_conv: Option<&TimeConv>,
     queues: &[Queue],
+    sideband: Sideband<'_>,
     emit: &mut impl FnMut(&Out) -> Result<()>,
 ) -> Result<Vec<String>> {
     let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1, insn_bytes: false };
-    // The side-band read once, for the base code's user mappings and the changes.
-    let sideband = Sideband::read(file, PokeEvents::Single);
     let mut base = BaseImage::new();
     codeimage::add_base_mapped(file, &sideband.mappings, &mut base, &UserCode::default())?;
     let built = sideband.timeline(base);
@@ -66,8 +66,21 @@ pub fn in_session(r: &Record<'_>) -> bool {
     )
 }
 
-/// First and last times of the session's records.
+/// First and last times of the session's records, as they are seen.
+#[derive(Clone, Copy, Default)]
+pub struct SessionSpan(pub Option<(u64, u64)>);
+
+impl SessionSpan {
+    pub fn observe(&mut self, r: &Record<'_>) {
+        if let Some(t) = Some(r).filter(|r| in_session(r)).and_then(|r| r.sample_id.time) {
+            self.0 = Some(self.0.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+        }
+    }
+}
+
+/// First and last times of the session's records in `file` (a pass over them).
 pub fn session_span(file: &PerfFile) -> Option<(u64, u64)> {
-    let times = file.records().filter_map(|r| r.ok().filter(in_session)?.sample_id.time);
-    times.fold(None, |span, t| Some(span.map_or((t, t), |(a, b): (u64, u64)| (a.min(t), b.max(t)))))
+    let mut span = SessionSpan::default();
+    file.records().flatten().for_each(|r| span.observe(&r));
+    span.0
 }

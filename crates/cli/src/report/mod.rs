@@ -25,7 +25,7 @@ pub fn run(input: &Path, output: &Path, check: Option<&[sim::check::ModeReport]>
     let file = PerfFile::open(input)?;
     let mut symbols = Symbolizer::for_input(&file, None)?;
     let pokes = pokes::read(&file, &mut symbols);
-    let Input { trace, time_conv, queues, .. } = Input::read(&file)?;
+    let (Input { trace, time_conv, queues, .. }, sideband) = crate::prepare::read_input(&file, |_| ())?;
     let (first, last) = pokes.span.unwrap_or((0, 0));
     let mut cov = Coverage::new(first);
     cov.axis.bin(last);
@@ -41,7 +41,7 @@ pub fn run(input: &Path, output: &Path, check: Option<&[sim::check::ModeReport]>
             cov.line(l);
             Ok(())
         };
-        problems.extend(crate::lines::decode_all(&file, trace, time_conv.as_ref(), &queues, &mut emit)?);
+        problems.extend(crate::lines::decode_all(&file, trace, time_conv.as_ref(), &queues, sideband, &mut emit)?);
         progress.finish();
     }
     for l in &pokes.losses {

@@ -31,15 +31,11 @@ use tef::TefWriter;
 /// TIME_CONV where the trace's times need it), or 2 when the input could
 /// not be read at all (the file then holds only that).
 pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
-    let file = PerfFile::open(input);
-    let span = file.as_ref().ok().and_then(crate::lines::session_span);
-    // Times start at the whole second before the session's first record.
-    let base = span.map_or(0, |(first, _)| first / 1_000_000_000 * 1_000_000_000);
-    let mut w = TefWriter::create(output, base)?;
-    w.name_track(tracks::INPUT, Some("input"), Some("decode"), Some(-2))?;
-    let file = match file {
+    let file = match PerfFile::open(input) {
         Ok(f) => f,
         Err(e) => {
+            let mut w = TefWriter::create(output, 0)?;
+            w.name_track(tracks::INPUT, Some("input"), Some("decode"), Some(-2))?;
             let what = format!("cannot read {}: {e}", input.display());
             w.instant(tracks::INPUT, 0, &what, "input", &json!({}))?;
             w.finish()?;
@@ -47,13 +43,20 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
             return Ok(2);
         }
     };
+    // The input, its side-band and the session's span in one pass over the records.
+    let mut span = crate::lines::SessionSpan::default();
+    let (Input { trace, time_conv, queues, threads, breaks, .. }, sideband) = crate::prepare::read_input(&file, |r| span.observe(r))?;
+    let span = span.0;
+    // Times start at the whole second before the session's first record.
+    let base = span.map_or(0, |(first, _)| first / 1_000_000_000 * 1_000_000_000);
+    let mut w = TefWriter::create(output, base)?;
+    w.name_track(tracks::INPUT, Some("input"), Some("decode"), Some(-2))?;
     let mut problems: Vec<String> = Vec::new();
     let mut symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
     let sb = sideband::read(&file, &mut symbols, &mut w)?;
     let (t0, t1) = span.unwrap_or((base, base));
     let mut decode_symbols = crate::symbols::Symbolizer::for_input(&file, None)?;
-    decode_symbols.add_user_mappings(&codeimage::user_mappings(&file), &crate::symbols::user_code(None));
-    let Input { trace, time_conv, queues, threads, breaks, .. } = Input::read(&file)?;
+    decode_symbols.add_user_mappings(&sideband.mappings, &crate::symbols::user_code(None));
     let queues: Vec<_> = queues.into_iter().filter(|q| q.cpu == u32::MAX || filter.cpu(q.cpu)).collect();
     if sb.bad_records > 0 {
         problems.push(format!("{} records could not be read", sb.bad_records));
@@ -75,7 +78,7 @@ pub fn run(input: &Path, output: &Path, filter: &Filter) -> Result<i32> {
             progress.line(l.time);
             b.line(l)
         };
-        problems.extend(crate::lines::decode_all(&file, trace, time_conv.as_ref(), &queues, &mut emit)?);
+        problems.extend(crate::lines::decode_all(&file, trace, time_conv.as_ref(), &queues, sideband, &mut emit)?);
     }
     progress.finish();
     let (w, counts, restarts) = b.finish()?;
