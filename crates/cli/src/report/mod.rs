@@ -24,8 +24,9 @@ use coverage::Coverage;
 pub fn run(input: &Path, output: &Path, check: Option<&[sim::check::ModeReport]>) -> Result<i32> {
     let file = PerfFile::open(input)?;
     let mut symbols = Symbolizer::for_input(&file, None)?;
-    let pokes = pokes::read(&file, &mut symbols);
-    let (Input { trace, time_conv, queues, .. }, sideband) = crate::prepare::read_input(&file, |_| ())?;
+    let mut reader = pokes::PokesReader::new(&file, &mut symbols);
+    let (Input { trace, time_conv, queues, bad_records, .. }, sideband) = crate::prepare::read_input(&file, |r| reader.observe(r))?;
+    let pokes = reader.finish(bad_records.len() as u64);
     let (first, last) = pokes.span.unwrap_or((0, 0));
     let mut cov = Coverage::new(first);
     cov.axis.bin(last);

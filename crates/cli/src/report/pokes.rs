@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use isa::Arch;
 use perfdata::abi::aux_flag;
-use perfdata::{PerfFile, RecordBody};
+use perfdata::{PerfFile, Record, RecordBody};
 
 use crate::hex::plain;
 use crate::pokes::disasm;
@@ -52,32 +52,39 @@ pub struct Pokes {
     pub span: Option<(u64, u64)>,
 }
 
-/// Reads the side-band of `file` in time order.
-pub fn read(file: &PerfFile, symbols: &mut Symbolizer) -> Pokes {
-    let arch = match file.features().arch.as_deref() {
-        Some("aarch64" | "arm64") => Arch::Aarch64,
-        _ => Arch::X86_64,
-    };
-    let mut p = Pokes::default();
-    let mut site_of: HashMap<u64, u32> = HashMap::new();
-    let mut change_of: HashMap<String, u32> = HashMap::new();
-    let mut last_time: HashMap<Option<u32>, u64> = HashMap::new();
-    for r in file.sorted_records() {
-        let Ok(r) = r else {
-            p.bad_records += 1;
-            continue;
+/// Builds [`Pokes`] from `file`'s records, given in time order.
+pub struct PokesReader<'s> {
+    arch: Arch,
+    symbols: &'s mut Symbolizer,
+    p: Pokes,
+    site_of: HashMap<u64, u32>,
+    change_of: HashMap<String, u32>,
+    last_time: HashMap<Option<u32>, u64>,
+}
+
+impl<'s> PokesReader<'s> {
+    pub fn new(file: &PerfFile, symbols: &'s mut Symbolizer) -> Self {
+        let arch = match file.features().arch.as_deref() {
+            Some("aarch64" | "arm64") => Arch::Aarch64,
+            _ => Arch::X86_64,
         };
+        PokesReader { arch, symbols, p: Pokes::default(), site_of: HashMap::new(), change_of: HashMap::new(), last_time: HashMap::new() }
+    }
+
+    /// Takes the next record that could be read, in time order.
+    pub fn observe(&mut self, r: &Record<'_>) {
+        let (arch, p) = (self.arch, &mut self.p);
         let (cpu, time) = (r.sample_id.cpu, r.sample_id.time);
-        if let (true, Some(t)) = (crate::lines::in_session(&r), time) {
+        if let (true, Some(t)) = (crate::lines::in_session(r), time) {
             p.span = Some(p.span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
         }
         let t = time.unwrap_or(0);
         match &r.body {
             RecordBody::TextPoke(k) => {
-                let sym = symbols.describe(k.addr);
-                let kind = isa::classify_poke(arch, k.addr, k.old, k.new, symbols.name(k.addr).as_deref()).name();
+                let sym = self.symbols.describe(k.addr);
+                let kind = isa::classify_poke(arch, k.addr, k.old, k.new, self.symbols.name(k.addr).as_deref()).name();
                 *p.kinds.entry(kind).or_default() += 1;
-                let site = *site_of.entry(k.addr).or_insert_with(|| {
+                let site = *self.site_of.entry(k.addr).or_insert_with(|| {
                     p.sites.push(Site { addr: k.addr, sym: sym.clone(), pokes: 0, kinds: BTreeMap::new(), first: t, last: t });
                     (p.sites.len() - 1) as u32
                 });
@@ -88,22 +95,26 @@ pub fn read(file: &PerfFile, symbols: &mut Symbolizer) -> Pokes {
                 s.last = t;
                 let change = format!("{} ({}) → {} ({})", plain(k.old), disasm(arch, k.addr, k.old), plain(k.new), disasm(arch, k.addr, k.new));
                 let next = p.changes.len() as u32;
-                let change = *change_of.entry(change.clone()).or_insert_with(|| {
+                let change = *self.change_of.entry(change.clone()).or_insert_with(|| {
                     p.changes.push(change);
                     next
                 });
                 p.pokes.push(Poke { site, time: t, kind, cpu, change });
             }
-            RecordBody::Ksymbol(k) => symbols.apply(k),
-            RecordBody::Lost(_) => p.losses.push(Loss { cpu, from: last_time.get(&cpu).copied().unwrap_or(t), at: t }),
+            RecordBody::Ksymbol(k) => self.symbols.apply(k),
+            RecordBody::Lost(_) => p.losses.push(Loss { cpu, from: self.last_time.get(&cpu).copied().unwrap_or(t), at: t }),
             RecordBody::Aux(a) if a.flags & (aux_flag::TRUNCATED | aux_flag::PARTIAL | aux_flag::COLLISION) != 0 => {
                 p.losses.push(Loss { cpu, from: t, at: t })
             }
             _ => {}
         }
         if let Some(t) = time {
-            last_time.insert(cpu, t);
+            self.last_time.insert(cpu, t);
         }
     }
-    p
+
+    /// The side-band, with the count of records that could not be read.
+    pub fn finish(self, bad_records: u64) -> Pokes {
+        Pokes { bad_records, ..self.p }
+    }
 }
