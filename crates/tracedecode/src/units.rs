@@ -8,6 +8,7 @@ use std::str::FromStr;
 use intel_pt::flow::TimeConv;
 use intel_pt::{Packet, PacketDecoder};
 
+use crate::aux::Behind;
 use crate::queue::Queue;
 
 /// One unit: bytes `start..end` of a queue's trace.
@@ -67,8 +68,9 @@ impl FromStr for UnitId {
 pub fn pt_units(queues: &[Queue], target: usize, conv: &TimeConv) -> Vec<Unit> {
     let mut units = Vec::new();
     for (queue, q) in queues.iter().enumerate() {
+        let mut behind = Behind::new(&q.trace);
         for (base, piece) in q.pieces() {
-            let cuts: Vec<(usize, usize)> = psb_segments(piece).collect();
+            let cuts: Vec<(usize, usize)> = psb_segments(piece).inspect(|&(start, _)| behind.past(base + start)).collect();
             let time_at = |at: usize| psb_tsc(&piece[at..]).map(|tsc| conv.perf_time(tsc));
             let mut from = 0;
             while from < cuts.len() {
@@ -136,9 +138,9 @@ pub fn pt_unit(queues: &[Queue], id: UnitId, conv: &TimeConv) -> Result<Unit, St
 }
 
 /// The PSB segments of a run (none without a PSB).
-pub(crate) fn psb_segments(piece: &[u8]) -> impl Iterator<Item = (usize, usize)> {
+pub(crate) fn psb_segments(piece: &[u8]) -> impl Iterator<Item = (usize, usize)> + use<'_> {
     let any = intel_pt::find_psb(piece).is_some();
-    intel_pt::parallel::segments(piece).into_iter().filter(move |_| any)
+    intel_pt::parallel::psb_segments(piece).filter(move |_| any)
 }
 
 /// The TSC of the PSB+ `buf` starts with, if it has one before its PSBEND.
