@@ -6,7 +6,7 @@ use codeimage::window::{CodeSource, Content, Fetch, Time};
 use isa::BranchClass;
 use perfdata::TimeConv;
 
-use super::{InstrSubtype, InstrType, Picked};
+use super::{InstrRange, InstrSubtype, InstrType};
 
 /// How the trace's timestamps become the image's [`Time`]: as they are (a
 /// snapshot, or a trace timed in perf time), or by perf's TIME_CONV (the
@@ -111,8 +111,10 @@ pub(crate) struct Picker {
     /// The address of that choice.
     pub fresh_addr: u64,
     /// Words taken from a content newer than the window's start since the
-    /// last range took them.
-    pub picked: Picked,
+    /// last range took them, by address: `picked_len` of them (a script
+    /// makes at most [`MAX_CHOICES`] choices).
+    picked: [(u64, u32); MAX_CHOICES],
+    picked_len: u8,
 }
 
 impl Picker {
@@ -136,6 +138,22 @@ impl Picker {
             self.fresh_addr = addr;
         }
         0
+    }
+
+    /// Notes `word` taken at `addr` from a content newer than the window's start.
+    fn note_picked(&mut self, addr: u64, word: u32) {
+        if let Some(slot) = self.picked.get_mut(self.picked_len as usize) {
+            *slot = (addr, word);
+            self.picked_len += 1;
+        }
+    }
+
+    /// Hands the words picked since the last range to `range`.
+    pub fn give_picked(&mut self, range: &mut InstrRange) {
+        for &(addr, word) in &self.picked[..self.picked_len as usize] {
+            range.note_picked(addr, word);
+        }
+        self.picked_len = 0;
     }
 }
 
@@ -243,7 +261,7 @@ fn walk(
             return (w, from, to);
         };
         if k > 0 {
-            pick.picked.push(w.end, word);
+            pick.note_picked(w.end, word);
         }
         if w.take(insn, &mut stop) {
             return (w, from, to);

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use codeimage::window::{CodeSource, Fetch};
 
 use super::code::{walk_to_addr, ImageClock, Picker, RunCache, Walk, Window};
-use super::{ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext, TraceOnReason, UnsyncReason};
+use super::{ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext, Picked, TraceOnReason, UnsyncReason};
 use crate::config::EtmV4Config;
 use crate::packet::{Context, Packet, PacketType};
 use crate::TracePacket;
@@ -576,7 +576,7 @@ impl Source {
 
     /// The range walked by `w` from `start`, with the words its walk picked.
     fn range(&mut self, start: u64, w: &Walk, executed: bool) -> ElemKind {
-        ElemKind::InstrRange(InstrRange {
+        let mut range = InstrRange {
             start,
             end: w.end,
             num_i: w.num_i,
@@ -587,8 +587,10 @@ impl Source {
             last_subtype: w.last.sub,
             last_cond: w.last.cond,
             uncertain: false,
-            picked: std::mem::take(&mut self.pick.picked),
-        })
+            picked: Picked::default(),
+        };
+        self.pick.give_picked(&mut range);
+        ElemKind::InstrRange(range)
     }
 
     /// Whether the code at the current address can be walked. Code that is
