@@ -100,7 +100,7 @@ pub(crate) const MAX_CHOICES: usize = 8;
 /// changes inside its window: replays a script of choices, then takes
 /// candidate 0 (the oldest content) and notes how many there were, so the
 /// caller can try the others.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Picker {
     script: [u8; MAX_CHOICES],
     len: u8,
@@ -111,10 +111,10 @@ pub(crate) struct Picker {
     /// The address of that choice.
     pub fresh_addr: u64,
     /// Words taken from a content newer than the window's start since the
-    /// last range took them, by address: `picked_len` of them (a script
-    /// makes at most [`MAX_CHOICES`] choices).
-    picked: [(u64, u32); MAX_CHOICES],
-    picked_len: u8,
+    /// last range took them, by address: at most [`MAX_CHOICES`], as a
+    /// script makes no more choices. Rare, so kept out of line: the source
+    /// holding the picker is copied before every packet.
+    picked: Vec<(u64, u32)>,
 }
 
 impl Picker {
@@ -142,18 +142,17 @@ impl Picker {
 
     /// Notes `word` taken at `addr` from a content newer than the window's start.
     fn note_picked(&mut self, addr: u64, word: u32) {
-        if let Some(slot) = self.picked.get_mut(self.picked_len as usize) {
-            *slot = (addr, word);
-            self.picked_len += 1;
+        if self.picked.len() < MAX_CHOICES {
+            self.picked.push((addr, word));
         }
     }
 
     /// Hands the words picked since the last range to `range`.
     pub fn give_picked(&mut self, range: &mut InstrRange) {
-        for &(addr, word) in &self.picked[..self.picked_len as usize] {
+        for &(addr, word) in &self.picked {
             range.note_picked(addr, word);
         }
-        self.picked_len = 0;
+        self.picked.clear();
     }
 }
 

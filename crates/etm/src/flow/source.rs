@@ -158,18 +158,20 @@ pub(crate) struct Source {
     out_mark: usize,
 }
 
-/// Every field but the speculation stack is `Copy`: `clone_from` reuses
-/// the stack's allocation (the decoder keeps a copy of the source from
-/// before each packet when it reads code over windows).
+/// Every field but the speculation stack and the picker is `Copy`:
+/// `clone_from` reuses their allocations (the decoder keeps a copy of the
+/// source from before each packet when it reads code over windows).
 impl Clone for Source {
     fn clone(&self) -> Source {
-        Source { stack: self.stack.clone(), ..*self }
+        Source { stack: self.stack.clone(), pick: self.pick.clone(), ..*self }
     }
 
     fn clone_from(&mut self, o: &Source) {
         let mut stack = std::mem::take(&mut self.stack);
         stack.clone_from(&o.stack);
-        *self = Source { stack, ..*o };
+        let mut pick = std::mem::take(&mut self.pick);
+        pick.clone_from(&o.pick);
+        *self = Source { stack, pick, ..*o };
     }
 }
 
