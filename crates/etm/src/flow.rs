@@ -130,30 +130,51 @@ pub struct InstrRange {
 }
 
 /// Words a walk decoded from a content other than the oldest in its window,
-/// by address: at most [`MAX_CHOICES`], as only a hypothesis's script of
-/// choices takes such a content.
+/// each at its byte offset from its range's start: at most [`MAX_CHOICES`],
+/// as only a hypothesis's script of choices takes such a content. Offsets,
+/// not addresses, keep ranges (copied often) small.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Picked {
     len: u8,
-    words: [(u64, u32); MAX_CHOICES],
+    offsets: [u32; MAX_CHOICES],
+    words: [u32; MAX_CHOICES],
 }
 
 impl Picked {
-    /// The word decoded at `addr`, when it was picked.
-    pub fn word_at(&self, addr: u64) -> Option<u32> {
-        self.words[..self.len as usize].iter().rev().find(|w| w.0 == addr).map(|w| w.1)
+    /// The word decoded at `offset` from the range's start, when it was picked.
+    pub fn word_at(&self, offset: u32) -> Option<u32> {
+        let n = self.len as usize;
+        self.offsets[..n].iter().rposition(|&o| o == offset).map(|i| self.words[i])
     }
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Notes `word` decoded at `addr` (a full list keeps what it has: a
+    /// Notes `word` decoded at `offset` (a full list keeps what it has: a
     /// script makes at most [`MAX_CHOICES`] choices).
-    pub fn push(&mut self, addr: u64, word: u32) {
-        if let Some(slot) = self.words.get_mut(self.len as usize) {
-            *slot = (addr, word);
+    pub fn push(&mut self, offset: u32, word: u32) {
+        let n = self.len as usize;
+        if n < MAX_CHOICES {
+            self.offsets[n] = offset;
+            self.words[n] = word;
             self.len += 1;
+        }
+    }
+}
+
+impl InstrRange {
+    /// The word the range's walk decoded at `addr`, when it was picked.
+    pub fn picked_word(&self, addr: u64) -> Option<u32> {
+        self.picked.word_at(u32::try_from(addr.wrapping_sub(self.start)).ok()?)
+    }
+
+    /// Notes `word` picked at `addr`. A word 4 GiB or more past the start
+    /// is not in the range (a walk is at most `MAX_WALK` words): none is
+    /// noted, as no address of the range could read it.
+    pub fn note_picked(&mut self, addr: u64, word: u32) {
+        if let Ok(offset) = u32::try_from(addr.wrapping_sub(self.start)) {
+            self.picked.push(offset, word);
         }
     }
 }

@@ -127,7 +127,7 @@ fn picked(elems: &[ElemKind]) -> Vec<Vec<(u64, u32)>> {
     elems
         .iter()
         .filter_map(|k| match k {
-            ElemKind::InstrRange(r) => Some((r.start..r.end).step_by(4).filter_map(|a| Some((a, r.picked.word_at(a)?))).collect()),
+            ElemKind::InstrRange(r) => Some((r.start..r.end).step_by(4).filter_map(|a| Some((a, r.picked_word(a)?))).collect()),
             _ => None,
         })
         .collect()

@@ -52,7 +52,7 @@ impl PerfClock<'_> {
     /// The word at `ip` as `r` decoded it (see [`PerfClock::bytes`]).
     #[inline]
     fn word(&self, r: Option<&InstrRange>, ip: u64, time: u64) -> [u8; 4] {
-        if let Some(w) = r.and_then(|r| r.picked.word_at(ip)) {
+        if let Some(w) = r.and_then(|r| r.picked_word(ip)) {
             return w.to_le_bytes();
         }
         let mut word = [0u8; 4];
@@ -305,9 +305,7 @@ mod tests {
         b.poke(Poke { time: 100, settled: None, addr: 0x2000, old: &NOP.to_le_bytes(), new: &B.to_le_bytes(), cpu: None });
         let code = b.build();
         let clock = PerfClock { code: &code, conv: None };
-        let mut picked = Picked::default();
-        picked.push(0x2000, B);
-        let range = InstrRange {
+        let mut range = InstrRange {
             start: 0x2000,
             end: 0x2004,
             num_i: 1,
@@ -318,8 +316,9 @@ mod tests {
             last_subtype: InstrSubtype::None,
             last_cond: false,
             uncertain: false,
-            picked,
+            picked: Picked::default(),
         };
+        range.note_picked(0x2000, B);
         let next = InstrRange { start: 0x2008, end: 0x200c, picked: Picked::default(), ..range };
         let itrace = Itrace { branches: true, instructions: true, errors: true, period: 1, insn_bytes: true };
         let mut f = Flow { time: 50, ..Flow::default() };

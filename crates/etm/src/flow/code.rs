@@ -6,7 +6,7 @@ use codeimage::window::{CodeSource, Content, Fetch, Time};
 use isa::BranchClass;
 use perfdata::TimeConv;
 
-use super::{InstrSubtype, InstrType, Picked};
+use super::{InstrRange, InstrSubtype, InstrType};
 
 /// How the trace's timestamps become the image's [`Time`]: as they are (a
 /// snapshot, or a trace timed in perf time), or by perf's TIME_CONV (the
@@ -100,7 +100,7 @@ pub(crate) const MAX_CHOICES: usize = 8;
 /// changes inside its window: replays a script of choices, then takes
 /// candidate 0 (the oldest content) and notes how many there were, so the
 /// caller can try the others.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Picker {
     script: [u8; MAX_CHOICES],
     len: u8,
@@ -111,8 +111,10 @@ pub(crate) struct Picker {
     /// The address of that choice.
     pub fresh_addr: u64,
     /// Words taken from a content newer than the window's start since the
-    /// last range took them.
-    pub picked: Picked,
+    /// last range took them, by address: at most [`MAX_CHOICES`], as a
+    /// script makes no more choices. Rare, so kept out of line: the source
+    /// holding the picker is copied before every packet.
+    picked: Vec<(u64, u32)>,
 }
 
 impl Picker {
@@ -136,6 +138,21 @@ impl Picker {
             self.fresh_addr = addr;
         }
         0
+    }
+
+    /// Notes `word` taken at `addr` from a content newer than the window's start.
+    fn note_picked(&mut self, addr: u64, word: u32) {
+        if self.picked.len() < MAX_CHOICES {
+            self.picked.push((addr, word));
+        }
+    }
+
+    /// Hands the words picked since the last range to `range`.
+    pub fn give_picked(&mut self, range: &mut InstrRange) {
+        for &(addr, word) in &self.picked {
+            range.note_picked(addr, word);
+        }
+        self.picked.clear();
     }
 }
 
@@ -243,7 +260,7 @@ fn walk(
             return (w, from, to);
         };
         if k > 0 {
-            pick.picked.push(w.end, word);
+            pick.note_picked(w.end, word);
         }
         if w.take(insn, &mut stop) {
             return (w, from, to);

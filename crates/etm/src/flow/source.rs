@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use codeimage::window::{CodeSource, Fetch};
 
 use super::code::{walk_to_addr, ImageClock, Picker, RunCache, Walk, Window};
-use super::{ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext, TraceOnReason, UnsyncReason};
+use super::{ElemKind, Element, FlowError, InstrRange, InstrSubtype, InstrType, Isa, PeContext, Picked, TraceOnReason, UnsyncReason};
 use crate::config::EtmV4Config;
 use crate::packet::{Context, Packet, PacketType};
 use crate::TracePacket;
@@ -158,18 +158,20 @@ pub(crate) struct Source {
     out_mark: usize,
 }
 
-/// Every field but the speculation stack is `Copy`: `clone_from` reuses
-/// the stack's allocation (the decoder keeps a copy of the source from
-/// before each packet when it reads code over windows).
+/// Every field but the speculation stack and the picker is `Copy`:
+/// `clone_from` reuses their allocations (the decoder keeps a copy of the
+/// source from before each packet when it reads code over windows).
 impl Clone for Source {
     fn clone(&self) -> Source {
-        Source { stack: self.stack.clone(), ..*self }
+        Source { stack: self.stack.clone(), pick: self.pick.clone(), ..*self }
     }
 
     fn clone_from(&mut self, o: &Source) {
         let mut stack = std::mem::take(&mut self.stack);
         stack.clone_from(&o.stack);
-        *self = Source { stack, ..*o };
+        let mut pick = std::mem::take(&mut self.pick);
+        pick.clone_from(&o.pick);
+        *self = Source { stack, pick, ..*o };
     }
 }
 
@@ -576,7 +578,7 @@ impl Source {
 
     /// The range walked by `w` from `start`, with the words its walk picked.
     fn range(&mut self, start: u64, w: &Walk, executed: bool) -> ElemKind {
-        ElemKind::InstrRange(InstrRange {
+        let mut range = InstrRange {
             start,
             end: w.end,
             num_i: w.num_i,
@@ -587,8 +589,10 @@ impl Source {
             last_subtype: w.last.sub,
             last_cond: w.last.cond,
             uncertain: false,
-            picked: std::mem::take(&mut self.pick.picked),
-        })
+            picked: Picked::default(),
+        };
+        self.pick.give_picked(&mut range);
+        ElemKind::InstrRange(range)
     }
 
     /// Whether the code at the current address can be walked. Code that is
