@@ -2,7 +2,7 @@
 //! not the code read again at the line's time: with `--image static` over
 //! a run whose code is poked, the code before any change.
 
-use codeimage::{BaseImage, PokeEvents};
+use codeimage::{BaseImage, CodeTimeline, PokeEvents};
 use perfdata::PerfFile;
 use serde_json::Value;
 
@@ -16,18 +16,23 @@ fn decode(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// `--image static`: every instruction line (JSON `insn`, perf's `-F insn`)
-/// shows the code before any change at its IP, also where the timeline
-/// holds other bytes at the line's time (poked sites the run executed).
-#[test]
-fn a_static_decode_prints_the_static_bytes_it_decoded() {
-    let dir = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/decoded-bytes-static"));
-    let run = dir.join("run");
+/// A 1-CPU simulation with pokes under `dir`, and its code timeline.
+fn poked_run(dir: &str) -> (std::path::PathBuf, CodeTimeline) {
+    let run = testkit::fresh_dir(dir).join("run");
     common::simulate(&run, &["--cpus", "1", "--instructions", "20000", "--pokes", "20", "--seed", "7"]);
     let file = PerfFile::open(&run).unwrap();
     let mut base = BaseImage::new();
     codeimage::add_base(&file, &mut base).unwrap();
     let tl = codeimage::over_base(&file, base, PokeEvents::Single).unwrap().timeline;
+    (run, tl)
+}
+
+/// `--image static`: every instruction line (JSON `insn`, perf's `-F insn`)
+/// shows the code before any change at its IP, also where the timeline
+/// holds other bytes at the line's time (poked sites the run executed).
+#[test]
+fn a_static_decode_prints_the_static_bytes_it_decoded() {
+    let (run, tl) = poked_run(concat!(env!("CARGO_TARGET_TMPDIR"), "/decoded-bytes-static"));
     let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let code = |ip: u64, len: usize, time: u64| {
         let mut b = vec![0u8; len];
@@ -59,13 +64,7 @@ fn a_static_decode_prints_the_static_bytes_it_decoded() {
 /// not the INT3 the timeline holds there at the line's time.
 #[test]
 fn a_static_decode_prints_the_static_bytes_of_trap_lines() {
-    let dir = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/decoded-bytes-traps"));
-    let run = dir.join("run");
-    common::simulate(&run, &["--cpus", "1", "--instructions", "20000", "--pokes", "20", "--seed", "7"]);
-    let file = PerfFile::open(&run).unwrap();
-    let mut base = BaseImage::new();
-    codeimage::add_base(&file, &mut base).unwrap();
-    let tl = codeimage::over_base(&file, base, PokeEvents::Single).unwrap().timeline;
+    let (run, tl) = poked_run(concat!(env!("CARGO_TARGET_TMPDIR"), "/decoded-bytes-traps"));
     let code = |ip: u64, len: usize, time: u64| {
         let mut b = vec![0u8; len];
         tl.read_into(ip, &mut b, time);

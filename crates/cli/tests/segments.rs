@@ -55,6 +55,19 @@ fn aux_gap(dir: &Path) {
     std::fs::write(&path, data).unwrap();
 }
 
+/// A 2-CPU simulation with pokes at `dir`, its trace damaged and cut by
+/// an AUX gap when asked: the inputs the unit tests decode.
+fn unit_input(dir: &Path, instructions: &str, damaged: bool, gap: bool) -> std::path::PathBuf {
+    common::simulate(dir, &["--cpus", "2", "--instructions", instructions, "--protocol", "int3", "--pokes", "200", "--seed", "7"]);
+    if damaged {
+        common::damage_trace(dir);
+    }
+    if gap {
+        aux_gap(dir);
+    }
+    dir.to_path_buf()
+}
+
 #[test]
 fn units_decoded_apart_give_the_whole_decode() {
     let root = testkit::fresh_dir(concat!(env!("CARGO_TARGET_TMPDIR"), "/segments-decode"));
@@ -62,14 +75,7 @@ fn units_decoded_apart_give_the_whole_decode() {
     for (name, damaged, gap, instructions, target) in
         [("pokes", false, false, "100000", 9000), ("damaged", true, false, "100000", 9000), ("gap", true, true, "400000", 36000)]
     {
-        let dir = root.join(name);
-        common::simulate(&dir, &["--cpus", "2", "--instructions", instructions, "--protocol", "int3", "--pokes", "200", "--seed", "7"]);
-        if damaged {
-            common::damage_trace(&dir);
-        }
-        if gap {
-            aux_gap(&dir);
-        }
+        let dir = unit_input(&root.join(name), instructions, damaged, gap);
         let d = dir.to_str().unwrap();
         let units = units(d, target);
         assert!(units.len() >= 8, "{name}: {} units", units.len());
@@ -198,14 +204,7 @@ fn units_give_branch_and_instruction_lines_of_the_whole_decode() {
     for (name, damaged, gap, instructions, target) in
         [("pokes", false, false, "60000", 3000), ("damaged", true, false, "100000", 6000), ("gap", true, true, "400000", 36000)]
     {
-        let dir = root.join(name);
-        common::simulate(&dir, &["--cpus", "2", "--instructions", instructions, "--protocol", "int3", "--pokes", "200", "--seed", "7"]);
-        if damaged {
-            common::damage_trace(&dir);
-        }
-        if gap {
-            aux_gap(&dir);
-        }
+        let dir = unit_input(&root.join(name), instructions, damaged, gap);
         let d = dir.to_str().unwrap();
         let units = units(d, target);
         assert!(units.len() >= 8, "{name}: {} units", units.len());
